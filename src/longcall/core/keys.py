@@ -1,0 +1,47 @@
+"""Digests and deterministic idempotency keys (SPEC X2, L5).
+
+A replay after a crash must send the same submission key as the first attempt, so
+the key is a pure function of the call node id and the step index: never a random
+value, never a clock reading.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+SUBMISSION_KEY_PREFIX = "lc1-"
+
+
+def canonical_json(value: Any) -> bytes:
+    """The one byte encoding we hash: sorted keys, no spaces, UTF-8, no NaN."""
+    return json.dumps(
+        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+    ).encode("utf-8")
+
+
+def digest_bytes(payload: bytes) -> str:
+    """``sha256:<hex>`` of raw bytes."""
+    return "sha256:" + hashlib.sha256(payload).hexdigest()
+
+
+def digest_json(value: Any) -> str:
+    """Digest of the canonical JSON encoding of ``value``."""
+    return digest_bytes(canonical_json(value))
+
+
+def request_digest(tool_name: str, arguments: Any) -> str:
+    """What makes two calls of one call node "the same request" (X2)."""
+    return digest_json({"tool": tool_name, "arguments": arguments})
+
+
+def derive_submission_key(call_node_id: str, step_index: int = 0) -> str:
+    """The submission idempotency key of one step of one call node (X2).
+
+    Length-prefixing the node id keeps ``("a:1", 0)`` and ``("a", 10)`` apart.
+    """
+    if step_index < 0:
+        raise ValueError("step_index must be >= 0")
+    material = f"{len(call_node_id)}:{call_node_id}:{step_index}".encode()
+    return SUBMISSION_KEY_PREFIX + hashlib.sha256(material).hexdigest()[:32]

@@ -1,0 +1,160 @@
+"""The ``toolOperation.v1`` record and the terminal receipt (SPEC L1, L3, L5).
+
+A record is a frozen value: the machine returns a new one for every accepted event,
+and the ledger stores it under compare-and-set on :attr:`OperationRecord.version`.
+Times are seconds on the driver's clock (see docs/design/time-in-the-core.md); the
+record never reads a clock itself.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+from longcall.core.states import TERMINAL_STATES, State
+
+RECORD_SCHEMA = "toolOperation.v1"
+
+
+class ServerStatus(enum.Enum):
+    """The server's status, normalised; kept apart from the local state (SPEC L3).
+
+    The protocol's own word is kept beside it in ``server_status_raw``.
+    """
+
+    WORKING = "working"
+    INPUT_REQUIRED = "input_required"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    def __repr__(self) -> str:
+        return f"ServerStatus.{self.name}"
+
+    @property
+    def is_terminal(self) -> bool:
+        return self in (ServerStatus.COMPLETED, ServerStatus.FAILED, ServerStatus.CANCELLED)
+
+
+class ResultKind(enum.Enum):
+    """What an accepted outcome holds. A tool error and a protocol error stay distinct (X6)."""
+
+    VALUE = "value"
+    TOOL_ERROR = "tool_error"
+    PROTOCOL_ERROR = "protocol_error"
+    CANCELLED = "cancelled"
+
+    def __repr__(self) -> str:
+        return f"ResultKind.{self.name}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class OperationRecord:
+    """One durable tool call (SPEC L1). Identity is the call node id."""
+
+    schema: str = RECORD_SCHEMA
+    # identity and request
+    call_node_id: str
+    request_digest: str
+    tool_name: str
+    tool_descriptor_digest: str
+    principal: str
+    server: str
+    protocol: str
+    adapter_version: str
+    # submission (X2)
+    submission_key: str
+    step_index: int = 0
+    submit_attempts: int = 1
+    submission_lookup: bool = False
+    """The server can prove by submission key whether it created the operation."""
+    tool_idempotent: bool = False
+    """The tool declares that a resubmission with the same key is harmless."""
+    operation_id: str | None = None
+    # state (L2) and server status (L3)
+    state: State = State.SUBMITTING
+    server_status: ServerStatus | None = None
+    server_status_raw: str | None = None
+    status_message: str | None = None
+    # poll cursor (X3)
+    poll_interval_s: float | None = None
+    next_poll_at: float | None = None
+    poll_count: int = 0
+    backoff_step: int = 0
+    # input (X4)
+    input_round: int = 0
+    input_keys_pending: tuple[str, ...] = ()
+    input_keys_answered: tuple[str, ...] = ()
+    input_schema_digest: str | None = None
+    input_deadline_at: float | None = None
+    # cancel (X5) and fencing (D1, R3)
+    cancel_generation: int = 0
+    cancel_requested_at: float | None = None
+    cancel_acknowledged_at: float | None = None
+    execution_epoch: int = 0
+    # time and limits
+    created_at: float
+    updated_at: float
+    expires_at: float | None = None
+    """Server-side expiry (created + ttl) where the server told us one (X7)."""
+    deadline_at: float | None = None
+    """Our own total wait budget for this operation (X3)."""
+    # outcome (X6, L5)
+    result_digest: str | None = None
+    result_kind: ResultKind | None = None
+    warnings: tuple[str, ...] = ()
+    effect_reconciliation_required: bool = False
+    reconciliation_reason: str | None = None
+    resolved_by: str | None = None
+    """The operator who supplied the outcome by manual reconciliation (X7), if any."""
+    last_error: str | None = None
+    # compare-and-set (L4)
+    version: int = 1
+
+    @property
+    def is_terminal(self) -> bool:
+        return self.state in TERMINAL_STATES
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TerminalReceipt:
+    """The single acceptance of one call node's outcome (SPEC L5).
+
+    The first eight fields are the ones ``accept_terminal`` matches against the row.
+    """
+
+    call_node_id: str
+    request_digest: str
+    operation_id: str | None
+    tool_descriptor_digest: str
+    execution_epoch: int
+    cancel_generation: int
+    terminal_status: ServerStatus
+    result_digest: str
+    result_kind: ResultKind
+    warnings: tuple[str, ...] = ()
+    resolved_by: str | None = None
+    """Set when an operator, not the server, supplied the outcome (X7 reconciliation)."""
+    accepted_at: float
+
+    @classmethod
+    def for_record(cls, record: OperationRecord) -> TerminalReceipt:
+        """The receipt that accepting ``record`` (already in a terminal state) writes."""
+        if not record.is_terminal or record.server_status is None:
+            raise ValueError(f"record {record.call_node_id!r} is not terminal")
+        if record.result_digest is None or record.result_kind is None:
+            raise ValueError(f"record {record.call_node_id!r} has no result digest")
+        return cls(
+            call_node_id=record.call_node_id,
+            request_digest=record.request_digest,
+            operation_id=record.operation_id,
+            tool_descriptor_digest=record.tool_descriptor_digest,
+            execution_epoch=record.execution_epoch,
+            cancel_generation=record.cancel_generation,
+            terminal_status=record.server_status,
+            result_digest=record.result_digest,
+            result_kind=record.result_kind,
+            warnings=record.warnings,
+            resolved_by=record.resolved_by,
+            accepted_at=record.updated_at,
+        )

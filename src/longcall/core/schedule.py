@@ -1,0 +1,92 @@
+"""The poll schedule and the per-server token bucket (SPEC X3), as pure functions.
+
+Rules, in order:
+
+1. The server's suggested interval (``pollIntervalMs``, AIP-151 hints) is a floor:
+   we never poll an operation sooner than that after the last poll.
+2. While the server gives an interval and answers normally, we poll at the floor plus
+   a jitter of at most ``jitter_fraction`` of it — so a completion is accepted within
+   ``floor * (1 + jitter_fraction)`` (the issue's 1.25× target with the default 0.2).
+3. Without a server interval, or after errors, the delay backs off exponentially
+   (``floor * factor**step``, capped), with full jitter on the part above the floor.
+4. ``Retry-After`` pushes the next poll out, never below the floor.
+5. The operation's expiry and our total wait budget cap the schedule (the caller
+   escalates when the budget is spent).
+
+The token bucket shares one QPS limit among all operations of one server.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PollPolicy:
+    interval_s_default: float = 2.0
+    """The floor when the server suggests none."""
+    interval_s_min: float = 0.05
+    """We never poll faster than this, whatever a server suggests."""
+    jitter_fraction: float = 0.2
+    backoff_factor: float = 1.5
+    backoff_cap_s: float = 60.0
+
+
+def poll_delay_s(
+    policy: PollPolicy,
+    *,
+    server_interval_s: float | None,
+    backoff_step: int,
+    jitter: float,
+    retry_after_s: float | None = None,
+) -> float:
+    """Seconds from now to the next poll of one operation."""
+    if not 0.0 <= jitter <= 1.0:
+        raise ValueError(f"jitter draw must be in [0, 1], got {jitter!r}")
+    floor = max(policy.interval_s_min, server_interval_s or policy.interval_s_default)
+    if backoff_step <= 0:
+        delay = floor * (1.0 + policy.jitter_fraction * jitter)
+    else:
+        ceiling = max(floor, min(policy.backoff_cap_s, floor * policy.backoff_factor**backoff_step))
+        delay = floor + jitter * (ceiling - floor)
+    if retry_after_s is not None:
+        delay = max(delay, retry_after_s)
+    return delay
+
+
+def cap_at_limits(at: float, *limits: float | None) -> float:
+    """Clamp a planned time to the earliest of the given limits (None = no limit)."""
+    present = [limit for limit in limits if limit is not None]
+    return min([at, *present])
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TokenBucket:
+    """A token bucket as a value: ``rate_per_s`` tokens a second, at most ``burst`` saved.
+
+    ``take(now)`` answers when the caller may send: immediately (wait 0) when a token
+    is there, else after the time the next token needs. Tokens are reserved when
+    taken, so concurrent callers queue up behind each other instead of all waking at
+    once. Over any window of length ``w`` at most ``burst + rate_per_s * w`` requests
+    pass.
+    """
+
+    rate_per_s: float
+    burst: float = 1.0
+    tokens: float = 1.0
+    updated_at: float = 0.0
+
+    @classmethod
+    def full(cls, rate_per_s: float, *, burst: float = 1.0, now: float = 0.0) -> TokenBucket:
+        if rate_per_s <= 0 or burst < 1:
+            raise ValueError("rate_per_s must be > 0 and burst >= 1")
+        return cls(rate_per_s=rate_per_s, burst=burst, tokens=burst, updated_at=now)
+
+    def take(self, now: float) -> tuple[TokenBucket, float]:
+        """Reserve one token; return the new bucket and the seconds to wait before sending."""
+        elapsed = max(0.0, now - self.updated_at)
+        tokens = min(self.burst, self.tokens + elapsed * self.rate_per_s) - 1.0
+        wait_s = 0.0 if tokens >= 0 else -tokens / self.rate_per_s
+        return dataclasses.replace(
+            self, tokens=tokens, updated_at=max(now, self.updated_at)
+        ), wait_s
