@@ -1,0 +1,44 @@
+"""The durable ledger of operations, receipts, results and the ready outbox.
+
+``open_ledger(url)`` picks the backend: ``sqlite:///relative.db``,
+``sqlite:////absolute/path.db`` (optionally ``?synchronous=normal``), or
+``sqlite://:memory:``. This package imports only ``longcall.core`` and never an
+adapter (DESIGN.md import direction).
+"""
+
+from __future__ import annotations
+
+from urllib.parse import parse_qs, urlsplit
+
+from longcall.ledger.base import DuplicateCallNode, HistoryRow, Ledger, OutboxRow
+from longcall.ledger.sqlite import SQLiteLedger
+
+DEFAULT_LEDGER_URL = "sqlite:///longcall.db"
+
+
+class UnsupportedLedgerURL(ValueError):
+    """The ledger URL names no backend we have."""
+
+
+def open_ledger(url: str) -> Ledger:
+    """Open (and migrate) the ledger a URL names."""
+    parts = urlsplit(url)
+    options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
+    if parts.scheme == "sqlite":
+        path = ":memory:" if parts.netloc == ":memory:" else parts.path[1:] if parts.path else ""
+        if not path:
+            raise UnsupportedLedgerURL(f"{url!r}: use sqlite:///file.db or sqlite://:memory:")
+        return SQLiteLedger(path, synchronous=options.get("synchronous", "full"))
+    raise UnsupportedLedgerURL(f"{url!r}: no ledger backend for scheme {parts.scheme!r}")
+
+
+__all__ = [
+    "DEFAULT_LEDGER_URL",
+    "DuplicateCallNode",
+    "HistoryRow",
+    "Ledger",
+    "OutboxRow",
+    "SQLiteLedger",
+    "UnsupportedLedgerURL",
+    "open_ledger",
+]

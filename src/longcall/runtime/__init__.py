@@ -1,0 +1,1 @@
+"""The driver layer: carries out core commands through adapters and the ledger."""

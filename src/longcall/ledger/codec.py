@@ -1,0 +1,80 @@
+"""Record and receipt ⇄ JSON-able dicts, for every ledger backend and the CLI.
+
+The whole ``toolOperation.v1`` record is stored as one JSON document beside the few
+columns the ledger indexes; decoding is strict, so a row written by a newer schema or
+damaged on disk is reported, not half-read.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from typing import Any
+
+from longcall.core import OperationRecord, ResultKind, ServerStatus, State, TerminalReceipt
+from longcall.core.errors import RemoteProtocolError
+
+_TUPLE_FIELDS = {"input_keys_pending", "input_keys_answered", "warnings"}
+_ENUM_FIELDS: dict[str, type[Any]] = {
+    "state": State,
+    "server_status": ServerStatus,
+    "result_kind": ResultKind,
+    "terminal_status": ServerStatus,
+}
+
+
+class CorruptRow(RemoteProtocolError):
+    """A stored row does not decode into a record (damaged or written by a newer schema)."""
+
+
+def to_dict(value: OperationRecord | TerminalReceipt) -> dict[str, Any]:
+    """Plain JSON types: enums by value, tuples as lists."""
+    out: dict[str, Any] = {}
+    for field in dataclasses.fields(value):
+        item = getattr(value, field.name)
+        if field.name in _ENUM_FIELDS and item is not None:
+            item = item.value
+        elif field.name in _TUPLE_FIELDS:
+            item = list(item)
+        out[field.name] = item
+    return out
+
+
+def _from_dict(cls: type[Any], data: dict[str, Any]) -> Any:
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = set(data) - names
+    if unknown:
+        raise CorruptRow(f"{cls.__name__} row has unknown fields {sorted(unknown)}")
+    kwargs: dict[str, Any] = {}
+    for name, item in data.items():
+        if name in _ENUM_FIELDS and item is not None:
+            item = _ENUM_FIELDS[name](item)
+        elif name in _TUPLE_FIELDS:
+            item = tuple(item)
+        kwargs[name] = item
+    try:
+        return cls(**kwargs)
+    except (TypeError, ValueError) as exc:
+        raise CorruptRow(f"{cls.__name__} row does not decode: {exc}") from exc
+
+
+def record_from_dict(data: dict[str, Any]) -> OperationRecord:
+    record: OperationRecord = _from_dict(OperationRecord, data)
+    return record
+
+
+def receipt_from_dict(data: dict[str, Any]) -> TerminalReceipt:
+    receipt: TerminalReceipt = _from_dict(TerminalReceipt, data)
+    return receipt
+
+
+def dumps(value: OperationRecord | TerminalReceipt) -> str:
+    return json.dumps(to_dict(value), sort_keys=True, separators=(",", ":"))
+
+
+def loads_record(text: str) -> OperationRecord:
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise CorruptRow(f"record JSON is damaged: {exc}") from exc
+    return record_from_dict(data)
