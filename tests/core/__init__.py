@@ -1,0 +1,1 @@
+"""Tests of the pure core (longcall.core): table, machine, policies, purity."""
