@@ -23,3 +23,14 @@ def demo(ledger_url: str | None) -> None:
     from longcall.demo import run_demo
 
     raise SystemExit(run_demo(ledger_url))
+
+
+@main.command()
+@click.option("--store", "store_url", default=None, help="Task store URL (sqlite:///PATH).")
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
+@click.option("--port", default=8765, show_default=True, type=int, help="Port to bind.")
+def serve(store_url: str | None, host: str, port: int) -> None:
+    """Serve the reference long-running MCP tools at http://HOST:PORT/mcp."""
+    from longcall.server.cli import run_reference_server
+
+    run_reference_server(store_url=store_url, host=host, port=port)

@@ -1,0 +1,31 @@
+"""``python -m longcall.server``: the reference server without the top-level CLI.
+
+Owns: argument parsing for process-level tests (restart) and the benchmark. Must not:
+hold logic; it calls ``longcall.server.cli.run_reference_server``.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from longcall.server.cli import run_reference_server
+
+
+def main() -> None:
+    """Parse ``--store --host --port [--drop-create-response-at N]`` and serve."""
+    parser = argparse.ArgumentParser(prog="python -m longcall.server")
+    parser.add_argument("--store", default=None, help="task store URL (sqlite:///PATH)")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8765)
+    parser.add_argument("--drop-create-response-at", type=int, default=None)
+    args = parser.parse_args()
+    run_reference_server(
+        store_url=args.store,
+        host=args.host,
+        port=args.port,
+        drop_create_response_at=args.drop_create_response_at,
+    )
+
+
+if __name__ == "__main__":
+    main()

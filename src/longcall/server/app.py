@@ -1,0 +1,289 @@
+"""The HTTP boundary: one Streamable HTTP endpoint serving both protocol versions (S1).
+
+Owns: ``LongcallServer`` (tools, store, options), the Starlette app, JSON-RPC framing,
+version routing by the request's own handshake, authentication (S5), translation of
+the error tree into JSON-RPC errors and HTTP statuses, SSE framing, the create-drop
+fault, and ``running_server`` for tests. Must not: hold protocol rules (``modern``,
+``legacy``) or task logic (``tasks``).
+
+Why not the SDK's server runner: mcp 2.3.0 re-validates every ``tools/call`` result as
+``CallToolResult | InputRequiredResult`` (a task result would be stripped) and ships no
+2025-11-25 task runtime; see docs/design/server-on-mcp-sdk.md.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import socket
+import time
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+import uvicorn
+from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.routing import Route
+from starlette.types import Receive, Scope, Send
+
+from longcall.server import legacy, modern
+from longcall.server.auth import Authenticator, token_principal
+from longcall.server.errors import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    InvalidParams,
+    JsonRpcError,
+)
+from longcall.server.model import Principal
+from longcall.server.options import CreateFaultPlan, ServerOptions
+from longcall.server.store import TaskStore, open_store
+from longcall.server.tasks import Clock, TaskManager
+from longcall.server.tools import ToolRegistry
+from longcall.server.wire import RpcRequest, Streamed, error_response, response
+
+logger = logging.getLogger(__name__)
+
+MCP_PATH = "/mcp"
+
+
+class LongcallServer:
+    """Serve async Python functions as long-running MCP tools over both task protocols."""
+
+    def __init__(
+        self,
+        *,
+        store: TaskStore | str | None = None,
+        options: ServerOptions | None = None,
+        authenticator: Authenticator = token_principal,
+        clock: Clock = time.time,
+    ) -> None:
+        self.options = options or ServerOptions()
+        self._owns_store = store is None or isinstance(store, str)
+        self.store: TaskStore = (
+            open_store(store) if store is None or isinstance(store, str) else store
+        )
+        self.registry = ToolRegistry()
+        self.tool = self.registry.tool
+        self.manager = TaskManager(store=self.store, registry=self.registry, clock=clock)
+        self._authenticate = authenticator
+        faults = CreateFaultPlan(self.options.drop_create_response_at)
+        self.modern = modern.ModernProtocol(
+            manager=self.manager, options=self.options, faults=faults
+        )
+        self.legacy = legacy.LegacyProtocol(
+            manager=self.manager, options=self.options, faults=faults
+        )
+
+    # ---- ASGI ----------------------------------------------------------------------------
+
+    def asgi_app(self) -> Starlette:
+        """The Starlette app serving MCP at ``/mcp``; its lifespan recovers tasks (S2)."""
+
+        @contextlib.asynccontextmanager
+        async def lifespan(_: Starlette) -> AsyncIterator[None]:
+            await self.manager.start()
+            try:
+                yield
+            finally:
+                await self.manager.stop()
+                if self._owns_store:
+                    self.store.close()
+
+        return Starlette(
+            routes=[Route(MCP_PATH, self._endpoint, methods=["GET", "POST", "DELETE"])],
+            lifespan=lifespan,
+        )
+
+    async def _endpoint(self, request: Request) -> Response:
+        headers = {key.lower(): value for key, value in request.headers.items()}
+        principal = self._authenticate(headers)
+        if principal is None:
+            return JSONResponse({"error": "unauthorized"}, status_code=401)
+        if request.method == "GET":
+            return self._get_stream(headers, principal)
+        if request.method == "DELETE":
+            return Response(status_code=405)
+        return await self._post(request, headers, principal)
+
+    def _get_stream(self, headers: Mapping[str, str], principal: Principal) -> Response:
+        if "text/event-stream" not in headers.get("accept", "") or modern.is_modern({}, headers):
+            return Response(status_code=405)
+        return _sse(self.legacy.status_stream(principal))
+
+    async def _post(
+        self, request: Request, headers: Mapping[str, str], principal: Principal
+    ) -> Response:
+        body = await _read_limited(request, self.options.max_body_bytes)
+        if body is None:
+            error = {
+                "code": INVALID_REQUEST,
+                "message": f"request body over {self.options.max_body_bytes} bytes",
+            }
+            return JSONResponse(error_response(None, error), status_code=413)
+        try:
+            message = json.loads(body)
+        except ValueError:
+            return JSONResponse(
+                error_response(None, {"code": PARSE_ERROR, "message": "Parse error"}), 400
+            )
+        shape_error = _shape_error(message)
+        if shape_error is not None:
+            return JSONResponse(error_response(_id_of(message), shape_error), 400)
+        if "method" not in message:
+            return await self._client_response(principal, message)
+        is_modern = modern.is_modern(message, headers)
+        try:
+            if is_modern:
+                modern.check_envelope(message, headers)
+            rpc = RpcRequest(
+                id=message.get("id"),
+                method=message["method"],
+                params=_params(message),
+                headers=headers,
+                principal=principal,
+                accepts_event_stream="text/event-stream" in headers.get("accept", ""),
+            )
+            if "id" not in message:
+                return Response(status_code=202)  # notifications need no answer here
+            protocol = self.modern if is_modern else self.legacy
+            reply = await protocol.handle(rpc)
+        except JsonRpcError as exc:
+            return _error_reply(message.get("id"), exc, modern_status=is_modern)
+        except Exception:
+            logger.exception("internal error answering %s", message.get("method"))
+            internal = JsonRpcError(INTERNAL_ERROR, "Internal error")
+            return _error_reply(message.get("id"), internal, modern_status=is_modern)
+        if isinstance(reply, Streamed):
+            return _sse(reply.messages)
+        if reply.drop_response:
+            return _DroppedResponse()
+        return JSONResponse(response(message.get("id"), reply.result))
+
+    async def _client_response(self, principal: Principal, message: Mapping[str, Any]) -> Response:
+        try:
+            await self.legacy.answer_side_channel(principal, message)
+        except JsonRpcError as exc:
+            return JSONResponse(error_response(None, exc.to_wire()), status_code=400)
+        return Response(status_code=202)
+
+    # ---- running -----------------------------------------------------------------------
+
+    async def serve(self, *, host: str = "127.0.0.1", port: int = 8765) -> None:
+        """Serve until cancelled or interrupted."""
+        config = uvicorn.Config(self.asgi_app(), host=host, port=port, log_level="warning")
+        await uvicorn.Server(config).serve()
+
+
+@contextlib.asynccontextmanager
+async def running_server(server: LongcallServer, *, host: str = "127.0.0.1") -> AsyncIterator[str]:
+    """Serve on a free port of ``host`` for the duration; yields the MCP endpoint URL.
+
+    The socket is bound and listening before the URL is handed out, so no wait is needed:
+    connections queue in the backlog until uvicorn has run the lifespan (recovery).
+    """
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    sock.bind((host, 0))
+    sock.listen(128)
+    port = sock.getsockname()[1]
+    config = uvicorn.Config(
+        server.asgi_app(), log_level="warning", timeout_graceful_shutdown=1, lifespan="on"
+    )
+    uv = uvicorn.Server(config)
+    serving = asyncio.get_running_loop().create_task(uv.serve(sockets=[sock]))
+    try:
+        yield f"http://{host}:{port}{MCP_PATH}"
+    finally:
+        uv.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        sock.close()
+
+
+# ---- framing helpers -----------------------------------------------------------------------
+
+
+async def _read_limited(request: Request, limit: int) -> bytes | None:
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > limit:
+        return None
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            return None
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _shape_error(message: Any) -> dict[str, Any] | None:
+    if isinstance(message, list):
+        return {"code": INVALID_REQUEST, "message": "JSON-RPC batches are not supported"}
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
+        return {"code": INVALID_REQUEST, "message": "not a JSON-RPC 2.0 message"}
+    if "method" in message and not isinstance(message["method"], str):
+        return {"code": INVALID_REQUEST, "message": "method must be a string"}
+    request_id = message.get("id")
+    if request_id is not None and (
+        isinstance(request_id, bool) or not isinstance(request_id, str | int)
+    ):
+        return {"code": INVALID_REQUEST, "message": "id must be a string or an integer"}
+    if "method" not in message and "result" not in message and "error" not in message:
+        return {"code": INVALID_REQUEST, "message": "neither a request nor a response"}
+    return None
+
+
+def _id_of(message: Any) -> Any:
+    if isinstance(message, dict):
+        request_id = message.get("id")
+        if isinstance(request_id, str | int) and not isinstance(request_id, bool):
+            return request_id
+    return None
+
+
+def _params(message: Mapping[str, Any]) -> dict[str, Any]:
+    params = message.get("params", {})
+    if params is None:
+        return {}
+    if not isinstance(params, dict):
+        raise InvalidParams("params must be an object")
+    return params
+
+
+def _error_reply(request_id: Any, error: JsonRpcError, *, modern_status: bool) -> Response:
+    status = ERROR_CODE_HTTP_STATUS.get(error.code, 200) if modern_status else 200
+    if error.code in (PARSE_ERROR, INVALID_REQUEST):
+        status = 400
+    return JSONResponse(error_response(request_id, error.to_wire()), status_code=status)
+
+
+def _sse(messages: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
+    async def frames() -> AsyncIterator[bytes]:
+        async for message in messages:
+            yield f"event: message\ndata: {json.dumps(message, separators=(',', ':'))}\n\n".encode()
+
+    return StreamingResponse(
+        frames(), media_type="text/event-stream", headers={"cache-control": "no-store"}
+    )
+
+
+class _DroppedResponse(Response):
+    """Fault injection: promise a body, send none, and let the server close the connection."""
+
+    def __init__(self) -> None:
+        super().__init__(status_code=200)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", b"1024")],
+            }
+        )
+        raise ConnectionAbortedError("create response dropped on purpose (fault injection)")

@@ -1,0 +1,98 @@
+"""The server package's error tree (one tree, translated to JSON-RPC at the boundary).
+
+Owns: every exception type ``longcall.server`` raises or lets a tool raise, and the
+JSON-RPC error codes they map to. Must not: import the HTTP layer or the store; the
+translation to an HTTP response happens once, in ``longcall.server.app``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+HEADER_MISMATCH = -32020
+MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
+UNSUPPORTED_PROTOCOL_VERSION = -32022
+
+
+class LongcallServerError(Exception):
+    """Root of every error raised by ``longcall.server``."""
+
+
+class JsonRpcError(LongcallServerError):
+    """A request that must be answered with a JSON-RPC error object."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-RPC ``error`` member."""
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+class InvalidParams(JsonRpcError):
+    """-32602: malformed params, unknown tool, invalid arguments, unknown task (S5)."""
+
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(INVALID_PARAMS, message, data)
+
+
+class MethodNotFound(JsonRpcError):
+    """-32601: the method does not exist at the request's protocol version."""
+
+    def __init__(self, method: str, version: str) -> None:
+        super().__init__(
+            METHOD_NOT_FOUND,
+            f"Method {method!r} is not available at protocol version {version!r}",
+            data=method,
+        )
+
+
+class TaskNotFound(InvalidParams):
+    """Unknown, expired or another principal's task: all answered alike (S5)."""
+
+    def __init__(self, task_id: str) -> None:
+        super().__init__(f"Failed to retrieve task: task {task_id!r} not found")
+
+
+class StoreError(LongcallServerError):
+    """The task store failed or was asked for something inconsistent."""
+
+
+class SubmissionKeyConflict(StoreError):
+    """A submission key reused with another tool or other arguments (S3)."""
+
+
+class ToolError(LongcallServerError):
+    """Raised by a tool body: the call ends as a tool error (``isError: true``)."""
+
+
+class ToolProtocolError(LongcallServerError):
+    """Raised by a tool body: the call ends as a JSON-RPC error (task ``failed``)."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_wire(self) -> dict[str, Any]:
+        """The JSON-RPC error object stored as the task's outcome."""
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+class InputDeclined(LongcallServerError):
+    """The client declined or cancelled an input request (the tool decides what follows)."""
