@@ -21,7 +21,13 @@ from longcall.core import events as e
 from longcall.core.errors import IllegalTransition, LocalProtocolError, StaleEpoch, StaleEvent
 from longcall.core.keys import derive_submission_key
 from longcall.core.notfound import unknown_reason
-from longcall.core.record import OperationRecord, ResultKind, ServerStatus, TerminalReceipt
+from longcall.core.record import (
+    OperationRecord,
+    ResultKind,
+    ServerStatus,
+    TerminalReceipt,
+    evolve,
+)
 from longcall.core.retry import RequestKind, RetryPolicy, backoff_delay_s, is_retryable
 from longcall.core.schedule import PollPolicy, cap_at_limits, poll_delay_s
 from longcall.core.states import TRANSITIONS, State
@@ -140,7 +146,7 @@ def handle(
             f"handler for {event.name} chose {updated.state} from {record.state}, "
             f"which the table does not allow"
         )
-    updated = dataclasses.replace(updated, version=record.version + 1, updated_at=now)
+    updated = evolve(updated, version=record.version + 1, updated_at=now)
     return Transition(record=updated, commands=tuple(_finish(updated, commands)))
 
 
@@ -212,7 +218,7 @@ def _submit_acknowledged(r: OperationRecord, ev: e.SubmitAcknowledged, x: _Ctx) 
 
 @_on(e.SubmissionFound)
 def _submission_found(r: OperationRecord, ev: e.SubmissionFound, x: _Ctx) -> _Out:
-    r = dataclasses.replace(r, reconciliation_reason=None)
+    r = evolve(r, reconciliation_reason=None)
     return _start_polling(
         r, ev.operation_id, ev.server_status_raw, None, ev.poll_interval_s, ev.ttl_s, x
     )
@@ -227,7 +233,7 @@ def _start_polling(
     ttl_s: float | None,
     x: _Ctx,
 ) -> _Out:
-    r = dataclasses.replace(
+    r = evolve(
         r,
         state=State.WORKING,
         operation_id=operation_id,
@@ -243,15 +249,15 @@ def _start_polling(
 
 @_on(e.SubmitOutcomeLost)
 def _submit_outcome_lost(r: OperationRecord, ev: e.SubmitOutcomeLost, x: _Ctx) -> _Out:
-    r = dataclasses.replace(r, last_error=ev.reason)
+    r = evolve(r, last_error=ev.reason)
     if r.submission_lookup:
-        r = dataclasses.replace(r, state=State.SUBMISSION_UNKNOWN, next_poll_at=x.now)
+        r = evolve(r, state=State.SUBMISSION_UNKNOWN, next_poll_at=x.now)
         return r, [c.LookupSubmission(submission_key=r.submission_key, at=x.now)]
     if r.tool_idempotent and r.submit_attempts < x.policy.submit_attempts_max:
         # X2: an idempotent tool may be sent again, with the SAME key.
         attempt = r.submit_attempts + 1
         at = x.now + backoff_delay_s(x.policy.retry, attempt, x.jitter)
-        r = dataclasses.replace(
+        r = evolve(
             r, state=State.SUBMISSION_UNKNOWN, submit_attempts=attempt, next_poll_at=at
         )
         return r, [c.SendSubmit(submission_key=r.submission_key, attempt=attempt, at=at)]
@@ -268,7 +274,7 @@ def _submit_outcome_lost(r: OperationRecord, ev: e.SubmitOutcomeLost, x: _Ctx) -
 
 @_on(e.SubmitRejected)
 def _submit_rejected(r: OperationRecord, ev: e.SubmitRejected, x: _Ctx) -> _Out:
-    r = dataclasses.replace(
+    r = evolve(
         r,
         state=State.ACCEPTED,
         server_status=ServerStatus.FAILED,
@@ -285,7 +291,7 @@ def _never_created(r: OperationRecord, ev: e.SubmissionNeverCreated, x: _Ctx) ->
     if r.submit_attempts >= x.policy.submit_attempts_max:
         return _escalate(r, f"never created, but {r.submit_attempts} creates were sent already")
     attempt = r.submit_attempts + 1
-    r = dataclasses.replace(
+    r = evolve(
         r,
         state=State.NOT_FOUND_SAFE,
         submit_attempts=attempt,
@@ -305,7 +311,7 @@ def _working(r: OperationRecord, ev: e.WorkingObserved, x: _Ctx) -> _Out:
     # Without a server interval, an unchanged status backs the schedule off (X3).
     step = 0 if (ev.progressed or interval is not None) else r.backoff_step + 1
     state = State.CANCEL_REQUESTED if r.state is State.CANCEL_REQUESTED else State.WORKING
-    r = dataclasses.replace(
+    r = evolve(
         r,
         state=state,
         server_status=ServerStatus.WORKING,
@@ -324,7 +330,7 @@ def _working(r: OperationRecord, ev: e.WorkingObserved, x: _Ctx) -> _Out:
 def _input_requested(r: OperationRecord, ev: e.InputRequestObserved, x: _Ctx) -> _Out:
     if r.state is State.CANCEL_REQUESTED:
         # The cancel is pending: no input is asked for; keep polling for the terminal.
-        r = dataclasses.replace(
+        r = evolve(
             r, poll_count=r.poll_count + 1, server_status_raw=ev.server_status_raw
         )
         return _schedule_poll(r, x)
@@ -334,7 +340,7 @@ def _input_requested(r: OperationRecord, ev: e.InputRequestObserved, x: _Ctx) ->
         # F1 "input_required replayed": the gate already has this request.
         raise StaleEvent(f"operation {r.call_node_id!r}: input request replayed")
     fresh = any(k not in r.input_keys_pending for k in unanswered)
-    r = dataclasses.replace(
+    r = evolve(
         r,
         state=State.INPUT_REQUIRED,
         server_status=ServerStatus.INPUT_REQUIRED,
@@ -376,7 +382,7 @@ def _input_answered(r: OperationRecord, ev: e.InputAnswered, x: _Ctx) -> _Out:
             "(already answered or never asked)"
         )
     pending = tuple(k for k in r.input_keys_pending if k not in ev.keys)
-    r = dataclasses.replace(
+    r = evolve(
         r,
         input_keys_pending=pending,
         input_keys_answered=r.input_keys_answered + tuple(ev.keys),
@@ -399,7 +405,7 @@ def _terminal(r: OperationRecord, ev: e.TerminalObserved, x: _Ctx) -> _Out:
         # X5: cancel won; a completion now must never advance downstream.
         if r.effect_reconciliation_required:
             raise StaleEvent(f"operation {r.call_node_id!r}: late completion already recorded")
-        r = dataclasses.replace(
+        r = evolve(
             r,
             effect_reconciliation_required=True,
             warnings=_add(r.warnings, LATE_COMPLETION_WARNING),
@@ -417,7 +423,7 @@ def _terminal(r: OperationRecord, ev: e.TerminalObserved, x: _Ctx) -> _Out:
         return _escalate(
             r, f"server reported two terminals: {r.server_status.value}, then {ev.status.value}"
         )
-    r = dataclasses.replace(
+    r = evolve(
         r,
         state=State.TERMINAL_OBSERVED,
         server_status=ev.status,
@@ -433,7 +439,7 @@ def _terminal(r: OperationRecord, ev: e.TerminalObserved, x: _Ctx) -> _Out:
 
 @_on(e.ResultFetchStarted)
 def _fetch_started(r: OperationRecord, ev: e.ResultFetchStarted, x: _Ctx) -> _Out:
-    r = dataclasses.replace(r, state=State.FETCHING_RESULT, backoff_step=0, next_poll_at=x.now)
+    r = evolve(r, state=State.FETCHING_RESULT, backoff_step=0, next_poll_at=x.now)
     return r, [c.FetchResult(operation_id=_op(r), at=x.now)]
 
 
@@ -447,7 +453,7 @@ def _fetched(r: OperationRecord, ev: e.ResultFetched, x: _Ctx) -> _Out:
         warnings = _add(warnings, warning)
     if ev.empty:
         warnings = _add(warnings, EMPTY_RESULT_WARNING)
-    r = dataclasses.replace(
+    r = evolve(
         r,
         state=State.ACCEPTED,
         operation_id=r.operation_id if r.operation_id is not None else ev.operation_id,
@@ -467,7 +473,7 @@ def _fetch_failed(r: OperationRecord, ev: e.ResultFetchFailed, x: _Ctx) -> _Out:
         # X6: nothing is accepted without a complete, verified result.
         return _escalate(r, f"result could not be obtained: {ev.reason}")
     at = x.now + max(backoff_delay_s(x.policy.retry, step, x.jitter), ev.retry_after_s or 0.0)
-    r = dataclasses.replace(r, backoff_step=step, next_poll_at=at, last_error=ev.reason)
+    r = evolve(r, backoff_step=step, next_poll_at=at, last_error=ev.reason)
     return r, [c.FetchResult(operation_id=_op(r), at=at)]
 
 
@@ -478,7 +484,7 @@ def _fetch_failed(r: OperationRecord, ev: e.ResultFetchFailed, x: _Ctx) -> _Out:
 def _cancel_requested(r: OperationRecord, ev: e.CancelRequested, x: _Ctx) -> _Out:
     # The generation is bumped (and persisted by the caller) before anything is sent.
     generation = r.cancel_generation + 1
-    r = dataclasses.replace(
+    r = evolve(
         r,
         state=State.CANCEL_REQUESTED,
         cancel_generation=generation,
@@ -499,16 +505,14 @@ def _cancel_acknowledged(r: OperationRecord, ev: e.CancelAcknowledged, x: _Ctx) 
             f"(current {r.cancel_generation}, acknowledged: {r.cancel_acknowledged_at is not None})"
         )
     # The ack is only a request taken: keep polling for the real terminal (X5).
-    r = dataclasses.replace(r, cancel_acknowledged_at=x.now)
+    r = evolve(r, cancel_acknowledged_at=x.now)
     return _schedule_poll(r, x)
 
 
 @_on(e.CancelRefused)
 def _cancel_refused(r: OperationRecord, ev: e.CancelRefused, x: _Ctx) -> _Out:
     # Already terminal on the server: read that terminal, never rewrite it as cancelled.
-    r = dataclasses.replace(
-        r, cancel_acknowledged_at=x.now, last_error=ev.reason, next_poll_at=x.now
-    )
+    r = evolve(r, cancel_acknowledged_at=x.now, last_error=ev.reason, next_poll_at=x.now)
     return r, [c.Poll(operation_id=_op(r), at=x.now)]
 
 
@@ -519,7 +523,7 @@ def _cancelled(r: OperationRecord, ev: e.CancellationObserved, x: _Ctx) -> _Out:
         return _escalate(
             r, f"server reported two terminals: {r.server_status.value}, then cancelled"
         )
-    r = dataclasses.replace(
+    r = evolve(
         r,
         state=State.CANCELLED_ACCEPTED,
         server_status=ServerStatus.CANCELLED,
@@ -555,14 +559,14 @@ def _request_failed(r: OperationRecord, ev: e.RequestFailed, x: _Ctx) -> _Out:
     error = f"{ev.request.value} failed ({ev.failure.value}){': ' + ev.detail if ev.detail else ''}"
     step = r.backoff_step + 1
     if not is_retryable(ev.failure):
-        return _escalate(dataclasses.replace(r, last_error=error), f"not retryable: {error}")
+        return _escalate(evolve(r, last_error=error), f"not retryable: {error}")
     if step > x.policy.retry.attempts_max:
-        return _escalate(dataclasses.replace(r, last_error=error), f"retries exhausted: {error}")
-    r = dataclasses.replace(r, backoff_step=step, last_error=error)
+        return _escalate(evolve(r, last_error=error), f"retries exhausted: {error}")
+    r = evolve(r, backoff_step=step, last_error=error)
     if ev.request is RequestKind.POLL:
         return _schedule_poll(r, x, retry_after_s=ev.retry_after_s)
     at = x.now + max(backoff_delay_s(x.policy.retry, step, x.jitter), ev.retry_after_s or 0.0)
-    r = dataclasses.replace(r, next_poll_at=at)
+    r = evolve(r, next_poll_at=at)
     return r, [_retry_command(r, ev.request, at)]
 
 
@@ -604,7 +608,7 @@ def _claimed(r: OperationRecord, ev: e.ExecutionClaimed, x: _Ctx) -> _Out:
             f"operation {r.call_node_id!r}: claim with epoch {ev.new_epoch}, "
             f"record is at {r.execution_epoch}"
         )
-    r = dataclasses.replace(r, execution_epoch=ev.new_epoch)
+    r = evolve(r, execution_epoch=ev.new_epoch)
     return r, list(resume(r, now=x.now))
 
 
@@ -621,14 +625,14 @@ def _reconciled(r: OperationRecord, ev: e.ReconciledManually, x: _Ctx) -> _Out:
             operation_id = ev.operation_id or r.operation_id
             if operation_id is None:
                 raise StaleEvent("resume needs an operation id: none is recorded or given")
-            r = dataclasses.replace(r, reconciliation_reason=None, last_error=f"resumed by {who}")
+            r = evolve(r, reconciliation_reason=None, last_error=f"resumed by {who}")
             return _start_polling(
                 r, operation_id, r.server_status_raw, r.status_message, r.poll_interval_s, None, x
             )
         case e.Resolution.NEVER_CREATED:
             if r.operation_id is not None:
                 raise StaleEvent("an operation id is recorded: it was created")
-            r = dataclasses.replace(
+            r = evolve(
                 r, state=State.NOT_FOUND_SAFE, reconciliation_reason=None, last_error=f"by {who}"
             )
             return r, [
@@ -642,7 +646,7 @@ def _reconciled(r: OperationRecord, ev: e.ReconciledManually, x: _Ctx) -> _Out:
                 ServerStatus.CANCELLED: ResultKind.CANCELLED,
             }[status]
             state = State.CANCELLED_ACCEPTED if status is ServerStatus.CANCELLED else State.ACCEPTED
-            r = dataclasses.replace(
+            r = evolve(
                 r,
                 state=state,
                 server_status=status,
@@ -682,12 +686,12 @@ def _schedule_poll(r: OperationRecord, x: _Ctx, *, retry_after_s: float | None =
         retry_after_s=retry_after_s,
     )
     at = min(x.now + delay, limit)
-    r = dataclasses.replace(r, next_poll_at=at)
+    r = evolve(r, next_poll_at=at)
     return r, [c.Poll(operation_id=_op(r), at=at)]
 
 
 def _escalate(r: OperationRecord, reason: str) -> _Out:
-    r = dataclasses.replace(
+    r = evolve(
         r, state=State.RECONCILIATION_REQUIRED, reconciliation_reason=reason, next_poll_at=None
     )
     return r, [c.EscalateReconciliation(reason=reason)]

@@ -116,6 +116,27 @@ class OperationRecord:
         return self.state in TERMINAL_STATES
 
 
+_RECORD_FIELDS = tuple(field.name for field in dataclasses.fields(OperationRecord))
+
+
+def evolve(record: OperationRecord, **changes: object) -> OperationRecord:
+    """``dataclasses.replace`` for records, without re-running ``__init__``.
+
+    The machine makes a few new records per event; this is its hot path (the ledger
+    benchmark). Unknown field names are refused like ``replace`` refuses them.
+    """
+    unknown = changes.keys() - _RECORD_FIELD_SET
+    if unknown:
+        raise TypeError(f"OperationRecord has no fields {sorted(unknown)}")
+    new = object.__new__(OperationRecord)
+    for name in _RECORD_FIELDS:
+        object.__setattr__(new, name, changes[name] if name in changes else getattr(record, name))
+    return new
+
+
+_RECORD_FIELD_SET = frozenset(_RECORD_FIELDS)
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class TerminalReceipt:
     """The single acceptance of one call node's outcome (SPEC L5).

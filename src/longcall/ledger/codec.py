@@ -27,32 +27,39 @@ class CorruptRow(RemoteProtocolError):
     """A stored row does not decode into a record (damaged or written by a newer schema)."""
 
 
+_FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {
+    cls: tuple(f.name for f in dataclasses.fields(cls))
+    for cls in (OperationRecord, TerminalReceipt)
+}
+
+
 def to_dict(value: OperationRecord | TerminalReceipt) -> dict[str, Any]:
     """Plain JSON types: enums by value, tuples as lists."""
     out: dict[str, Any] = {}
-    for field in dataclasses.fields(value):
-        item = getattr(value, field.name)
-        if field.name in _ENUM_FIELDS and item is not None:
+    for name in _FIELD_NAMES[type(value)]:
+        item = getattr(value, name)
+        if name in _ENUM_FIELDS and item is not None:
             item = item.value
-        elif field.name in _TUPLE_FIELDS:
+        elif name in _TUPLE_FIELDS:
             item = list(item)
-        out[field.name] = item
+        out[name] = item
     return out
 
 
 def _from_dict(cls: type[Any], data: dict[str, Any]) -> Any:
-    names = {f.name for f in dataclasses.fields(cls)}
-    unknown = set(data) - names
+    unknown = set(data).difference(_FIELD_NAMES[cls])
     if unknown:
         raise CorruptRow(f"{cls.__name__} row has unknown fields {sorted(unknown)}")
     kwargs: dict[str, Any] = {}
-    for name, item in data.items():
-        if name in _ENUM_FIELDS and item is not None:
-            item = _ENUM_FIELDS[name](item)
-        elif name in _TUPLE_FIELDS:
-            item = tuple(item)
-        kwargs[name] = item
     try:
+        # A bad enum value or a non-list tuple field is damage too, not a ValueError
+        # or TypeError escaping from the middle of a read.
+        for name, item in data.items():
+            if name in _ENUM_FIELDS and item is not None:
+                item = _ENUM_FIELDS[name](item)
+            elif name in _TUPLE_FIELDS:
+                item = tuple(item)
+            kwargs[name] = item
         return cls(**kwargs)
     except (TypeError, ValueError) as exc:
         raise CorruptRow(f"{cls.__name__} row does not decode: {exc}") from exc
@@ -73,8 +80,18 @@ def dumps(value: OperationRecord | TerminalReceipt) -> str:
 
 
 def loads_record(text: str) -> OperationRecord:
+    return record_from_dict(_loads_object(text, "record"))
+
+
+def loads_receipt(text: str) -> TerminalReceipt:
+    return receipt_from_dict(_loads_object(text, "receipt"))
+
+
+def _loads_object(text: str, what: str) -> dict[str, Any]:
     try:
         data = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise CorruptRow(f"record JSON is damaged: {exc}") from exc
-    return record_from_dict(data)
+        raise CorruptRow(f"{what} JSON is damaged: {exc}") from exc
+    if not isinstance(data, dict):
+        raise CorruptRow(f"{what} JSON is not an object")
+    return data

@@ -13,8 +13,6 @@ process); ``sqlite:///path?synchronous=normal`` trades that for speed.
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
-import json
 import sqlite3
 import threading
 from collections.abc import Callable, Iterator
@@ -22,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from longcall.core import (
+    TERMINAL_STATES,
     ConflictError,
     NotFoundError,
     OperationRecord,
@@ -35,8 +34,10 @@ from longcall.ledger.base import (
     HistoryRow,
     Ledger,
     OutboxRow,
+    SchemaTooNew,
     check_acceptance,
     check_update,
+    utc_now_iso,
 )
 
 # Forward-only migrations; index i brings the schema to version i + 1.
@@ -49,6 +50,8 @@ MIGRATIONS: tuple[str, ...] = (
         server         TEXT NOT NULL,
         operation_id   TEXT,
         submission_key TEXT NOT NULL UNIQUE,
+        request_digest TEXT NOT NULL,
+        tool_digest    TEXT NOT NULL,
         record_json    TEXT NOT NULL,
         created_at_utc TEXT NOT NULL,
         updated_at_utc TEXT NOT NULL
@@ -92,14 +95,7 @@ MIGRATIONS: tuple[str, ...] = (
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
-
-
-def utc_now_iso() -> str:
-    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")
-
-
-class SchemaTooNew(ConflictError):
-    """The file was written by a newer longcall; we do not downgrade it."""
+_TERMINAL_VALUES = tuple(sorted(state.value for state in TERMINAL_STATES))
 
 
 class SQLiteLedger(Ledger):
@@ -172,8 +168,8 @@ class SQLiteLedger(Ledger):
             with self._write() as conn:
                 conn.execute(
                     "INSERT INTO operations (call_node_id, version, state, server, operation_id,"
-                    " submission_key, record_json, created_at_utc, updated_at_utc)"
-                    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                    " submission_key, request_digest, tool_digest, record_json, created_at_utc,"
+                    " updated_at_utc) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                     (
                         record.call_node_id,
                         record.version,
@@ -181,6 +177,8 @@ class SQLiteLedger(Ledger):
                         record.server,
                         record.operation_id,
                         record.submission_key,
+                        record.request_digest,
+                        record.tool_descriptor_digest,
                         codec.dumps(record),
                         now_utc,
                         now_utc,
@@ -240,10 +238,39 @@ class SQLiteLedger(Ledger):
 
     def update(self, record: OperationRecord, *, expected_version: int, event: str) -> None:
         now_utc = self._utc_now()
+        # Fast path: every rule of check_update is in the UPDATE's guard (L4), so the
+        # row is neither read nor decoded; only a refused update reads the row, to
+        # raise the precise error.
+        guard_values: tuple[str, ...]
+        if record.state in TERMINAL_STATES:
+            state_guard, guard_values = "state = ?", (record.state.value,)
+        else:
+            state_guard, guard_values = "state NOT IN (?, ?)", _TERMINAL_VALUES
         with self._write() as conn:
-            row = self._locked_row(conn, record.call_node_id)
-            check_update(row, record, expected_version)
-            self._store(conn, record, expected_version, now_utc)
+            cursor = conn.execute(
+                "UPDATE operations SET version = ?, state = ?, operation_id = ?,"
+                " record_json = ?, updated_at_utc = ?"
+                " WHERE call_node_id = ? AND version = ? AND version + 1 = ?"
+                " AND request_digest = ? AND tool_digest = ? AND submission_key = ?"
+                f" AND {state_guard}",
+                (
+                    record.version,
+                    record.state.value,
+                    record.operation_id,
+                    codec.dumps(record),
+                    now_utc,
+                    record.call_node_id,
+                    expected_version,
+                    record.version,
+                    record.request_digest,
+                    record.tool_descriptor_digest,
+                    record.submission_key,
+                    *guard_values,
+                ),
+            )
+            if cursor.rowcount != 1:
+                check_update(self._locked_row(conn, record.call_node_id), record, expected_version)
+                raise ConflictError(f"operation {record.call_node_id!r}: version moved")
             self._history(conn, record, event, now_utc)
 
     def accept_terminal(
@@ -338,11 +365,11 @@ class SQLiteLedger(Ledger):
         rows = self._read(
             "SELECT receipt_json FROM receipts WHERE call_node_id = ?", (call_node_id,)
         )
-        return codec.receipt_from_dict(_json(rows[0][0])) if rows else None
+        return codec.loads_receipt(str(rows[0][0])) if rows else None
 
     def receipts(self) -> list[TerminalReceipt]:
         rows = self._read("SELECT receipt_json FROM receipts ORDER BY receipt_id")
-        return [codec.receipt_from_dict(_json(row[0])) for row in rows]
+        return [codec.loads_receipt(str(row[0])) for row in rows]
 
     def result_payload(self, call_node_id: str) -> bytes | None:
         rows = self._read("SELECT payload FROM results WHERE call_node_id = ?", (call_node_id,))
@@ -403,13 +430,6 @@ class SQLiteLedger(Ledger):
 
 def _statements(script: str) -> list[str]:
     return [s.strip() for s in script.split(";") if s.strip()]
-
-
-def _json(value: object) -> dict[str, object]:
-    data = json.loads(str(value))
-    if not isinstance(data, dict):
-        raise codec.CorruptRow("receipt JSON is not an object")
-    return data
 
 
 def _outbox_row(row: tuple[Any, ...]) -> OutboxRow:
