@@ -1,16 +1,19 @@
 """The durable ledger of operations, receipts, results and the ready outbox.
 
 ``open_ledger(url)`` picks the backend: ``sqlite:///relative.db``,
-``sqlite:////absolute/path.db`` (optionally ``?synchronous=normal``), or
-``sqlite://:memory:``. This package imports only ``longcall.core`` and never an
-adapter (DESIGN.md import direction).
+``sqlite:////absolute/path.db`` (optionally ``?synchronous=normal``),
+``sqlite://:memory:``, or ``postgresql://user@host:5432/db`` (also ``postgres://``;
+optionally ``?schema=name``, every other option goes to libpq). This package imports
+only ``longcall.core`` (and psycopg, lazily, for PostgreSQL) and never an adapter
+(DESIGN.md import direction).
 """
 
 from __future__ import annotations
 
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
-from longcall.ledger.base import DuplicateCallNode, HistoryRow, Ledger, OutboxRow
+from longcall.ledger.base import DuplicateCallNode, HistoryRow, Ledger, OutboxRow, SchemaTooNew
+from longcall.ledger.codec import CorruptRow
 from longcall.ledger.sqlite import SQLiteLedger
 
 DEFAULT_LEDGER_URL = "sqlite:///longcall.db"
@@ -29,16 +32,25 @@ def open_ledger(url: str) -> Ledger:
         if not path:
             raise UnsupportedLedgerURL(f"{url!r}: use sqlite:///file.db or sqlite://:memory:")
         return SQLiteLedger(path, synchronous=options.get("synchronous", "full"))
+    if parts.scheme in ("postgresql", "postgres"):
+        # Imported here: psycopg is the optional ``postgres`` extra.
+        from longcall.ledger.postgres import DEFAULT_SCHEMA, PostgresLedger
+
+        libpq = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"]
+        dsn = urlunsplit(parts._replace(query=urlencode(libpq)))
+        return PostgresLedger(dsn, schema=options.get("schema", DEFAULT_SCHEMA))
     raise UnsupportedLedgerURL(f"{url!r}: no ledger backend for scheme {parts.scheme!r}")
 
 
 __all__ = [
     "DEFAULT_LEDGER_URL",
+    "CorruptRow",
     "DuplicateCallNode",
     "HistoryRow",
     "Ledger",
     "OutboxRow",
     "SQLiteLedger",
+    "SchemaTooNew",
     "UnsupportedLedgerURL",
     "open_ledger",
 ]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import datetime as dt
 
 from longcall.core import (
     TERMINAL_STATES,
@@ -54,6 +55,15 @@ class HistoryRow:
 
 class DuplicateCallNode(ConflictError):
     """An operation already exists for this call node id."""
+
+
+class SchemaTooNew(ConflictError):
+    """The store was written by a newer longcall; we do not downgrade it."""
+
+
+def utc_now_iso() -> str:
+    """The wall-clock stamp every backend writes beside a row (never read by the core)."""
+    return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")
 
 
 class Ledger(abc.ABC):
