@@ -279,3 +279,31 @@ def test_inline_result_accepts_from_submitting(ledger: Ledger) -> None:
     r = step(ledger, r, event, result_payload=PAYLOAD)
     assert r.state is State.ACCEPTED
     assert ledger.receipt("node-1").operation_id is None  # type: ignore[union-attr]
+
+
+def test_blobs_are_write_once_and_created_atomically(ledger: Ledger) -> None:
+    """Request blobs are stored with the record; a blob is written once (X2, X4)."""
+    from longcall.ledger.base import BlobConflict
+
+    ledger.create(fresh(), blobs={"request": b'{"a":1}'})
+    assert ledger.blob("node-1", "request") == b'{"a":1}'
+    assert ledger.blob("node-1", "missing") is None
+    assert ledger.put_blob("node-1", "input:approved", b"true") is True
+    assert ledger.put_blob("node-1", "input:approved", b"true") is False
+    with pytest.raises(BlobConflict):
+        ledger.put_blob("node-1", "input:approved", b"false")
+    assert ledger.blob("node-1", "input:approved") == b"true"
+    with pytest.raises(UnknownCallNode):
+        ledger.put_blob("nope", "x", b"1")
+
+
+def test_open_versions_lists_only_open_operations(ledger: Ledger) -> None:
+    """open_versions maps every non-terminal call node to its row version."""
+    r = to_fetching(ledger, "node-a")
+    ledger.create(fresh("node-b"))
+    assert ledger.open_versions() == {"node-a": r.version, "node-b": 1}
+    accepted, receipt = fetched(r)
+    ledger.accept_terminal(
+        accepted, receipt, expected_version=r.version, result_payload=PAYLOAD, event="x"
+    )
+    assert ledger.open_versions() == {"node-b": 1}

@@ -13,6 +13,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import datetime as dt
+from collections.abc import Mapping
 
 from longcall.core import (
     TERMINAL_STATES,
@@ -57,6 +58,10 @@ class DuplicateCallNode(ConflictError):
     """An operation already exists for this call node id."""
 
 
+class BlobConflict(ConflictError):
+    """A write-once payload was written again with different bytes."""
+
+
 class SchemaTooNew(ConflictError):
     """The store was written by a newer longcall; we do not downgrade it."""
 
@@ -70,8 +75,28 @@ class Ledger(abc.ABC):
     """The durable store of operations, receipts, results and the ready outbox."""
 
     @abc.abstractmethod
-    def create(self, record: OperationRecord) -> OperationRecord:
-        """Insert a new record (version 1). Raises DuplicateCallNode if the node exists."""
+    def create(
+        self, record: OperationRecord, *, blobs: Mapping[str, bytes] | None = None
+    ) -> OperationRecord:
+        """Insert a new record (version 1) and its blobs (e.g. the request arguments) in
+        one transaction. Raises DuplicateCallNode if the node exists."""
+
+    @abc.abstractmethod
+    def put_blob(self, call_node_id: str, name: str, payload: bytes) -> bool:
+        """Store a write-once payload of a call node (an input answer, X4).
+
+        True when written, False when the same bytes were already there; different
+        bytes under the same name raise ConflictError (an answer is given once).
+        """
+
+    @abc.abstractmethod
+    def blob(self, call_node_id: str, name: str) -> bytes | None:
+        """A stored payload of a call node, or None."""
+
+    @abc.abstractmethod
+    def open_versions(self) -> dict[str, int]:
+        """The row version of every non-terminal operation: how a worker notices that
+        another process (the CLI, another worker) wrote a record it holds."""
 
     @abc.abstractmethod
     def get(self, call_node_id: str) -> OperationRecord:

@@ -23,13 +23,14 @@ from __future__ import annotations
 
 import contextlib
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
 from longcall.core import (
+    TERMINAL_STATES,
     ConflictError,
     NotFoundError,
     OperationRecord,
@@ -39,6 +40,7 @@ from longcall.core import (
 )
 from longcall.ledger import codec
 from longcall.ledger.base import (
+    BlobConflict,
     DuplicateCallNode,
     HistoryRow,
     Ledger,
@@ -104,6 +106,14 @@ MIGRATIONS: tuple[str, ...] = (
         at           DOUBLE PRECISION NOT NULL,
         at_utc       TEXT NOT NULL,
         PRIMARY KEY (call_node_id, version)
+    );
+    """,
+    """
+    CREATE TABLE blobs (
+        call_node_id TEXT NOT NULL REFERENCES operations (call_node_id),
+        name         TEXT NOT NULL,
+        payload      BYTEA NOT NULL,
+        PRIMARY KEY (call_node_id, name)
     );
     """,
 )
@@ -185,7 +195,9 @@ class PostgresLedger(Ledger):
 
     # --- operations ------------------------------------------------------------------
 
-    def create(self, record: OperationRecord) -> OperationRecord:
+    def create(
+        self, record: OperationRecord, *, blobs: Mapping[str, bytes] | None = None
+    ) -> OperationRecord:
         if record.version != 1:
             raise ValueError("a new record starts at version 1")
         now_utc = self._utc_now()
@@ -207,6 +219,11 @@ class PostgresLedger(Ledger):
                         now_utc,
                     ),
                 )
+                for name, payload in (blobs or {}).items():
+                    conn.execute(
+                        "INSERT INTO blobs (call_node_id, name, payload) VALUES (%s, %s, %s)",
+                        (record.call_node_id, name, payload),
+                    )
                 self._history(conn, record, "Created", now_utc)
         except psycopg.errors.UniqueViolation as exc:
             raise DuplicateCallNode(
@@ -356,6 +373,37 @@ class PostgresLedger(Ledger):
                 now_utc,
             ),
         )
+
+    def put_blob(self, call_node_id: str, name: str, payload: bytes) -> bool:
+        with self._write() as conn:
+            self._locked_row(conn, call_node_id)
+            row = conn.execute(
+                "SELECT payload FROM blobs WHERE call_node_id = %s AND name = %s",
+                (call_node_id, name),
+            ).fetchone()
+            if row is not None:
+                if bytes(row[0]) != payload:
+                    raise BlobConflict(f"{call_node_id!r}: {name!r} was already written")
+                return False
+            conn.execute(
+                "INSERT INTO blobs (call_node_id, name, payload) VALUES (%s, %s, %s)",
+                (call_node_id, name, payload),
+            )
+            return True
+
+    def blob(self, call_node_id: str, name: str) -> bytes | None:
+        rows = self._read(
+            "SELECT payload FROM blobs WHERE call_node_id = %s AND name = %s",
+            (call_node_id, name),
+        )
+        return bytes(rows[0][0]) if rows else None
+
+    def open_versions(self) -> dict[str, int]:
+        rows = self._read(
+            "SELECT call_node_id, version FROM operations WHERE NOT (state = ANY(%s))",
+            ([state.value for state in TERMINAL_STATES],),
+        )
+        return {str(node): int(version) for node, version in rows}
 
     # --- receipts, results, outbox ---------------------------------------------------
 

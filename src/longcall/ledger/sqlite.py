@@ -15,7 +15,7 @@ from __future__ import annotations
 import contextlib
 import sqlite3
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +30,7 @@ from longcall.core import (
 )
 from longcall.ledger import codec
 from longcall.ledger.base import (
+    BlobConflict,
     DuplicateCallNode,
     HistoryRow,
     Ledger,
@@ -90,6 +91,14 @@ MIGRATIONS: tuple[str, ...] = (
         at           REAL NOT NULL,
         at_utc       TEXT NOT NULL,
         PRIMARY KEY (call_node_id, version)
+    );
+    """,
+    """
+    CREATE TABLE blobs (
+        call_node_id TEXT NOT NULL REFERENCES operations (call_node_id),
+        name         TEXT NOT NULL,
+        payload      BLOB NOT NULL,
+        PRIMARY KEY (call_node_id, name)
     );
     """,
 )
@@ -160,7 +169,9 @@ class SQLiteLedger(Ledger):
 
     # --- operations ------------------------------------------------------------------
 
-    def create(self, record: OperationRecord) -> OperationRecord:
+    def create(
+        self, record: OperationRecord, *, blobs: Mapping[str, bytes] | None = None
+    ) -> OperationRecord:
         if record.version != 1:
             raise ValueError("a new record starts at version 1")
         now_utc = self._utc_now()
@@ -184,6 +195,11 @@ class SQLiteLedger(Ledger):
                         now_utc,
                     ),
                 )
+                for name, payload in (blobs or {}).items():
+                    conn.execute(
+                        "INSERT INTO blobs (call_node_id, name, payload) VALUES (?, ?, ?)",
+                        (record.call_node_id, name, payload),
+                    )
                 self._history(conn, record, "Created", now_utc)
         except sqlite3.IntegrityError as exc:
             raise DuplicateCallNode(
@@ -358,6 +374,36 @@ class SQLiteLedger(Ledger):
                 now_utc,
             ),
         )
+
+    def put_blob(self, call_node_id: str, name: str, payload: bytes) -> bool:
+        with self._write() as conn:
+            self._locked_row(conn, call_node_id)
+            row = conn.execute(
+                "SELECT payload FROM blobs WHERE call_node_id = ? AND name = ?",
+                (call_node_id, name),
+            ).fetchone()
+            if row is not None:
+                if bytes(row[0]) != payload:
+                    raise BlobConflict(f"{call_node_id!r}: {name!r} was already written")
+                return False
+            conn.execute(
+                "INSERT INTO blobs (call_node_id, name, payload) VALUES (?, ?, ?)",
+                (call_node_id, name, payload),
+            )
+            return True
+
+    def blob(self, call_node_id: str, name: str) -> bytes | None:
+        rows = self._read(
+            "SELECT payload FROM blobs WHERE call_node_id = ? AND name = ?", (call_node_id, name)
+        )
+        return bytes(rows[0][0]) if rows else None
+
+    def open_versions(self) -> dict[str, int]:
+        rows = self._read(
+            "SELECT call_node_id, version FROM operations WHERE state NOT IN (?, ?)",
+            _TERMINAL_VALUES,
+        )
+        return {str(node): int(version) for node, version in rows}
 
     # --- receipts, results, outbox ---------------------------------------------------
 

@@ -1,0 +1,111 @@
+"""What every protocol adapter offers the runtime: wire in, core events out.
+
+An adapter is bound to one protocol version at one server (SPEC P1–P6). It negotiates
+what the server and tool support (X1), and turns each runtime request into exactly
+one :class:`Outcome` — a core event plus, where the event carries a digest, the
+bytes that digest describes. Adapters never raise for a remote failure: a 429, a
+reset connection or a malformed body becomes an event (``RequestFailed``,
+``SubmitOutcomeLost``, ``ResultFetchFailed``…), so the runtime has one path. They
+raise only :class:`AdapterError` subclasses for our own misuse or an impossible
+negotiation.
+
+Protocol words (``working``, ``done``, ``SUCCEEDED``, JSON-RPC codes) live in the
+adapter modules; each owns its table from wire errors to core failure kinds.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
+
+from longcall.core import LongcallError, OperationRecord
+from longcall.core.events import Event
+
+TaskSupport = Literal["forbidden", "optional", "required"]
+
+
+class AdapterError(LongcallError):
+    """Negotiation failed or the adapter was misused."""
+
+
+class TaskSupportMissing(AdapterError):
+    """The call is declared long but neither the server nor the tool supports tasks (X1)."""
+
+
+class UnknownTool(AdapterError):
+    """The server does not list the tool."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ToolBinding:
+    """What negotiation found out about one tool at one server (X1)."""
+
+    server: str
+    tool_name: str
+    protocol: str
+    adapter_version: str
+    descriptor_digest: str
+    """Digest of the tool descriptor as listed: a changed tool is a different tool (L1)."""
+    task_support: TaskSupport
+    idempotent: bool
+    """The tool declares resubmission harmless (idempotentHint, an idempotency argument)."""
+    submission_lookup: bool
+    """The server can prove by submission key whether it created an operation (X2)."""
+    output_schema: Mapping[str, Any] | None = None
+    sync_timeout_s: float | None = None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Outcome:
+    """One adapter answer: the event to apply and the bytes its digest describes."""
+
+    event: Event
+    payload: bytes | None = None
+    progress: float | None = None
+    """Progress in [0, 1] where the server reported one (X11); never a state change."""
+
+
+ProgressSink = Callable[[str, float | None, str | None], None]
+"""(call node id, progress, status message): how adapters surface progress (X11)."""
+
+
+class Adapter(abc.ABC):
+    """One protocol version at one server."""
+
+    protocol: str
+    version: str
+
+    @abc.abstractmethod
+    async def bind(self, tool_name: str) -> ToolBinding:
+        """Negotiate (X1) and describe the tool; raises TaskSupportMissing / UnknownTool."""
+
+    @abc.abstractmethod
+    async def submit(self, record: OperationRecord, arguments: Mapping[str, Any]) -> Outcome:
+        """Send the create with ``record.submission_key``."""
+
+    @abc.abstractmethod
+    async def lookup(self, record: OperationRecord) -> Outcome:
+        """Ask whether an operation exists under ``record.submission_key``."""
+
+    @abc.abstractmethod
+    async def poll(self, record: OperationRecord) -> Outcome:
+        """Read the operation's status."""
+
+    @abc.abstractmethod
+    async def fetch_result(self, record: OperationRecord) -> Outcome:
+        """Fetch and verify the terminal result (X6)."""
+
+    @abc.abstractmethod
+    async def cancel(self, record: OperationRecord) -> Outcome:
+        """Send the cancel request of ``record.cancel_generation`` (X5)."""
+
+    @abc.abstractmethod
+    async def send_input(
+        self, record: OperationRecord, answers: Mapping[str, Any]
+    ) -> Outcome | None:
+        """Deliver answers for input keys; None when the delivery itself is the outcome."""
+
+    async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
+        """Release connections."""
