@@ -1,0 +1,160 @@
+"""Schema versions and damaged rows, on both backends (SPEC L7: a restart loses nothing)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sqlite3
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from longcall.core import State
+from longcall.ledger import CorruptRow, Ledger, SchemaTooNew, open_ledger
+from longcall.ledger import postgres as pg_backend
+from longcall.ledger import sqlite as sqlite_backend
+
+from .conftest import pg_schema
+from .test_contract import PAYLOAD, fetched, fresh, to_fetching
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Store:
+    """One backend's ledger location: open a ledger there, or run raw SQL beside it."""
+
+    schema_version: int
+    open: Callable[[], Ledger]
+    sql: Callable[[str], list[tuple[Any, ...]]]
+
+
+def _sqlite_store(path: Path) -> Store:
+    def run(statement: str) -> list[tuple[Any, ...]]:
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            return conn.execute(statement).fetchall()
+        finally:
+            conn.close()
+
+    return Store(
+        schema_version=sqlite_backend.SCHEMA_VERSION,
+        open=lambda: sqlite_backend.SQLiteLedger(path, synchronous="normal"),
+        sql=run,
+    )
+
+
+def _pg_store(dsn: str, schema: str) -> Store:
+    import psycopg
+    from psycopg import sql
+
+    def run(statement: str) -> list[tuple[Any, ...]]:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+            cursor = conn.execute(statement.encode())
+            return cursor.fetchall() if cursor.description else []
+
+    return Store(
+        schema_version=pg_backend.SCHEMA_VERSION,
+        open=lambda: pg_backend.PostgresLedger(dsn, schema=schema),
+        sql=run,
+    )
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Store]:
+    """An empty ledger location of each backend."""
+    if request.param == "sqlite":
+        yield _sqlite_store(tmp_path / "ledger.db")
+    else:
+        with pg_schema() as (dsn, schema):
+            yield _pg_store(dsn, schema)
+
+
+def test_schema_version_table_exists(store: Store) -> None:
+    """A new ledger records every migration it ran in schema_version."""
+    with store.open() as ledger:
+        assert ledger.schema_version() == store.schema_version  # type: ignore[attr-defined]
+    versions = [row[0] for row in store.sql("SELECT version FROM schema_version ORDER BY 1")]
+    assert versions == list(range(1, store.schema_version + 1))
+
+
+def test_reopen_is_a_noop_migration(store: Store) -> None:
+    """Reopening an existing ledger runs no migration and keeps every row."""
+    with store.open() as ledger:
+        record = ledger.create(fresh())
+    before = store.sql("SELECT version FROM schema_version ORDER BY 1")
+    with store.open() as ledger:
+        assert ledger.get("node-1") == record
+        assert [h.version for h in ledger.history("node-1")] == [1]
+    assert store.sql("SELECT version FROM schema_version ORDER BY 1") == before
+
+
+def test_newer_schema_is_refused(store: Store) -> None:
+    """A store written by a newer schema raises SchemaTooNew and is left as it was."""
+    with store.open() as ledger:
+        ledger.create(fresh())
+    newer = store.schema_version + 1
+    store.sql(f"INSERT INTO schema_version (version) VALUES ({newer})")
+    with pytest.raises(SchemaTooNew, match=f"{newer} is newer"):
+        store.open()
+    assert store.sql("SELECT max(version) FROM schema_version") == [(newer,)]
+    assert store.sql("SELECT call_node_id FROM operations") == [("node-1",)]
+
+
+def _valid_record_json_with(**changes: object) -> str:
+    data = json.loads(json.dumps(dataclasses.asdict(fresh()), default=str))
+    data["state"] = State.SUBMITTING.value
+    data.update(changes)
+    return json.dumps(data)
+
+
+@pytest.mark.parametrize(
+    "damaged",
+    [
+        pytest.param("{not json", id="truncated"),
+        pytest.param("[1, 2]", id="not-an-object"),
+        pytest.param(_valid_record_json_with(colour="red"), id="unknown-field"),
+        pytest.param(_valid_record_json_with(state="nope"), id="bad-enum"),
+        pytest.param(_valid_record_json_with(warnings=7), id="bad-tuple"),
+    ],
+)
+def test_damaged_record_json_is_corrupt_row(store: Store, damaged: str) -> None:
+    """A record_json that does not decode is reported as CorruptRow, never half-read."""
+    with store.open() as ledger:
+        ledger.create(fresh())
+    quoted = damaged.replace("'", "''")
+    store.sql(f"UPDATE operations SET record_json = '{quoted}'")
+    with store.open() as ledger:
+        with pytest.raises(CorruptRow):
+            ledger.get("node-1")
+        with pytest.raises(CorruptRow):
+            ledger.list_by_state()
+
+
+def test_damaged_receipt_json_is_corrupt_row(store: Store) -> None:
+    """A damaged receipt_json is reported as CorruptRow too."""
+    with store.open() as ledger:
+        r = to_fetching(ledger)
+        accepted, receipt = fetched(r)
+        ledger.accept_terminal(
+            accepted, receipt, expected_version=r.version, result_payload=PAYLOAD, event="x"
+        )
+    store.sql("UPDATE receipts SET receipt_json = '{\"call_node_id\": 1'")
+    with store.open() as ledger:
+        with pytest.raises(CorruptRow):
+            ledger.receipt("node-1")
+        with pytest.raises(CorruptRow):
+            ledger.receipts()
+
+
+def test_open_ledger_postgres_url_takes_schema_option() -> None:
+    """open_ledger routes postgresql:// and postgres:// URLs, with ?schema= chosen there."""
+    with pg_schema() as (dsn, schema):
+        for scheme in ("postgresql", "postgres"):
+            url = scheme + "://" + dsn.split("://", 1)[1]
+            sep = "&" if "?" in url else "?"
+            with open_ledger(f"{url}{sep}schema={schema}&connect_timeout=5") as ledger:
+                assert isinstance(ledger, pg_backend.PostgresLedger)
+                assert ledger.schema == schema
+                assert ledger.schema_version() == pg_backend.SCHEMA_VERSION
