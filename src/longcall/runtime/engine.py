@@ -1,0 +1,524 @@
+"""The executor's decision loop without I/O: what to send, when, and what a reply means.
+
+The engine owns everything the runtime decides between two network calls: which
+operation's request is due (timers), how fast one server may be polled (a token
+bucket shared by all its operations, X3), whether a server is cut off (a circuit
+breaker, X9), and how a reply is applied (the core machine, then the ledger, SPEC
+L4/L5). It never awaits, sleeps or reads a clock: ``now`` is an argument and the
+jitter comes from the ``random.Random`` it is given. The asyncio executor
+(:mod:`longcall.runtime.executor`) turns its actions into adapter calls; the simulator
+(:mod:`longcall.sim`) turns them into simulated-server calls on virtual time. Both
+therefore run the same decision code.
+
+An :class:`Action` is one request to carry out. The driver reports back with
+:meth:`Engine.complete` (an adapter :class:`~longcall.adapters.base.Outcome`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import json
+import random
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from longcall.adapters.base import Outcome, ToolBinding
+from longcall.core import (
+    DEFAULT_POLICY,
+    TERMINAL_STATES,
+    ConflictError,
+    IllegalTransition,
+    OperationRecord,
+    Policy,
+    RequestDigestMismatch,
+    ServerStatus,
+    StaleEvent,
+    State,
+    Transition,
+    handle,
+    new_operation,
+    recovery_event,
+)
+from longcall.core import commands as c
+from longcall.core import events as e
+from longcall.core.keys import canonical_json, request_digest
+from longcall.core.retry import CircuitBreaker
+from longcall.core.schedule import TokenBucket
+from longcall.ledger import Ledger
+from longcall.runtime.step import commit
+
+REQUEST_BLOB = "request"
+INPUT_BLOB_PREFIX = "input:"
+
+# Commands that become a request to the server, in the order a tie is served.
+_REQUEST_COMMANDS: tuple[type[c.Command], ...] = (
+    c.SendCancel,
+    c.SendSubmit,
+    c.LookupSubmission,
+    c.SendInputResponse,
+    c.FetchResult,
+    c.Poll,
+)
+_PRIORITY = {cls.__name__: rank for rank, cls in enumerate(_REQUEST_COMMANDS)}
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CallSpec:
+    """A durable call to make: the unit of idempotency is the call node (X2)."""
+
+    call_node_id: str
+    binding: ToolBinding
+    arguments: Mapping[str, Any]
+    principal: str = "anonymous"
+    budget_s: float | None = None
+    step_index: int = 0
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Action:
+    """One request for the driver to send, for one operation at one execution epoch."""
+
+    call_node_id: str
+    server: str
+    command: c.Command
+    record: OperationRecord
+    """The record as it was when the action was issued (its epoch fences the reply)."""
+
+    @property
+    def kind(self) -> str:
+        return self.command.name
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CancelOutcome:
+    """What a cancel call achieved (X5): never a silent no-op."""
+
+    outcome: str
+    """``requested``, ``cancelled``, ``already_terminal`` or ``not_cancellable``."""
+    cancel_generation: int
+    status: str | None = None
+    detail: str = ""
+
+
+InputPolicy = Callable[[OperationRecord, c.AskInput], Mapping[str, Any] | None]
+"""Answers an input request automatically (keys → values), or None to leave it to a human."""
+
+
+class Engine:
+    """Timers, limits and reply handling for every operation of one executor process."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        rng: random.Random,
+        policy: Policy = DEFAULT_POLICY,
+        poll_qps_max: float = 20.0,
+        poll_burst: float = 1.0,
+        input_policy: InputPolicy | None = None,
+        on_accepted: Callable[[OperationRecord], None] | None = None,
+        on_escalated: Callable[[OperationRecord, str], None] | None = None,
+        breaker: CircuitBreaker | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.rng = rng
+        self.policy = policy
+        self.poll_qps_max = poll_qps_max
+        self.poll_burst = poll_burst
+        self.input_policy = input_policy
+        self.on_accepted = on_accepted
+        self.on_escalated = on_escalated
+        self._breaker_template = breaker or CircuitBreaker()
+        self.records: dict[str, OperationRecord] = {}
+        self._timers: list[tuple[float, int, int, str, str]] = []
+        self._pending: dict[tuple[str, str], tuple[float, int, c.Command]] = {}
+        self._token_held: set[tuple[str, str]] = set()
+        self._in_flight: set[tuple[str, str]] = set()
+        self._seq = itertools.count()
+        self._buckets: dict[str, TokenBucket] = {}
+        self.breakers: dict[str, CircuitBreaker] = {}
+        self.stats: dict[str, int] = {"stale_replies": 0, "conflicts": 0, "requests": 0}
+
+    # --- intake ----------------------------------------------------------------------
+
+    def start_call(self, spec: CallSpec, *, now: float) -> OperationRecord:
+        """Create the operation, or attach to the existing one of this call node (X2).
+
+        The record and its arguments are committed before any request is planned.
+        """
+        digest = request_digest(spec.binding.tool_name, dict(spec.arguments))
+        existing = self.ledger.find(spec.call_node_id)
+        if existing is not None:
+            if existing.request_digest != digest:
+                raise RequestDigestMismatch(
+                    f"call node {spec.call_node_id!r} already holds a different request "
+                    f"({existing.request_digest} != {digest}); a call node is one request"
+                )
+            if spec.call_node_id not in self.records:
+                self.adopt(existing, now=now)
+            return self.records.get(spec.call_node_id, existing)
+        binding = spec.binding
+        transition = new_operation(
+            call_node_id=spec.call_node_id,
+            request_digest=digest,
+            tool_name=binding.tool_name,
+            tool_descriptor_digest=binding.descriptor_digest,
+            principal=spec.principal,
+            server=binding.server,
+            protocol=binding.protocol,
+            adapter_version=binding.adapter_version,
+            now=now,
+            step_index=spec.step_index,
+            submission_lookup=binding.submission_lookup,
+            tool_idempotent=binding.idempotent,
+            budget_s=spec.budget_s,
+        )
+        request = canonical_json(dict(spec.arguments))
+        self.ledger.create(transition.record, blobs={REQUEST_BLOB: request})
+        self.records[spec.call_node_id] = transition.record
+        self._plan(transition.record, transition.commands, now=now)
+        return transition.record
+
+    def resume_all(self, *, now: float) -> int:
+        """Take over every open operation in the ledger (SPEC L7): claim a higher
+        epoch, recover in-doubt creates, and re-plan each one. Returns how many."""
+        count = 0
+        for record in self.ledger.list_by_state(*(s for s in State if s not in TERMINAL_STATES)):
+            self.adopt(record, now=now)
+            count += 1
+        return count
+
+    def adopt(self, record: OperationRecord, *, now: float) -> None:
+        """Take one stored open operation over with a new epoch and plan what it needs."""
+        if record.is_terminal:
+            self.records.pop(record.call_node_id, None)
+            return
+        claim = e.ExecutionClaimed(new_epoch=record.execution_epoch + 1)
+        transition = self._apply(record, claim, now=now)
+        if transition is None:
+            return
+        record = transition.record
+        self._forget_timers(record.call_node_id)
+        self._plan(record, transition.commands, now=now)
+        recovery = recovery_event(record)
+        if recovery is not None:
+            self._apply_and_plan(record, recovery, now=now)
+
+    def refresh(self, *, now: float) -> int:
+        """Notice records another process wrote (CLI cancel/answer/reconcile, another
+        worker) and re-plan them. Returns how many changed."""
+        changed = 0
+        versions = self.ledger.open_versions()
+        for node, version in versions.items():
+            known = self.records.get(node)
+            if known is None or known.version != version:
+                changed += 1
+                self.adopt(self.ledger.get(node), now=now)
+        for node in [n for n in self.records if n not in versions]:
+            self.records.pop(node)
+            self._forget_timers(node)
+        return changed
+
+    # --- local intents (X4, X5, X7) --------------------------------------------------
+
+    def cancel(
+        self, call_node_id: str, *, now: float, requested_by: str = "caller"
+    ) -> CancelOutcome:
+        """Ask for cancellation: bump the generation by CAS, then send (X5)."""
+        record = self.ledger.get(call_node_id)
+        outcome, transition = request_cancel(
+            self.ledger, record, now=now, jitter=self.rng.random(), requested_by=requested_by
+        )
+        if transition is not None:
+            self.records[call_node_id] = transition.record
+            self._plan(transition.record, transition.commands, now=now)
+        return outcome
+
+    def answer(
+        self, call_node_id: str, answers: Mapping[str, Any], *, now: float
+    ) -> OperationRecord:
+        """Answer pending input keys of the current round (X4)."""
+        record = self.ledger.get(call_node_id)
+        transition = record_answers(self.ledger, record, answers, now=now, jitter=self.rng.random())
+        self.records[call_node_id] = transition.record
+        self._plan(transition.record, transition.commands, now=now)
+        return transition.record
+
+    # --- scheduling ------------------------------------------------------------------
+
+    def next_wakeup(self) -> float | None:
+        """The earliest planned request (None when nothing is planned)."""
+        while self._timers:
+            at, _, seq, node, kind = self._timers[0]
+            if self._pending.get((node, kind), (None, None))[1] == seq:
+                return at
+            heapq.heappop(self._timers)
+        return None
+
+    def due(self, now: float) -> list[Action]:
+        """Pop every request whose time has come, within the server's limits."""
+        actions: list[Action] = []
+        while self._timers and self._timers[0][0] <= now:
+            _at, _, seq, node, kind = heapq.heappop(self._timers)
+            planned = self._pending.get((node, kind))
+            if planned is None or planned[1] != seq:
+                continue  # replaced by a later plan
+            record = self.records.get(node)
+            if record is None or (node, kind) in self._in_flight:
+                continue
+            server = record.server
+            breaker = self.breakers.get(server, self._breaker_template)
+            if not breaker.allows(now):
+                retry_at = breaker.retry_at() or now
+                self._push(node, kind, planned[2], max(retry_at, now))
+                continue
+            if kind == "Poll" and (node, kind) not in self._token_held:
+                wait_s = self._take_poll_token(server, now)
+                if wait_s > 0:
+                    # The token is reserved for that slot: the request goes then (X3).
+                    self._token_held.add((node, kind))
+                    self._push(node, kind, planned[2], now + wait_s)
+                    continue
+            self._token_held.discard((node, kind))
+            del self._pending[(node, kind)]
+            self._in_flight.add((node, kind))
+            self.breakers[server] = breaker.on_request(now)
+            self.stats["requests"] += 1
+            actions.append(
+                Action(call_node_id=node, server=server, command=planned[2], record=record)
+            )
+        return actions
+
+    def wake(self, call_node_id: str, *, now: float) -> None:
+        """A push notification says something changed: poll soon (X3: "listen for
+        speed"); the poll, not the notification, is the truth."""
+        planned = self._pending.get((call_node_id, "Poll"))
+        if planned is not None and planned[0] > now:
+            self._push(call_node_id, "Poll", planned[2], now)
+
+    # --- replies ---------------------------------------------------------------------
+
+    def complete(self, action: Action, outcome: Outcome, *, now: float) -> OperationRecord | None:
+        """Apply the reply to an action; returns the record as it now stands."""
+        key = (action.call_node_id, action.kind)
+        self._in_flight.discard(key)
+        self._note_server_health(action.server, outcome.event, now)
+        event = outcome.event
+        if event.execution_epoch is None:
+            # Fence the reply to the epoch that issued the request (D1, R3).
+            event = dataclasses.replace(event, execution_epoch=action.record.execution_epoch)
+        record = self.records.get(action.call_node_id)
+        if record is None:
+            self.stats["stale_replies"] += 1
+            return None
+        transition = self._apply(record, event, now=now, payload=outcome.payload)
+        if transition is None:
+            return self.records.get(action.call_node_id)
+        self._plan(transition.record, transition.commands, now=now)
+        return transition.record
+
+    def finish(self, action: Action) -> None:
+        """The action ended with nothing to apply (an input delivery acknowledged, or
+        the driver shutting down): it is no longer in flight."""
+        self._in_flight.discard((action.call_node_id, action.kind))
+
+    def request_payload(self, call_node_id: str) -> dict[str, Any]:
+        payload = self.ledger.blob(call_node_id, REQUEST_BLOB)
+        if payload is None:
+            raise ConflictError(f"{call_node_id!r}: the request arguments are not stored")
+        data = json.loads(payload)
+        assert isinstance(data, dict)
+        return data
+
+    def input_answers(self, record: OperationRecord, keys: tuple[str, ...]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in keys:
+            payload = self.ledger.blob(record.call_node_id, INPUT_BLOB_PREFIX + key)
+            if payload is not None:
+                out[key] = json.loads(payload)
+        return out
+
+    # --- internals -------------------------------------------------------------------
+
+    def _apply(
+        self,
+        record: OperationRecord,
+        event: e.Event,
+        *,
+        now: float,
+        payload: bytes | None = None,
+    ) -> Transition | None:
+        """Machine then ledger; a refused or stale event changes nothing (None)."""
+        for _attempt in range(3):
+            try:
+                transition = handle(
+                    record, event, now=now, jitter=self.rng.random(), policy=self.policy
+                )
+            except (StaleEvent, IllegalTransition):
+                self.stats["stale_replies"] += 1
+                return None
+            try:
+                commit(self.ledger, record, transition, event=event.name, result_payload=payload)
+            except ConflictError:
+                # Somebody else wrote the row: reread it and decide again (L4).
+                self.stats["conflicts"] += 1
+                fresh = self.ledger.find(record.call_node_id)
+                if fresh is None:
+                    return None
+                if fresh.execution_epoch != record.execution_epoch:
+                    # Another executor took it over: this one lets go (fencing).
+                    self.records.pop(record.call_node_id, None)
+                    self._forget_timers(record.call_node_id)
+                    return None
+                record = fresh
+                self.records[record.call_node_id] = record
+                continue
+            self.records[record.call_node_id] = transition.record
+            return transition
+        return None
+
+    def _apply_and_plan(self, record: OperationRecord, event: e.Event, *, now: float) -> None:
+        transition = self._apply(record, event, now=now)
+        if transition is not None:
+            self._plan(transition.record, transition.commands, now=now)
+
+    def _plan(
+        self, record: OperationRecord, commands: tuple[c.Command, ...], *, now: float
+    ) -> None:
+        if record.is_terminal:
+            self.records.pop(record.call_node_id, None)
+            self._forget_timers(record.call_node_id)
+        for command in commands:
+            if isinstance(command, _REQUEST_COMMANDS):
+                at = getattr(command, "at", now)
+                self._push(record.call_node_id, command.name, command, at)
+            elif isinstance(command, c.StartResultFetch):
+                self._apply_and_plan(record, e.ResultFetchStarted(), now=now)
+            elif isinstance(command, c.AcceptTerminal):
+                if self.on_accepted is not None:
+                    self.on_accepted(record)
+            elif isinstance(command, c.AskInput):
+                self._ask_input(record, command, now=now)
+            elif isinstance(command, c.EscalateReconciliation) and self.on_escalated:
+                self.on_escalated(record, command.reason)
+
+    def _ask_input(self, record: OperationRecord, command: c.AskInput, *, now: float) -> None:
+        if self.input_policy is None:
+            return  # a human answers through the CLI; polling stays paused (X4)
+        answers = self.input_policy(record, command)
+        if answers:
+            transition = record_answers(
+                self.ledger, record, answers, now=now, jitter=self.rng.random()
+            )
+            self.records[record.call_node_id] = transition.record
+            self._plan(transition.record, transition.commands, now=now)
+
+    def _push(self, node: str, kind: str, command: c.Command, at: float) -> None:
+        seq = next(self._seq)
+        self._pending[(node, kind)] = (at, seq, command)
+        heapq.heappush(self._timers, (at, _PRIORITY[kind], seq, node, kind))
+
+    def _forget_timers(self, node: str) -> None:
+        for cls in _REQUEST_COMMANDS:
+            self._pending.pop((node, cls.__name__), None)
+            self._token_held.discard((node, cls.__name__))
+
+    def _take_poll_token(self, server: str, now: float) -> float:
+        bucket = self._buckets.get(server) or TokenBucket.full(
+            self.poll_qps_max, burst=self.poll_burst, now=now
+        )
+        self._buckets[server], wait_s = bucket.take(now)
+        return wait_s
+
+    def _note_server_health(self, server: str, event: e.Event, now: float) -> None:
+        breaker = self.breakers.get(server, self._breaker_template)
+        if isinstance(event, e.RequestFailed):
+            self.breakers[server] = breaker.on_failure(now, event.failure)
+        elif not isinstance(event, (e.SubmitOutcomeLost, e.ResultFetchFailed)):
+            self.breakers[server] = breaker.on_success()
+
+
+# --- shared with the CLI (which has no engine) ----------------------------------------
+
+
+def request_cancel(
+    ledger: Ledger,
+    record: OperationRecord,
+    *,
+    now: float,
+    jitter: float,
+    requested_by: str = "caller",
+) -> tuple[CancelOutcome, Transition | None]:
+    """Record a cancel request by CAS (X5) and say what it achieved.
+
+    Returns the outcome and, when a request must now be sent, the transition.
+    """
+    if record.state is State.CANCELLED_ACCEPTED:
+        return CancelOutcome(
+            outcome="cancelled", cancel_generation=record.cancel_generation, status="cancelled"
+        ), None
+    if record.is_terminal or record.state in (State.TERMINAL_OBSERVED, State.FETCHING_RESULT):
+        status = record.server_status.value if record.server_status else None
+        return (
+            CancelOutcome(
+                outcome="already_terminal",
+                cancel_generation=record.cancel_generation,
+                status=status,
+                detail="the server reported a terminal status before the cancel",
+            ),
+            None,
+        )
+    if record.state not in (State.WORKING, State.INPUT_REQUIRED, State.CANCEL_REQUESTED):
+        return (
+            CancelOutcome(
+                outcome="not_cancellable",
+                cancel_generation=record.cancel_generation,
+                detail=f"the operation is {record.state.value}: "
+                "no server operation is known to cancel yet",
+            ),
+            None,
+        )
+    transition = handle(
+        record, e.CancelRequested(requested_by=requested_by), now=now, jitter=jitter
+    )
+    commit(ledger, record, transition, event="CancelRequested")
+    generation = transition.record.cancel_generation
+    return CancelOutcome(outcome="requested", cancel_generation=generation), transition
+
+
+def record_answers(
+    ledger: Ledger,
+    record: OperationRecord,
+    answers: Mapping[str, Any],
+    *,
+    now: float,
+    jitter: float,
+) -> Transition:
+    """Store answers (write-once per key) and record them against the current round (X4)."""
+    keys = tuple(k for k in record.input_keys_pending if k in answers)
+    unknown = sorted(set(answers) - set(record.input_keys_pending))
+    if unknown or not keys:
+        raise StaleEvent(
+            f"{record.call_node_id!r}: keys {unknown or sorted(answers)} are not pending "
+            f"(pending: {list(record.input_keys_pending)})"
+        )
+    for key in keys:
+        ledger.put_blob(record.call_node_id, INPUT_BLOB_PREFIX + key, canonical_json(answers[key]))
+    event = e.InputAnswered(input_round=record.input_round, keys=keys)
+    transition = handle(record, event, now=now, jitter=jitter)
+    commit(ledger, record, transition, event=event.name)
+    return transition
+
+
+__all__ = [
+    "Action",
+    "CallSpec",
+    "CancelOutcome",
+    "Engine",
+    "InputPolicy",
+    "ServerStatus",
+    "record_answers",
+    "request_cancel",
+]
