@@ -66,7 +66,14 @@ def _rows(
 
 TRANSITIONS: Mapping[tuple[State, str], frozenset[State]] = {
     # --- submission (X2) -------------------------------------------------------------
-    **_rows((*_PRE_ID, S.SUBMISSION_UNKNOWN), "SubmitAcknowledged", S.WORKING),
+    # Every handler that plans the next poll escalates instead when the wait budget or
+    # the expiry is already spent (X3), so each such row lists RECONCILIATION_REQUIRED.
+    **_rows(
+        (*_PRE_ID, S.SUBMISSION_UNKNOWN),
+        "SubmitAcknowledged",
+        S.WORKING,
+        S.RECONCILIATION_REQUIRED,
+    ),
     # A synchronous tool (X10) or an inline answer carries the result itself.
     **_rows((*_PRE_ID, S.SUBMISSION_UNKNOWN), "ResultFetched", S.ACCEPTED),
     # The server refused the request (validation, unknown tool): that IS the outcome.
@@ -79,12 +86,19 @@ TRANSITIONS: Mapping[tuple[State, str], frozenset[State]] = {
         S.SUBMISSION_UNKNOWN,
         S.RECONCILIATION_REQUIRED,
     ),
-    (S.SUBMISSION_UNKNOWN, "SubmissionFound"): frozenset({S.WORKING}),
-    (S.RECONCILIATION_REQUIRED, "SubmissionFound"): frozenset({S.WORKING}),
-    (S.SUBMISSION_UNKNOWN, "SubmissionNeverCreated"): frozenset(
-        {S.NOT_FOUND_SAFE, S.RECONCILIATION_REQUIRED}
+    **_rows(
+        (S.SUBMISSION_UNKNOWN, S.RECONCILIATION_REQUIRED),
+        "SubmissionFound",
+        S.WORKING,
+        S.RECONCILIATION_REQUIRED,
     ),
-    (S.RECONCILIATION_REQUIRED, "SubmissionNeverCreated"): frozenset({S.NOT_FOUND_SAFE}),
+    # Proven absent, but the resubmit limit is spent: an operator decides.
+    **_rows(
+        (S.SUBMISSION_UNKNOWN, S.RECONCILIATION_REQUIRED),
+        "SubmissionNeverCreated",
+        S.NOT_FOUND_SAFE,
+        S.RECONCILIATION_REQUIRED,
+    ),
     # --- polling (X3) ----------------------------------------------------------------
     (S.WORKING, "WorkingObserved"): frozenset({S.WORKING, S.RECONCILIATION_REQUIRED}),
     (S.INPUT_REQUIRED, "WorkingObserved"): frozenset({S.WORKING, S.RECONCILIATION_REQUIRED}),
@@ -92,10 +106,15 @@ TRANSITIONS: Mapping[tuple[State, str], frozenset[State]] = {
         {S.CANCEL_REQUESTED, S.RECONCILIATION_REQUIRED}
     ),
     # --- input (X4) ------------------------------------------------------------------
-    (S.WORKING, "InputRequestObserved"): frozenset({S.INPUT_REQUIRED}),
-    (S.INPUT_REQUIRED, "InputRequestObserved"): frozenset({S.INPUT_REQUIRED}),
-    (S.CANCEL_REQUESTED, "InputRequestObserved"): frozenset({S.CANCEL_REQUESTED}),
-    (S.INPUT_REQUIRED, "InputAnswered"): frozenset({S.INPUT_REQUIRED}),
+    # With every key already answered (or a cancel pending) polling goes on: budget.
+    (S.WORKING, "InputRequestObserved"): frozenset({S.INPUT_REQUIRED, S.RECONCILIATION_REQUIRED}),
+    (S.INPUT_REQUIRED, "InputRequestObserved"): frozenset(
+        {S.INPUT_REQUIRED, S.RECONCILIATION_REQUIRED}
+    ),
+    (S.CANCEL_REQUESTED, "InputRequestObserved"): frozenset(
+        {S.CANCEL_REQUESTED, S.RECONCILIATION_REQUIRED}
+    ),
+    (S.INPUT_REQUIRED, "InputAnswered"): frozenset({S.INPUT_REQUIRED, S.RECONCILIATION_REQUIRED}),
     # --- terminal and result (X6) ----------------------------------------------------
     **_rows(_LIVE, "TerminalObserved", S.TERMINAL_OBSERVED),
     # A second, different terminal for one operation is a server contradiction.
@@ -107,7 +126,9 @@ TRANSITIONS: Mapping[tuple[State, str], frozenset[State]] = {
     (S.FETCHING_RESULT, "ResultFetched"): frozenset({S.ACCEPTED, S.RECONCILIATION_REQUIRED}),
     # --- cancel (X5) -----------------------------------------------------------------
     **_rows(_LIVE, "CancelRequested", S.CANCEL_REQUESTED),
-    (S.CANCEL_REQUESTED, "CancelAcknowledged"): frozenset({S.CANCEL_REQUESTED}),
+    (S.CANCEL_REQUESTED, "CancelAcknowledged"): frozenset(
+        {S.CANCEL_REQUESTED, S.RECONCILIATION_REQUIRED}
+    ),
     (S.CANCEL_REQUESTED, "CancelRefused"): frozenset({S.CANCEL_REQUESTED}),
     **_rows(_LIVE, "CancellationObserved", S.CANCELLED_ACCEPTED),
     **_rows(
@@ -138,7 +159,14 @@ TRANSITIONS: Mapping[tuple[State, str], frozenset[State]] = {
         "ReconciliationEscalated",
         S.RECONCILIATION_REQUIRED,
     ),
+    # A resume whose wait budget or expiry is already spent lands back here.
     (S.RECONCILIATION_REQUIRED, "ReconciledManually"): frozenset(
-        {S.WORKING, S.NOT_FOUND_SAFE, S.ACCEPTED, S.CANCELLED_ACCEPTED}
+        {
+            S.WORKING,
+            S.NOT_FOUND_SAFE,
+            S.ACCEPTED,
+            S.CANCELLED_ACCEPTED,
+            S.RECONCILIATION_REQUIRED,
+        }
     ),
 }
