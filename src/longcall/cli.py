@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import click
 
+from longcall.caller import call, ops, worker
+
 
 @click.group()
 @click.version_option(package_name="longcall")
@@ -34,3 +36,8 @@ def serve(store_url: str | None, host: str, port: int) -> None:
     from longcall.server.cli import run_reference_server
 
     run_reference_server(store_url=store_url, host=host, port=port)
+
+
+main.add_command(call)
+main.add_command(worker)
+main.add_command(ops)

@@ -1,0 +1,295 @@
+"""The asyncio executor: carries out the engine's actions through protocol adapters.
+
+The :class:`~longcall.runtime.engine.Engine` decides; this module only waits and
+talks. It wakes at the engine's next deadline (``loop.call_at`` semantics through a
+timed wait), on a push notification, or when a reply arrives; it sends each due
+action through the adapter of the operation's server and protocol, and hands the
+reply back. Nothing here decides a state: a crash of this process loses no decision,
+because the engine committed each one to the ledger before the action existed.
+
+Time is wall-clock seconds since the epoch (``time.time()``): records outlive the
+process, and a monotonic clock does not survive a restart (docs/design/time-in-the-core.md).
+A client going away only stops local waiting; it never cancels (X8).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import time
+from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any
+
+from longcall.adapters.base import Adapter, AdapterError, Outcome, ToolBinding
+from longcall.core import OperationRecord, TerminalReceipt
+from longcall.core import events as e
+from longcall.core.commands import (
+    FetchResult,
+    LookupSubmission,
+    Poll,
+    SendCancel,
+    SendInputResponse,
+    SendSubmit,
+)
+from longcall.core.errors import LongcallError
+from longcall.core.retry import FailureKind, RequestKind
+from longcall.ledger import Ledger
+from longcall.runtime.engine import Action, CallSpec, CancelOutcome, Engine, InputPolicy
+
+log = logging.getLogger("longcall.executor")
+
+AdapterFactory = Callable[[str, str], Awaitable[Adapter]]
+"""(server URL, protocol name) → a connected adapter for that protocol version."""
+
+
+class AdapterDisabled(LongcallError):
+    """New operations on this protocol adapter are switched off (SPEC P6)."""
+
+
+async def default_adapter_factory(server: str, protocol: str) -> Adapter:
+    from longcall.adapters.negotiate import connect
+
+    adapter: Adapter = await connect(server, prefer=protocol or None)
+    return adapter
+
+
+class Executor:
+    """Drives every open operation of one ledger, concurrently, in one process."""
+
+    def __init__(
+        self,
+        ledger: Ledger,
+        *,
+        adapter_factory: AdapterFactory = default_adapter_factory,
+        poll_qps_max: float = 20.0,
+        input_policy: InputPolicy | None = None,
+        disabled_protocols: Collection[str] = (),
+        refresh_interval_s: float = 1.0,
+        request_timeout_s: float = 60.0,
+        rng: random.Random | None = None,
+        clock: Callable[[], float] = time.time,
+        on_progress: Callable[[str, float | None, str | None], None] | None = None,
+    ) -> None:
+        self.ledger = ledger
+        self.clock = clock
+        self.disabled_protocols = frozenset(disabled_protocols)
+        self.refresh_interval_s = refresh_interval_s
+        self.request_timeout_s = request_timeout_s
+        self.on_progress = on_progress
+        self._adapter_factory = adapter_factory
+        self._adapters: dict[tuple[str, str], Adapter] = {}
+        self._adapter_locks: dict[tuple[str, str], asyncio.Lock] = {}
+        self._wakeup = asyncio.Event()
+        self._accepted: dict[str, list[asyncio.Future[OperationRecord]]] = {}
+        self._escalated: dict[str, str] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.engine = Engine(
+            ledger,
+            rng=rng or random.Random(),
+            poll_qps_max=poll_qps_max,
+            input_policy=input_policy,
+            on_accepted=self._note_accepted,
+            on_escalated=self._note_escalated,
+        )
+
+    # --- the API callers use ---------------------------------------------------------
+
+    async def bind(
+        self, server: str, tool_name: str, *, protocol: str | None = None
+    ) -> ToolBinding:
+        """Negotiate with the server and describe the tool (X1)."""
+        adapter = await self._adapter(server, protocol or "")
+        return await adapter.bind(tool_name)
+
+    def call(self, spec: CallSpec) -> OperationRecord:
+        """Record a durable call (or attach to its call node) and plan its first request."""
+        if spec.binding.protocol in self.disabled_protocols:
+            raise AdapterDisabled(
+                f"the {spec.binding.protocol} adapter is disabled for new operations (P6)"
+            )
+        record = self.engine.start_call(spec, now=self.clock())
+        self._wakeup.set()
+        return record
+
+    def cancel(self, call_node_id: str) -> CancelOutcome:
+        outcome = self.engine.cancel(call_node_id, now=self.clock())
+        self._wakeup.set()
+        return outcome
+
+    def answer(self, call_node_id: str, answers: Mapping[str, Any]) -> OperationRecord:
+        record = self.engine.answer(call_node_id, answers, now=self.clock())
+        self._wakeup.set()
+        return record
+
+    def resume_all(self) -> int:
+        """Take over every open operation in the ledger (run this once at start)."""
+        count = self.engine.resume_all(now=self.clock())
+        self._wakeup.set()
+        return count
+
+    def notify(self, call_node_id: str) -> None:
+        """A push notification arrived for this operation: poll it soon (X3)."""
+        self.engine.wake(call_node_id, now=self.clock())
+        self._wakeup.set()
+
+    async def wait_terminal(self, call_node_id: str) -> OperationRecord:
+        """Wait until the call node is accepted (or escalated); only local waiting (X8)."""
+        record = self.ledger.get(call_node_id)
+        if record.is_terminal or call_node_id in self._escalated:
+            return record
+        future: asyncio.Future[OperationRecord] = asyncio.get_running_loop().create_future()
+        self._accepted.setdefault(call_node_id, []).append(future)
+        return await future
+
+    def receipt(self, call_node_id: str) -> TerminalReceipt | None:
+        return self.ledger.receipt(call_node_id)
+
+    # --- the loop --------------------------------------------------------------------
+
+    async def run(self, *, stop: asyncio.Event | None = None, until_idle: bool = False) -> None:
+        """Send due requests and apply replies until ``stop`` is set (or, with
+        ``until_idle``, until no operation is open or in flight)."""
+        stop = stop or asyncio.Event()
+        next_refresh = self.clock() + self.refresh_interval_s
+        try:
+            while not stop.is_set():
+                now = self.clock()
+                if now >= next_refresh:
+                    self.engine.refresh(now=now)
+                    next_refresh = now + self.refresh_interval_s
+                for action in self.engine.due(now):
+                    task = asyncio.create_task(self._perform(action))
+                    self._tasks.add(task)
+                    task.add_done_callback(self._tasks.discard)
+                if until_idle and not self.engine.records and not self._tasks:
+                    return
+                wake_at = self.engine.next_wakeup()
+                timeout = max(0.0, min(next_refresh, wake_at or next_refresh) - self.clock())
+                self._wakeup.clear()
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(timeout):
+                        await self._wait_any(stop)
+        finally:
+            await self._drain()
+
+    async def _wait_any(self, stop: asyncio.Event) -> None:
+        waiters = [asyncio.ensure_future(self._wakeup.wait()), asyncio.ensure_future(stop.wait())]
+        try:
+            await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for waiter in waiters:
+                waiter.cancel()
+
+    async def _drain(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        await self._drain()
+        for adapter in self._adapters.values():
+            with contextlib.suppress(Exception):
+                await adapter.aclose()
+        self._adapters.clear()
+
+    # --- one action ------------------------------------------------------------------
+
+    async def _perform(self, action: Action) -> None:
+        try:
+            async with asyncio.timeout(self.request_timeout_s):
+                outcome = await self._send(action)
+        except asyncio.CancelledError:
+            self.engine.finish(action)
+            raise
+        except TimeoutError:
+            outcome = _failure_outcome(action, FailureKind.TIMEOUT, "no reply in time")
+        except AdapterError as exc:
+            outcome = _failure_outcome(action, FailureKind.CONNECT_FAILED, str(exc))
+        except Exception as exc:  # an adapter bug must not kill the executor
+            log.exception("adapter failed on %s for %s", action.kind, action.call_node_id)
+            outcome = _failure_outcome(action, FailureKind.TRANSPORT, repr(exc))
+        if outcome is None:
+            self.engine.finish(action)
+        else:
+            self.engine.complete(action, outcome, now=self.clock())
+            if outcome.progress is not None or isinstance(outcome.event, e.WorkingObserved):
+                self._report_progress(action.call_node_id, outcome)
+        self._wakeup.set()
+
+    async def _send(self, action: Action) -> Outcome | None:
+        adapter = await self._adapter(action.server, action.record.protocol)
+        record = action.record
+        match action.command:
+            case SendSubmit():
+                return await adapter.submit(
+                    record, self.engine.request_payload(record.call_node_id)
+                )
+            case LookupSubmission():
+                return await adapter.lookup(record)
+            case Poll():
+                return await adapter.poll(record)
+            case FetchResult():
+                return await adapter.fetch_result(record)
+            case SendCancel():
+                return await adapter.cancel(record)
+            case SendInputResponse(keys=keys):
+                return await adapter.send_input(record, self.engine.input_answers(record, keys))
+        raise AssertionError(f"no adapter call for {action.kind}")
+
+    async def _adapter(self, server: str, protocol: str) -> Adapter:
+        key = (server, protocol)
+        adapter = self._adapters.get(key)
+        if adapter is not None:
+            return adapter
+        lock = self._adapter_locks.setdefault(key, asyncio.Lock())
+        async with lock:
+            adapter = self._adapters.get(key)
+            if adapter is None:
+                adapter = await self._adapter_factory(server, protocol)
+                self._adapters[key] = adapter
+                if protocol == "":
+                    self._adapters[(server, adapter.protocol)] = adapter
+            return adapter
+
+    # --- callbacks from the engine ---------------------------------------------------
+
+    def _note_accepted(self, record: OperationRecord) -> None:
+        for future in self._accepted.pop(record.call_node_id, []):
+            if not future.done():
+                future.set_result(record)
+
+    def _note_escalated(self, record: OperationRecord, reason: str) -> None:
+        log.warning("operation %s needs reconciliation: %s", record.call_node_id, reason)
+        self._escalated[record.call_node_id] = reason
+        for future in self._accepted.pop(record.call_node_id, []):
+            if not future.done():
+                future.set_result(record)
+
+    def _report_progress(self, call_node_id: str, outcome: Outcome) -> None:
+        if self.on_progress is None:
+            return
+        message = getattr(outcome.event, "status_message", None)
+        self.on_progress(call_node_id, outcome.progress, message)
+
+
+_REQUEST_KINDS = {
+    "SendSubmit": RequestKind.SUBMIT,
+    "LookupSubmission": RequestKind.LOOKUP,
+    "Poll": RequestKind.POLL,
+    "FetchResult": RequestKind.FETCH,
+    "SendCancel": RequestKind.CANCEL,
+    "SendInputResponse": RequestKind.INPUT,
+}
+
+
+def _failure_outcome(action: Action, failure: FailureKind, detail: str) -> Outcome:
+    """A local failure around an adapter call, in the core's words (X9)."""
+    if action.kind == "SendSubmit" and failure is not FailureKind.CONNECT_FAILED:
+        # The create may have reached the server: its outcome is unknown (X2).
+        return Outcome(event=e.SubmitOutcomeLost(reason=f"{failure.value}: {detail}"))
+    return Outcome(
+        event=e.RequestFailed(request=_REQUEST_KINDS[action.kind], failure=failure, detail=detail)
+    )
