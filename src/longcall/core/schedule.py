@@ -44,11 +44,14 @@ def poll_delay_s(
     if not 0.0 <= jitter <= 1.0:
         raise ValueError(f"jitter draw must be in [0, 1], got {jitter!r}")
     floor = max(policy.interval_s_min, server_interval_s or policy.interval_s_default)
-    if backoff_step <= 0:
-        delay = floor * (1.0 + policy.jitter_fraction * jitter)
-    else:
-        ceiling = max(floor, min(policy.backoff_cap_s, floor * policy.backoff_factor**backoff_step))
-        delay = floor + jitter * (ceiling - floor)
+    # One ceiling for every step: the jitter band (rule 2) at step 0, growing with the
+    # step (rule 3) but never below that band, so backing off never polls sooner than a
+    # normal poll might; the cap bounds both, never below the floor (rule 1).
+    growth = 1.0 + policy.jitter_fraction
+    if backoff_step > 0:
+        growth = max(growth, policy.backoff_factor**backoff_step)
+    ceiling = max(floor, min(policy.backoff_cap_s, floor * growth))
+    delay = floor + jitter * (ceiling - floor)
     if retry_after_s is not None:
         delay = max(delay, retry_after_s)
     return delay
@@ -84,9 +87,10 @@ class TokenBucket:
 
     def take(self, now: float) -> tuple[TokenBucket, float]:
         """Reserve one token; return the new bucket and the seconds to wait before sending."""
-        elapsed = max(0.0, now - self.updated_at)
+        # A caller whose ``now`` lags behind the bucket's clock (read before an earlier
+        # take) is measured from the bucket's clock, else its send could jump the queue.
+        start = max(now, self.updated_at)
+        elapsed = start - self.updated_at
         tokens = min(self.burst, self.tokens + elapsed * self.rate_per_s) - 1.0
-        wait_s = 0.0 if tokens >= 0 else -tokens / self.rate_per_s
-        return dataclasses.replace(
-            self, tokens=tokens, updated_at=max(now, self.updated_at)
-        ), wait_s
+        wait_s = (start - now) + (0.0 if tokens >= 0 else -tokens / self.rate_per_s)
+        return dataclasses.replace(self, tokens=tokens, updated_at=start), wait_s
