@@ -6,6 +6,7 @@ not-found classification (X7).
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import re
 
 from hypothesis import example, given, settings
@@ -79,10 +80,7 @@ def test_submission_key_separates_tricky_ids() -> None:
     assert len(set(keys)) == len(keys)
     # Stable across releases: a replay after an upgrade must send the same key (X2).
     assert derive_submission_key("run-1/node-7", 0) == derive_submission_key("run-1/node-7")
-    assert (
-        derive_submission_key("a", 0)
-        == "lc1-" + __import__("hashlib").sha256(b"1:a:0").hexdigest()[:32]
-    )
+    assert derive_submission_key("a", 0) == "lc1-" + hashlib.sha256(b"1:a:0").hexdigest()[:32]
 
 
 @given(st.dictionaries(st.text(max_size=5), json_values, max_size=6), st.randoms())
