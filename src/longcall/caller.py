@@ -206,6 +206,10 @@ async def _call(
                     executor.engine.adopt(existing, now=time.time())
             if wait and not record.is_terminal:
                 record = await _drive_until_terminal(executor, node, console, quiet)
+            elif record.state in _SUBMISSION_STATES:
+                # Without --wait, send the create and return once the server holds the
+                # operation (or it is accepted or escalated); a worker takes it from there.
+                await _drive_while_submitting(executor, node)
         finally:
             await executor.aclose()
         view = receipt_view(ledger, ledger.get(node))
@@ -245,6 +249,23 @@ async def _drive_until_terminal(
             stop.set()
             await runner
     return record
+
+
+_SUBMISSION_STATES = (State.SUBMITTING, State.SUBMISSION_UNKNOWN, State.NOT_FOUND_SAFE)
+SUBMIT_WAIT_S = 120.0
+
+
+async def _drive_while_submitting(executor: Any, node: str) -> None:
+    stop = asyncio.Event()
+    runner = asyncio.create_task(executor.run(stop=stop))
+    try:
+        async with asyncio.timeout(SUBMIT_WAIT_S):
+            await executor.wait_for(node, lambda r: r.state not in _SUBMISSION_STATES)
+    except TimeoutError:
+        pass  # still in doubt: the record is durable and a worker resolves it by key
+    finally:
+        stop.set()
+        await runner
 
 
 def _parse_answers(answers: tuple[str, ...]) -> dict[str, Any]:

@@ -85,6 +85,7 @@ class Executor:
         self._accepted: dict[str, list[asyncio.Future[OperationRecord]]] = {}
         self._escalated: dict[str, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._changed = asyncio.Event()
         self.engine = Engine(
             ledger,
             rng=rng or random.Random(),
@@ -142,6 +143,17 @@ class Executor:
         future: asyncio.Future[OperationRecord] = asyncio.get_running_loop().create_future()
         self._accepted.setdefault(call_node_id, []).append(future)
         return await future
+
+    async def wait_for(
+        self, call_node_id: str, predicate: Callable[[OperationRecord], bool]
+    ) -> OperationRecord:
+        """Wait until the stored record satisfies ``predicate`` (checked after each reply)."""
+        while True:
+            changed = self._changed
+            record = self.ledger.get(call_node_id)
+            if predicate(record):
+                return record
+            await changed.wait()
 
     def receipt(self, call_node_id: str) -> TerminalReceipt | None:
         return self.ledger.receipt(call_node_id)
@@ -217,7 +229,12 @@ class Executor:
             self.engine.complete(action, outcome, now=self.clock())
             if outcome.progress is not None or isinstance(outcome.event, e.WorkingObserved):
                 self._report_progress(action.call_node_id, outcome)
+        self._signal_change()
         self._wakeup.set()
+
+    def _signal_change(self) -> None:
+        changed, self._changed = self._changed, asyncio.Event()
+        changed.set()
 
     async def _send(self, action: Action) -> Outcome | None:
         adapter = await self._adapter(action.server, action.record.protocol)
