@@ -182,7 +182,7 @@ async def _call(
             if auto
             else None
         )
-        executor = Executor(ledger, poll_qps_max=qps, input_policy=policy)
+        executor = Executor(ledger, poll_qps_max=qps, input_policy=policy, adopt_new=False)
         try:
             existing = ledger.find(node)
             if existing is None:

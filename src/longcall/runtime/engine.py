@@ -206,13 +206,17 @@ class Engine:
         if recovery is not None:
             self._apply_and_plan(record, recovery, now=now)
 
-    def refresh(self, *, now: float) -> int:
+    def refresh(self, *, now: float, adopt_new: bool = True) -> int:
         """Notice records another process wrote (CLI cancel/answer/reconcile, another
-        worker) and re-plan them. Returns how many changed."""
+        worker) and re-plan them; with ``adopt_new``, also take over open operations
+        this engine does not hold yet (a worker does; a one-shot ``call`` does not).
+        Returns how many changed."""
         changed = 0
         versions = self.ledger.open_versions()
         for node, version in versions.items():
             known = self.records.get(node)
+            if known is None and not adopt_new:
+                continue
             if known is None or known.version != version:
                 changed += 1
                 self.adopt(self.ledger.get(node), now=now)

@@ -67,6 +67,7 @@ class Executor:
         input_policy: InputPolicy | None = None,
         disabled_protocols: Collection[str] = (),
         refresh_interval_s: float = 1.0,
+        adopt_new: bool = True,
         request_timeout_s: float = 60.0,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.time,
@@ -76,6 +77,7 @@ class Executor:
         self.clock = clock
         self.disabled_protocols = frozenset(disabled_protocols)
         self.refresh_interval_s = refresh_interval_s
+        self.adopt_new = adopt_new
         self.request_timeout_s = request_timeout_s
         self.on_progress = on_progress
         self._adapter_factory = adapter_factory
@@ -169,7 +171,7 @@ class Executor:
             while not stop.is_set():
                 now = self.clock()
                 if now >= next_refresh:
-                    self.engine.refresh(now=now)
+                    self.engine.refresh(now=now, adopt_new=self.adopt_new)
                     next_refresh = now + self.refresh_interval_s
                 for action in self.engine.due(now):
                     task = asyncio.create_task(self._perform(action))
