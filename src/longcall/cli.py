@@ -19,12 +19,20 @@ def main() -> None:
 
 
 @main.command()
-@click.option("--ledger", "ledger_url", default=None, help="Ledger URL (default: a temp file).")
-def demo(ledger_url: str | None) -> None:
-    """Walk three operations through the core and the SQLite ledger."""
+@click.option(
+    "--walkthrough",
+    is_flag=True,
+    help="Only the offline walkthrough: three scripted operations through core + ledger.",
+)
+def demo(walkthrough: bool) -> None:
+    """The main job end to end: reference server, executor, SQLite ledger, faults."""
+    if walkthrough:
+        from longcall.demo_walkthrough import run_demo as run_walkthrough
+
+        raise SystemExit(run_walkthrough())
     from longcall.demo import run_demo
 
-    raise SystemExit(run_demo(ledger_url))
+    raise SystemExit(run_demo())
 
 
 @main.command()
