@@ -7,8 +7,9 @@ run tools, speak any wire protocol, or read a clock (callers pass ``now``).
 Why synchronous sqlite3 calls inside ``async`` methods: each call is one short
 transaction on a local WAL file (tens of microseconds), far cheaper than a thread
 hop; the interface is ``async`` so a PostgreSQL store can await its driver.
-WAL with ``synchronous=NORMAL`` survives a process kill (SIGKILL) without losing a
-committed transaction; only an OS crash or power loss can lose the last commits.
+WAL with ``synchronous=FULL`` (the default) fsyncs each commit, so a task whose id was
+returned survives even power loss; ``NORMAL`` survives a process kill (SIGKILL) but an
+OS crash may lose the last commits.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import sqlite3
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import urlparse
+from urllib.parse import parse_qs, urlparse
 
 from longcall.server.errors import StoreError, SubmissionKeyConflict
 from longcall.server.model import (
@@ -30,6 +31,9 @@ from longcall.server.model import (
     TaskRecord,
     TaskStatus,
 )
+
+SYNCHRONOUS_MODES = frozenset({"FULL", "NORMAL"})
+"""FULL (default) fsyncs every commit: a created task survives power loss, not only a kill."""
 
 EXPIRED_ROW_RETENTION_S = 7 * 24 * 3600.0
 """Expired rows are kept (answering "not found") this long so lookups by key stay proofs (S3)."""
@@ -222,12 +226,14 @@ def _input_from_row(row: Sequence[Any]) -> InputRequest:
 class SqliteTaskStore:
     """The default store: one SQLite file in WAL mode (S2)."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, synchronous: str = "FULL") -> None:
+        if synchronous.upper() not in SYNCHRONOUS_MODES:
+            raise StoreError(f"synchronous must be one of {sorted(SYNCHRONOUS_MODES)}")
         self._path = str(path)
         try:
             self._db = sqlite3.connect(self._path, isolation_level=None, check_same_thread=False)
             self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.execute(f"PRAGMA synchronous={synchronous.upper()}")
             self._db.execute("PRAGMA busy_timeout=5000")
             self._db.executescript(_SCHEMA)
         except sqlite3.Error as exc:
@@ -507,15 +513,15 @@ class SqliteTaskStore:
 
 
 def open_store(url: str | None) -> TaskStore:
-    """A store from ``sqlite:///PATH`` or a bare path (default ``longcall-tasks.db``)."""
+    """A store from ``sqlite:///PATH[?synchronous=normal]`` or a bare path (default file)."""
     if url is None:
         return SqliteTaskStore("longcall-tasks.db")
     parsed = urlparse(url)
+    synchronous = parse_qs(parsed.query).get("synchronous", ["FULL"])[-1]
     if parsed.scheme in ("", "file"):
-        return SqliteTaskStore(parsed.path or url)
+        return SqliteTaskStore(parsed.path or url, synchronous=synchronous)
     if parsed.scheme == "sqlite":
-        path = url[len("sqlite:///") :] if url.startswith("sqlite:///") else parsed.path
-        if url.startswith("sqlite:////"):
-            path = "/" + url[len("sqlite:////") :]
-        return SqliteTaskStore(path)
+        # SQLAlchemy's convention: sqlite:///relative.db, sqlite:////absolute/path.db
+        path = parsed.path[1:] if parsed.path.startswith("/") else parsed.path
+        return SqliteTaskStore(path, synchronous=synchronous)
     raise StoreError(f"unsupported task store URL {url!r} (expected sqlite:///PATH)")

@@ -1,0 +1,240 @@
+"""Tool-side throughput: tasks created and driven to ``completed`` per second over HTTP (issue 3).
+
+Two servers, each in its own process on 127.0.0.1, serve the same trivial required-task
+tool ``noop``: ours (``longcall.server`` on a SQLite file store, ``synchronous=FULL``:
+every commit fsynced) and the peer (``fastmcp`` + ``fastmcp-tasks`` on ``memory://``,
+nothing durable). The same raw 2026-07-28 client (httpx, the same headers, the same
+poll pause) drives both in this process, one after the other, with the same concurrency
+and duration. Target: ours / peer >= 1.0 while durable.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import itertools
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+CONCURRENCY = 16
+RUN_S = 8.0
+ROUNDS = 4
+WARMUP_TASKS = 20
+POLL_PAUSE_S = 0.005
+STARTUP_LIMIT_S = 30.0
+TASK_LIMIT_S = 30.0
+REPO_ROOT = Path(__file__).resolve().parents[1]
+ENVELOPE = {
+    "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+    "io.modelcontextprotocol/clientCapabilities": {
+        "extensions": {"io.modelcontextprotocol/tasks": {}}
+    },
+    "io.modelcontextprotocol/clientInfo": {"name": "bench", "version": "0"},
+}
+
+
+# ---- the two servers (run in child processes) -------------------------------------------------
+
+
+def serve_ours(port: int, store: str) -> None:
+    """Our server with the ``noop`` tool on a durable SQLite file."""
+    from longcall.server import LongcallServer
+
+    server = LongcallServer(store=f"sqlite:///{store}")
+
+    @server.tool(task="required", poll_interval_ms=50)
+    async def noop() -> dict[str, Any]:
+        return {"ok": True}
+
+    asyncio.run(server.serve(host="127.0.0.1", port=port))
+
+
+def serve_peer(port: int) -> None:
+    """fastmcp + fastmcp-tasks (memory://), the same ``noop`` tool, the same kind of socket."""
+    from datetime import timedelta
+
+    import uvicorn
+    from fastmcp import FastMCP
+    from fastmcp.utilities.tasks import TaskConfig
+    from fastmcp_tasks import TasksExtension
+
+    from longcall.server.app import listening_socket
+
+    mcp = FastMCP("peer")
+    mcp.add_extension(TasksExtension(url="memory://"))
+
+    @mcp.tool(task=TaskConfig(mode="required", poll_interval=timedelta(milliseconds=50)))
+    async def noop() -> dict[str, Any]:
+        return {"ok": True}
+
+    config = uvicorn.Config(mcp.http_app(), log_level="warning")
+    with listening_socket("127.0.0.1", port) as sock:
+        asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
+
+
+# ---- the shared client -------------------------------------------------------------------------
+
+
+class Driver:
+    """Creates ``noop`` tasks and polls each to ``completed`` (2026-07-28 wire, raw JSON-RPC)."""
+
+    def __init__(self, http: httpx.AsyncClient, url: str) -> None:
+        self.http = http
+        self.url = url
+        self.ids = itertools.count(1)
+
+    async def call(self, method: str, params: dict[str, Any], name: str) -> dict[str, Any]:
+        headers = {
+            "accept": "application/json, text/event-stream",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": method,
+            "mcp-name": name,
+        }
+        body = {
+            "jsonrpc": "2.0",
+            "id": next(self.ids),
+            "method": method,
+            "params": {**params, "_meta": ENVELOPE},
+        }
+        response = await self.http.post(self.url, json=body, headers=headers)
+        payload = response.json()
+        if "result" not in payload:
+            raise RuntimeError(f"{method} failed: {payload}")
+        return dict(payload["result"])
+
+    async def one_task(self) -> None:
+        created = await self.call("tools/call", {"name": "noop", "arguments": {}}, "noop")
+        task_id = created["taskId"]
+        deadline = time.monotonic() + TASK_LIMIT_S
+        while True:
+            task = await self.call("tasks/get", {"taskId": task_id}, task_id)
+            if task["status"] == "completed":
+                return
+            if task["status"] != "working" or time.monotonic() > deadline:
+                raise RuntimeError(f"task {task_id} ended {task['status']}")
+            await asyncio.sleep(POLL_PAUSE_S)
+
+    async def wait_ready(self, process: subprocess.Popen[bytes]) -> None:
+        deadline = time.monotonic() + STARTUP_LIMIT_S
+        while True:
+            try:
+                await self.http.post(self.url, json={"jsonrpc": "2.0", "id": 0, "method": "ping"})
+                return
+            except httpx.TransportError:
+                if process.poll() is not None or time.monotonic() > deadline:
+                    raise RuntimeError("benchmark server did not start") from None
+                await asyncio.sleep(0.05)
+
+    async def warm_up(self) -> None:
+        for _ in range(WARMUP_TASKS):
+            await self.one_task()
+
+    async def completed_within(self, seconds: float) -> tuple[int, float]:
+        """(tasks completed, elapsed s) with CONCURRENCY clients for ``seconds``."""
+        done = 0
+        stop_at = time.perf_counter() + seconds
+
+        async def worker() -> None:
+            nonlocal done
+            while time.perf_counter() < stop_at:
+                await self.one_task()
+                done += 1
+
+        started = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+        return done, time.perf_counter() - started
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def start_server(arguments: list[str]) -> tuple[int, subprocess.Popen[bytes]]:
+    """One benchmark server in a child process on a free port."""
+    port = free_port()
+    path = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
+    process = subprocess.Popen(
+        [sys.executable, "-m", "bench.bench_server", *arguments, "--port", str(port)],
+        cwd=REPO_ROOT,
+        env={**os.environ, "PYTHONPATH": path},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    return port, process
+
+
+def stop_server(process: subprocess.Popen[bytes]) -> None:
+    """Terminate a benchmark server (kill it if it lingers)."""
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+
+
+async def compare(servers: dict[str, tuple[int, subprocess.Popen[bytes]]]) -> dict[str, float]:
+    """Alternate short rounds between the servers (same client) so load drift hits both alike."""
+    limits = httpx.Limits(
+        max_connections=CONCURRENCY * 2, max_keepalive_connections=CONCURRENCY * 2
+    )
+    totals = {name: [0, 0.0] for name in servers}
+    async with httpx.AsyncClient(timeout=TASK_LIMIT_S, limits=limits) as http:
+        drivers = {
+            name: Driver(http, f"http://127.0.0.1:{port}/mcp")
+            for name, (port, _) in servers.items()
+        }
+        for name, driver in drivers.items():
+            await driver.wait_ready(servers[name][1])
+            await driver.warm_up()
+        for _ in range(ROUNDS):
+            for name, driver in drivers.items():
+                done, elapsed = await driver.completed_within(RUN_S / ROUNDS)
+                totals[name][0] += done
+                totals[name][1] += elapsed
+    return {name: done / elapsed for name, (done, elapsed) in totals.items()}
+
+
+def run() -> None:
+    """Measure both servers with the same client and print both figures and the ratio."""
+    with tempfile.TemporaryDirectory() as directory:
+        store = str(Path(directory) / "bench-tasks.db")
+        servers = {"ours": start_server(["ours", "--store", store]), "peer": start_server(["peer"])}
+        try:
+            rates = asyncio.run(compare(servers))
+        finally:
+            for _, process in servers.values():
+                stop_server(process)
+    ours, peer = rates["ours"], rates["peer"]
+    print(f"longcall.server (SQLite file, synchronous=FULL): {ours:8.1f} tasks/s")
+    print(f"fastmcp + fastmcp-tasks (memory://):            {peer:8.1f} tasks/s")
+    setup = f"{CONCURRENCY} clients, {ROUNDS} alternating rounds, {RUN_S:g} s per server"
+    print(f"ratio ours / peer: {ours / peer:.2f}x (target >= 1.0x; {setup})")
+
+
+def main() -> None:
+    """Child-process entry: serve one side of the benchmark."""
+    parser = argparse.ArgumentParser()
+    parser.add_argument("side", choices=["ours", "peer"])
+    parser.add_argument("--port", type=int, required=True)
+    parser.add_argument("--store", default=None)
+    args = parser.parse_args()
+    if args.side == "ours":
+        serve_ours(args.port, args.store)
+    else:
+        serve_peer(args.port)
+
+
+if __name__ == "__main__":
+    main()
