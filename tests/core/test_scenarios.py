@@ -12,6 +12,7 @@ from longcall.core import commands as c
 from longcall.core import events as e
 from longcall.core.errors import StaleEpoch, StaleEvent
 from longcall.core.machine import (
+    DEFAULT_POLICY,
     EMPTY_RESULT_WARNING,
     LATE_COMPLETION_WARNING,
     handle,
@@ -30,6 +31,7 @@ from .builders import (
     T0,
     new_record,
     record_in,
+    step,
     working_record,
 )
 
@@ -485,3 +487,22 @@ def test_synchronous_result_and_rejection_are_accepted_from_submitting() -> None
     assert rejected.record.state is State.ACCEPTED
     assert rejected.record.result_kind is ResultKind.PROTOCOL_ERROR
     assert rejected.record.server_status is ServerStatus.FAILED
+
+
+def test_poll_backoff_does_not_use_up_the_retry_budget() -> None:
+    """X9: after many unchanged polls a transient failure is retried; only failures count."""
+    r = step(new_record(), e.SubmitAcknowledged(operation_id=OP_ID)).record
+    for _ in range(DEFAULT_POLICY.retry.attempts_max + 2):
+        r = step(r, e.WorkingObserved()).record
+    assert r.backoff_step > DEFAULT_POLICY.retry.attempts_max
+    timeout = e.RequestFailed(request=RequestKind.POLL, failure=FailureKind.TIMEOUT)
+    for _ in range(DEFAULT_POLICY.retry.attempts_max):
+        t = step(r, timeout)
+        assert t.record.state is State.WORKING
+        assert [type(x) for x in t.commands] == [c.Poll]
+        r = t.record
+    # An answer resets the count of failures in a row.
+    assert step(step(r, e.WorkingObserved()).record, timeout).record.state is State.WORKING
+    t = step(r, timeout)
+    assert t.record.state is State.RECONCILIATION_REQUIRED
+    assert "retries exhausted" in (t.record.reconciliation_reason or "")

@@ -34,16 +34,17 @@ def free_port() -> int:
 class ServerProcess:
     """The restart-test server as a real child process."""
 
-    def __init__(self, store: str, port: int) -> None:
+    def __init__(self, store: str, port: int, argv: list[str] | None = None) -> None:
         self.store = store
         self.port = port
+        self.argv = argv or [str(SERVER_SCRIPT), "--store", store, "--port", str(port)]
         self.url = f"http://127.0.0.1:{port}/mcp"
         self.process: subprocess.Popen[bytes] | None = None
 
     def start(self) -> None:
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(
-            [sys.executable, str(SERVER_SCRIPT), "--store", self.store, "--port", str(self.port)],
+            [sys.executable, *self.argv],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
@@ -127,3 +128,31 @@ async def test_every_task_answers_after_sigkill_and_restart(
     await modern.result("tasks/update", {"taskId": ask["taskId"], "inputResponses": answer})
     answered = await modern.wait_status(ask["taskId"], {"completed"})
     assert answered["result"]["structuredContent"] == {"action": "accept", "content": {"ok": True}}
+
+
+async def test_longcall_serve_runs_the_reference_server(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    """``longcall serve --store --host --port`` serves the five reference tools at /mcp."""
+    port = free_port()
+    store = f"sqlite:///{tmp_path / 'cli.db'}"
+    command = "from longcall.cli import main; main()"
+    argv = ["-c", command, "serve", "--store", store, "--host", "127.0.0.1", "--port", str(port)]
+    process = ServerProcess(store, port, argv)
+    process.start()
+    try:
+        await process.wait_ready(http)
+        client = ModernClient(http, process.url)
+        tools = await client.result("tools/list")
+        assert {tool["name"] for tool in tools["tools"]} == {
+            "sleep_report",
+            "crawl",
+            "approve",
+            "fail",
+            "echo",
+        }
+        task = await client.create("crawl", {"pages": 0, "items_per_page": 0})
+        assert (await client.wait_status(task["taskId"], {"completed"}))["status"] == "completed"
+        assert (tmp_path / "cli.db").exists()
+    finally:
+        process.stop()

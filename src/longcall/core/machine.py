@@ -243,6 +243,7 @@ def _start_polling(
         poll_interval_s=interval_s,
         expires_at=None if ttl_s is None else x.now + ttl_s,
         backoff_step=0,
+        failed_attempts=0,
     )
     return _schedule_poll(r, x)
 
@@ -257,9 +258,7 @@ def _submit_outcome_lost(r: OperationRecord, ev: e.SubmitOutcomeLost, x: _Ctx) -
         # X2: an idempotent tool may be sent again, with the SAME key.
         attempt = r.submit_attempts + 1
         at = x.now + backoff_delay_s(x.policy.retry, attempt, x.jitter)
-        r = evolve(
-            r, state=State.SUBMISSION_UNKNOWN, submit_attempts=attempt, next_poll_at=at
-        )
+        r = evolve(r, state=State.SUBMISSION_UNKNOWN, submit_attempts=attempt, next_poll_at=at)
         return r, [c.SendSubmit(submission_key=r.submission_key, attempt=attempt, at=at)]
     if r.tool_idempotent:
         return _escalate(
@@ -297,6 +296,7 @@ def _never_created(r: OperationRecord, ev: e.SubmissionNeverCreated, x: _Ctx) ->
         submit_attempts=attempt,
         next_poll_at=x.now,
         reconciliation_reason=None,
+        failed_attempts=0,
     )
     # Resubmission is allowed only now, after the proof, and with the same key (X2).
     return r, [c.SendSubmit(submission_key=r.submission_key, attempt=attempt, at=x.now)]
@@ -320,6 +320,7 @@ def _working(r: OperationRecord, ev: e.WorkingObserved, x: _Ctx) -> _Out:
         poll_interval_s=interval,
         poll_count=r.poll_count + 1,
         backoff_step=step,
+        failed_attempts=0,
         input_keys_pending=(),
         input_deadline_at=None,
     )
@@ -331,7 +332,10 @@ def _input_requested(r: OperationRecord, ev: e.InputRequestObserved, x: _Ctx) ->
     if r.state is State.CANCEL_REQUESTED:
         # The cancel is pending: no input is asked for; keep polling for the terminal.
         r = evolve(
-            r, poll_count=r.poll_count + 1, server_status_raw=ev.server_status_raw
+            r,
+            poll_count=r.poll_count + 1,
+            server_status_raw=ev.server_status_raw,
+            failed_attempts=0,
         )
         return _schedule_poll(r, x)
     unanswered = tuple(k for k in ev.keys if k not in r.input_keys_answered)
@@ -347,6 +351,7 @@ def _input_requested(r: OperationRecord, ev: e.InputRequestObserved, x: _Ctx) ->
         server_status_raw=ev.server_status_raw,
         status_message=ev.status_message if ev.status_message is not None else r.status_message,
         poll_count=r.poll_count + 1,
+        failed_attempts=0,
         input_round=r.input_round + 1 if fresh else r.input_round,
         input_keys_pending=unanswered,
         input_schema_digest=ev.schema_digest,
@@ -430,6 +435,7 @@ def _terminal(r: OperationRecord, ev: e.TerminalObserved, x: _Ctx) -> _Out:
         server_status_raw=ev.server_status_raw,
         status_message=ev.status_message if ev.status_message is not None else r.status_message,
         poll_count=r.poll_count + 1,
+        failed_attempts=0,
         input_keys_pending=(),
         next_poll_at=None,
     )
@@ -439,7 +445,9 @@ def _terminal(r: OperationRecord, ev: e.TerminalObserved, x: _Ctx) -> _Out:
 
 @_on(e.ResultFetchStarted)
 def _fetch_started(r: OperationRecord, ev: e.ResultFetchStarted, x: _Ctx) -> _Out:
-    r = evolve(r, state=State.FETCHING_RESULT, backoff_step=0, next_poll_at=x.now)
+    r = evolve(
+        r, state=State.FETCHING_RESULT, backoff_step=0, failed_attempts=0, next_poll_at=x.now
+    )
     return r, [c.FetchResult(operation_id=_op(r), at=x.now)]
 
 
@@ -493,6 +501,7 @@ def _cancel_requested(r: OperationRecord, ev: e.CancelRequested, x: _Ctx) -> _Ou
         input_keys_pending=(),
         next_poll_at=x.now,
         backoff_step=0,
+        failed_attempts=0,
     )
     return r, [c.SendCancel(operation_id=_op(r), cancel_generation=generation, at=x.now)]
 
@@ -505,14 +514,16 @@ def _cancel_acknowledged(r: OperationRecord, ev: e.CancelAcknowledged, x: _Ctx) 
             f"(current {r.cancel_generation}, acknowledged: {r.cancel_acknowledged_at is not None})"
         )
     # The ack is only a request taken: keep polling for the real terminal (X5).
-    r = evolve(r, cancel_acknowledged_at=x.now)
+    r = evolve(r, cancel_acknowledged_at=x.now, failed_attempts=0)
     return _schedule_poll(r, x)
 
 
 @_on(e.CancelRefused)
 def _cancel_refused(r: OperationRecord, ev: e.CancelRefused, x: _Ctx) -> _Out:
     # Already terminal on the server: read that terminal, never rewrite it as cancelled.
-    r = evolve(r, cancel_acknowledged_at=x.now, last_error=ev.reason, next_poll_at=x.now)
+    r = evolve(
+        r, cancel_acknowledged_at=x.now, last_error=ev.reason, next_poll_at=x.now, failed_attempts=0
+    )
     return r, [c.Poll(operation_id=_op(r), at=x.now)]
 
 
@@ -557,15 +568,16 @@ def _request_failed(r: OperationRecord, ev: e.RequestFailed, x: _Ctx) -> _Out:
             f"is stale in {r.state}"
         )
     error = f"{ev.request.value} failed ({ev.failure.value}){': ' + ev.detail if ev.detail else ''}"
-    step = r.backoff_step + 1
+    # X9: the retry limit counts failures in a row, not the poll backoff of X3.
+    failures = r.failed_attempts + 1
     if not is_retryable(ev.failure):
         return _escalate(evolve(r, last_error=error), f"not retryable: {error}")
-    if step > x.policy.retry.attempts_max:
+    if failures > x.policy.retry.attempts_max:
         return _escalate(evolve(r, last_error=error), f"retries exhausted: {error}")
-    r = evolve(r, backoff_step=step, last_error=error)
+    r = evolve(r, backoff_step=r.backoff_step + 1, failed_attempts=failures, last_error=error)
     if ev.request is RequestKind.POLL:
         return _schedule_poll(r, x, retry_after_s=ev.retry_after_s)
-    at = x.now + max(backoff_delay_s(x.policy.retry, step, x.jitter), ev.retry_after_s or 0.0)
+    at = x.now + max(backoff_delay_s(x.policy.retry, failures, x.jitter), ev.retry_after_s or 0.0)
     r = evolve(r, next_poll_at=at)
     return r, [_retry_command(r, ev.request, at)]
 

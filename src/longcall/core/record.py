@@ -81,6 +81,11 @@ class OperationRecord:
     next_poll_at: float | None = None
     poll_count: int = 0
     backoff_step: int = 0
+    failed_attempts: int = 0
+    """Requests failed in a row since the server last answered: bounds retries (X9).
+
+    Kept apart from ``backoff_step``, which also grows while polls see no change (X3).
+    """
     # input (X4)
     input_round: int = 0
     input_keys_pending: tuple[str, ...] = ()

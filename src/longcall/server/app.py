@@ -136,6 +136,8 @@ class LongcallServer:
             return JSONResponse(error_response(_id_of(message), shape_error), 400)
         if "method" not in message:
             return await self._client_response(principal, message)
+        if "id" not in message:
+            return Response(status_code=202)  # notifications need no answer, not even an error
         is_modern = modern.is_modern(message, headers)
         try:
             if is_modern:
@@ -148,8 +150,6 @@ class LongcallServer:
                 principal=principal,
                 accepts_event_stream="text/event-stream" in headers.get("accept", ""),
             )
-            if "id" not in message:
-                return Response(status_code=202)  # notifications need no answer here
             protocol = self.modern if is_modern else self.legacy
             reply = await protocol.handle(rpc)
         except JsonRpcError as exc:

@@ -139,6 +139,8 @@ def build_tool_spec(
             continue
         default = ... if parameter.default is inspect.Parameter.empty else parameter.default
         fields[parameter.name] = (annotation, default)
+    if output_schema is None:
+        output_schema = _declared_output_schema(hints.get("return"))
     tool_name = name or function.__name__
     model = pydantic.create_model(
         f"{tool_name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
@@ -159,6 +161,15 @@ def build_tool_spec(
         arguments_model=model,
         context_parameter=context_parameter,
     )
+
+
+def _declared_output_schema(annotation: Any) -> dict[str, Any] | None:
+    """The output schema a function declares by returning a pydantic model."""
+    if not (isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel)):
+        return None
+    schema = annotation.model_json_schema()
+    schema.pop("title", None)
+    return schema
 
 
 class ToolRegistry:
