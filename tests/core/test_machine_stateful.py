@@ -285,6 +285,11 @@ class MachineModel(RuleBasedStateMachine):
             assert record.result_kind is ResultKind.CANCELLED
 
     @invariant()
+    def retries_stay_bounded(self) -> None:
+        """Failed requests in a row never exceed the retry policy's attempts_max."""
+        assert 0 <= self.record.failed_attempts <= self.policy.retry.attempts_max
+
+    @invariant()
     def version_counts_accepted_events(self) -> None:
         """The row version is 1 plus the number of accepted events."""
         assert self.record.version == 1 + self.accepted_events
