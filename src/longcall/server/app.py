@@ -27,7 +27,7 @@ from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from longcall.server import legacy, modern
@@ -71,6 +71,9 @@ class LongcallServer:
         self.tool = self.registry.tool
         self.manager = TaskManager(store=self.store, registry=self.registry, clock=clock)
         self._authenticate = authenticator
+        self.authenticate = authenticator
+        self.routes: list[BaseRoute] = []
+        """Further routes beside ``/mcp`` (the AIP-151 and Apify-style facades, S8)."""
         faults = CreateFaultPlan(self.options.drop_create_response_at)
         self.modern = modern.ModernProtocol(
             manager=self.manager, options=self.options, faults=faults
@@ -95,7 +98,10 @@ class LongcallServer:
                     self.store.close()
 
         return Starlette(
-            routes=[Route(MCP_PATH, self._endpoint, methods=["GET", "POST", "DELETE"])],
+            routes=[
+                Route(MCP_PATH, self._endpoint, methods=["GET", "POST", "DELETE"]),
+                *self.routes,
+            ],
             lifespan=lifespan,
         )
 

@@ -48,9 +48,13 @@ def build_reference_server(
     options: ServerOptions | None = None,
     authenticator: Authenticator = token_principal,
 ) -> LongcallServer:
-    """A server with the five example tools registered."""
+    """A server with the five example tools registered, also served as AIP-151 operations
+    under ``/v1`` (S8)."""
+    from longcall.server.aip151 import mount_aip151
+
     server = LongcallServer(store=store, options=options, authenticator=authenticator)
     register_reference_tools(server)
+    mount_aip151(server)
     return server
 
 

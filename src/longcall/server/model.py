@@ -35,6 +35,10 @@ class ProtocolVersion(StrEnum):
 
     MODERN = "2026-07-28"
     LEGACY = "2025-11-25"
+    AIP151 = "aip-151"
+    """A Google AIP-151 operation started through ``longcall.server.aip151`` (S8)."""
+    APIFY = "apify"
+    """An Apify-style run started through ``longcall.server.apify`` (S8)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
