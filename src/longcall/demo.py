@@ -114,7 +114,7 @@ async def _phase_one(ledger: Ledger, url: str, console: Console) -> bool:
     ok = ok and "empty_result" in ledger.get("empty-crawl").warnings
     lost = [h.event for h in ledger.history("lost-create")]
     ok = ok and "SubmitOutcomeLost" in lost and "SubmissionFound" in lost
-    console.print(f"lost-create timeline: {' → '.join(lost)}")
+    console.print(f"\nlost-create timeline: {' → '.join(lost)}")
     return ok
 
 
@@ -229,7 +229,9 @@ def _receipts_table(ledger: Ledger) -> Table:
     table = Table(title="terminal receipts", title_justify="left")
     for column in ("call node", "status", "kind", "protocol", "epoch", "cancel gen", "warnings"):
         table.add_column(column)
-    protocols = {r.call_node_id: r.protocol for r in ledger.list_by_state()}
+    protocols = {
+        r.call_node_id: r.protocol.removeprefix("mcp_tasks_") for r in ledger.list_by_state()
+    }
     for receipt in ledger.receipts():
         table.add_row(
             receipt.call_node_id,
