@@ -32,10 +32,10 @@ import httpx
 import jsonschema
 
 from longcall.adapters.base import Outcome, ProgressSink
-from longcall.core.events import ResultFetched, ResultFetchFailed
+from longcall.core.events import RequestFailed, ResultFetched, ResultFetchFailed
 from longcall.core.keys import canonical_json, digest_bytes, digest_json
 from longcall.core.record import ResultKind, ServerStatus
-from longcall.core.retry import FailureKind
+from longcall.core.retry import FailureKind, RequestKind
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
@@ -538,6 +538,27 @@ def verify_result(
             operation_id=operation_id,
         ),
         payload=payload,
+    )
+
+
+def fetch_failure(failure: WireFailure) -> Outcome:
+    """A failed result fetch: a truncated or garbled body is ``ResultFetchFailed``
+    (retryable, X6); any other failure is the request's (``RequestFailed``, X9)."""
+    if failure.kind in (FailureKind.MALFORMED_RESPONSE, FailureKind.TRANSPORT):
+        return Outcome(
+            event=ResultFetchFailed(
+                reason=f"result truncated or malformed: {failure.detail}",
+                retryable=True,
+                retry_after_s=failure.retry_after_s,
+            )
+        )
+    return Outcome(
+        event=RequestFailed(
+            request=RequestKind.FETCH,
+            failure=failure.kind,
+            retry_after_s=failure.retry_after_s,
+            detail=failure.detail,
+        )
     )
 
 

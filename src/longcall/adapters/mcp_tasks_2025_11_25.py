@@ -39,6 +39,7 @@ from longcall.adapters.mcp_common import (
     WireFailure,
     descriptor_digest,
     error_body,
+    fetch_failure,
     find_tool,
     list_tools,
     progress_hook,
@@ -414,7 +415,7 @@ class McpTasks20251125Adapter(Adapter):
         # plain JSON so a (wrongly) non-terminal task cannot open a side channel here.
         answer = await self._call("tasks/result", {"taskId": task_id}, accept="application/json")
         if isinstance(answer, WireFailure):
-            return _failure(RequestKind.FETCH, answer)
+            return fetch_failure(answer)
         binding = await self._binding(record.tool_name)
         if answer.error is not None:
             error = answer.error

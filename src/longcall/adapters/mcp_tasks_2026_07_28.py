@@ -36,6 +36,7 @@ from longcall.adapters.mcp_common import (
     WireFailure,
     descriptor_digest,
     error_body,
+    fetch_failure,
     find_tool,
     list_tools,
     progress_hook,
@@ -399,7 +400,7 @@ class McpTasks20260728Adapter(Adapter):
             # After a restart the cache is empty: the result is inlined in tasks/get (X6).
             answer = await self._task_request("tasks/get", task_id)
             if isinstance(answer, WireFailure):
-                return request_failed(RequestKind.FETCH, answer)
+                return fetch_failure(answer)
             if answer.error is not None:
                 return self._task_error(RequestKind.FETCH, answer)
             task = answer.result or {}
@@ -465,7 +466,8 @@ class McpTasks20260728Adapter(Adapter):
         if isinstance(answer, WireFailure):
             return request_failed(RequestKind.INPUT, answer)
         if answer.error is not None:
-            return self._task_error(RequestKind.INPUT, answer)
+            # -32602 here may be an unknown task or a malformed answer: never retried (X9).
+            return request_failed(RequestKind.INPUT, answer)
         return None
 
     def _task_error(self, request: RequestKind, answer: RpcAnswer) -> Outcome:
