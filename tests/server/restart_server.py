@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 from typing import Any
 
 from longcall.server import LongcallServer, TaskContext
@@ -22,7 +23,7 @@ def build(store: str) -> LongcallServer:
     @server.tool(task="required", idempotent=True)
     async def hold(seconds: float) -> dict[str, Any]:
         await asyncio.sleep(seconds)
-        return {"held": seconds}
+        return {"held": seconds, "pid": os.getpid()}
 
     @server.tool(task="required", idempotent=False)
     async def once(seconds: float) -> dict[str, Any]:

@@ -93,13 +93,15 @@ async def test_every_task_answers_after_sigkill_and_restart(
 
     done = await modern.create("hold", {"seconds": 0})
     done_before = await modern.wait_status(done["taskId"], {"completed"})
-    rerun = await modern.create("hold", {"seconds": 1.0})
     once = await modern.create("once", {"seconds": 60})
     ask = await modern.create("ask", {})
     ask_before = await modern.wait_status(ask["taskId"], {"input_required"})
     ask_once = await modern.create("ask_once", {})
     await modern.wait_status(ask_once["taskId"], {"input_required"})
     legacy_once = await legacy.create("once", {"seconds": 60})
+    rerun = await modern.create("hold", {"seconds": 1.0})
+    assert server_process.process is not None
+    first_pid = server_process.process.pid
 
     server_process.kill()
     server_process.start()
@@ -119,7 +121,8 @@ async def test_every_task_answers_after_sigkill_and_restart(
 
     completed = await modern.wait_status(rerun["taskId"], {"completed", "failed"})
     assert completed["status"] == "completed"
-    assert completed["result"]["structuredContent"] == {"held": 1.0}
+    assert completed["result"]["structuredContent"]["held"] == 1.0
+    assert completed["result"]["structuredContent"]["pid"] != first_pid  # ran again after restart
 
     asked = await modern.wait_status(ask["taskId"], {"input_required"})
     assert asked["inputRequests"] == ask_before["inputRequests"]
