@@ -168,7 +168,9 @@ class ModernDialect(Dialect):
     version = MODERN
 
     def meta(self, method: str, *, consent: bool) -> dict[str, Any]:
-        capabilities: dict[str, Any] = {}
+        # X4: form elicitation is answered through the approval gate, so it is declared
+        # (a server must not send input requests the client did not declare, SEP-2322).
+        capabilities: dict[str, Any] = {"elicitation": {"form": {}}}
         if consent:
             # P1: consent is per request, on every request that may return a task and on
             # every tasks/* request ("Servers MUST NOT infer capabilities").
