@@ -91,8 +91,8 @@ def main() -> None:
             await super().startup(sockets=sockets)
             # Written once, atomically (rename), after uvicorn is serving.
             scratch = port_file.with_suffix(".tmp")
-            scratch.write_text(str(sock.getsockname()[1]))  # noqa: ASYNC240 - one tiny write
-            scratch.replace(port_file)  # noqa: ASYNC240
+            scratch.write_text(str(sock.getsockname()[1]))
+            scratch.replace(port_file)
 
     config = uvicorn.Config(app, log_level="warning", lifespan="on")
     asyncio.run(Server(config).serve(sockets=[sock]))
