@@ -119,10 +119,11 @@ def _truncating(send: Send) -> Send:
 
 
 @contextlib.asynccontextmanager
-async def serve(app: App) -> AsyncIterator[str]:
-    """Serve an ASGI app on a free 127.0.0.1 port; yields the MCP URL."""
+async def serve(app: App, port: int = 0) -> AsyncIterator[str]:
+    """Serve an ASGI app on 127.0.0.1 (a free port unless given); yields the MCP URL."""
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", port))
     sock.listen(128)
     port = sock.getsockname()[1]
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
