@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import asyncio
+import contextlib
+import itertools
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
+import uvicorn
 
 from longcall.server import LongcallServer, running_server
+from longcall.server.app import listening_socket
 from longcall.server.examples import build_reference_server
 
 
@@ -23,3 +30,28 @@ async def serve(server: LongcallServer) -> AsyncIterator[str]:
     """Serve ``server`` and yield its base URL (helper for tests building their own server)."""
     async with running_server(server) as url:
         yield url.removesuffix("/mcp")
+
+
+async def wait_until(condition: Callable[[], bool], *, timeout_s: float = 10.0) -> None:
+    """Bounded polling of a real condition (no sleep-and-hope): fails after ``timeout_s``."""
+    with anyio.fail_after(timeout_s):
+        for _ in itertools.count():
+            if condition():
+                return
+            await anyio.sleep(0.02)
+
+
+@contextlib.asynccontextmanager
+async def serve_app(app: Any) -> AsyncIterator[str]:
+    """Serve any ASGI app on a free 127.0.0.1 port (a crafted, misbehaving peer)."""
+    sock = listening_socket("127.0.0.1", 0)
+    port = sock.getsockname()[1]
+    server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+    serving = asyncio.get_running_loop().create_task(server.serve(sockets=[sock]))
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        with contextlib.suppress(asyncio.CancelledError):
+            await serving
+        sock.close()

@@ -132,6 +132,8 @@ def render_operation(record: TaskRecord) -> dict[str, Any]:
         "state": record.status.value.upper(),
         "createTime": timestamp(record.created_at),
         "updateTime": timestamp(record.last_updated_at),
+        # A polling hint (a longcall convention inside the metadata Struct; X3).
+        "pollIntervalMs": record.poll_interval_ms,
     }
     if record.status_message:
         metadata["statusMessage"] = record.status_message
@@ -295,7 +297,11 @@ class Aip151Facade:
                 ) from exc
             raise ApiError(INVALID_ARGUMENT, exc.message, "INVALID_ARGUMENTS") from exc
         if created.record.is_expired(self.manager.clock()):
-            raise ApiError(NOT_FOUND, f"the operation of requestId {request_id!r} has expired")
+            raise ApiError(
+                ALREADY_EXISTS,
+                f"requestId {request_id!r} named an operation that has expired",
+                "REQUEST_ID_EXPIRED",
+            )
         if created.created and self._faults.should_drop_next_creation():
             return _DroppedResponse()
         return JSONResponse(render_operation(created.record))
@@ -341,11 +347,19 @@ class Aip151Facade:
         query = request.query_params
         page_size = _page_size(query.get("pageSize") or query.get("page_size"))
         token = query.get("pageToken") or query.get("page_token") or None
-        done_filter = _done_filter(query.get("filter", ""))
+        done_filter, request_id = _parse_filter(query.get("filter", ""))
         after = _decode_token(token) if token else None
-        rows = await self.manager.store.list_for_principal(
-            principal.subject, PROTOCOL, after=after, limit=page_size
-        )
+        if request_id is not None:
+            # AIP-155 lookup without creating: the caller's operation under that id, if any.
+            task_id = await self.manager.store.lookup_submission(
+                principal.subject, REQUEST_ID_KEY_PREFIX + request_id
+            )
+            record = None if task_id is None else await self.manager.store.get(task_id)
+            rows = [] if record is None or record.protocol is not PROTOCOL else [record]
+        else:
+            rows = await self.manager.store.list_for_principal(
+                principal.subject, PROTOCOL, after=after, limit=page_size
+            )
         now = self.manager.clock()
         operations = [
             render_operation(row)
@@ -355,7 +369,7 @@ class Aip151Facade:
             and (done_filter is None or row.status.is_terminal is done_filter)
         ]
         body: dict[str, Any] = {"operations": operations}
-        if len(rows) == page_size:
+        if request_id is None and len(rows) == page_size:
             body["nextPageToken"] = _encode_token(rows[-1].task_id)
         return JSONResponse(body)
 
@@ -400,14 +414,24 @@ def _page_size(raw: str | None) -> int:
     return PAGE_SIZE_DEFAULT if size == 0 else min(size, PAGE_SIZE_MAX)
 
 
-def _done_filter(raw: str) -> bool | None:
-    """The one filter supported: ``done=true`` / ``done=false`` (AIP-160 subset)."""
-    text = raw.replace(" ", "").lower()
+_REQUEST_ID_FILTER = re.compile(r'^request_?id\s*=\s*"([^"]+)"$', re.IGNORECASE)
+
+
+def _parse_filter(raw: str) -> tuple[bool | None, str | None]:
+    """The filters supported (an AIP-160 subset): ``done=true|false`` and
+    ``requestId="<uuid>"`` (the lookup by AIP-155 request id, an extension)."""
+    text = raw.strip()
     if not text:
-        return None
-    if text in ("done=true", "done=false"):
-        return text.endswith("true")
-    raise ApiError(INVALID_ARGUMENT, f"unsupported filter {raw!r} (only done=true|false)")
+        return None, None
+    match = _REQUEST_ID_FILTER.match(text)
+    if match is not None:
+        return None, _checked_request_id(match.group(1))
+    compact = text.replace(" ", "").lower()
+    if compact in ("done=true", "done=false"):
+        return compact.endswith("true"), None
+    raise ApiError(
+        INVALID_ARGUMENT, f'unsupported filter {raw!r} (done=true|false or requestId="…")'
+    )
 
 
 def _encode_token(task_id: str) -> str:
