@@ -72,6 +72,8 @@ def receipt_view(ledger: Ledger, record: OperationRecord) -> dict[str, Any]:
         "result_kind": record.result_kind.value if record.result_kind else None,
         "result_digest": receipt.result_digest if receipt else record.result_digest,
         "warnings": list(record.warnings),
+        "input_round": record.input_round,
+        "input_keys_pending": list(record.input_keys_pending),
         "cancel_generation": record.cancel_generation,
         "execution_epoch": record.execution_epoch,
         "effect_reconciliation_required": record.effect_reconciliation_required,
