@@ -313,7 +313,7 @@ async def test_forbidden_tool_answers_inline(served: Served, version: str) -> No
         await driver.adapter.aclose()
 
 
-@pytest.mark.parametrize("version", ["sync", "sync@2025-11-25"])
+@pytest.mark.parametrize("version", ["sync", "2025-11-25/sync"])
 async def test_sync_adapter(served: Served, version: str) -> None:
     """P5: tools/call under a request timeout; the reply is the outcome (X10)."""
     driver = await _driver(served.url, version, "echo", {"text": "plain"})
@@ -349,7 +349,7 @@ async def test_sync_refuses_a_long_call(served: Served) -> None:
             await adapter.bind("echo")
     finally:
         await adapter.aclose()
-    legacy_sync = await connect(served.url, prefer="sync@2025-11-25")
+    legacy_sync = await connect(served.url, prefer="2025-11-25/sync")
     try:
         with pytest.raises(TaskSupportMissing):
             await legacy_sync.bind("crawl")  # taskSupport: required

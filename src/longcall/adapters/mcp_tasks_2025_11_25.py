@@ -344,7 +344,10 @@ class McpTasks20251125Adapter(Adapter):
         collected: list[dict[str, Any]] = []
         scope_holder: list[anyio.CancelScope] = []
 
+        progress = progress_hook(self.progress, record.call_node_id, [])
+
         def on_message(incoming: dict[str, Any]) -> bool:
+            progress(incoming)  # X11: progress for the task may share this stream
             if "id" in incoming and incoming.get("method") in (
                 "elicitation/create",
                 "sampling/createMessage",
@@ -402,8 +405,7 @@ class McpTasks20251125Adapter(Adapter):
                 headers=self.dialect.headers("", None),
             )
             if failure is not None:
-                if failure.http_status == 400:
-                    return Outcome(event=OperationNotFound(detail=failure.detail))
+                # A 400 may be an unknown task or an invalid answer: never retried (X9).
                 return _failure(RequestKind.INPUT, failure)
         return None
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import httpx
+
 from longcall.adapters.base import Adapter, AdapterError, ProgressSink
 from longcall.adapters.mcp_common import (
     CLIENT_INFO,
@@ -30,7 +32,7 @@ from longcall.adapters.sync import SyncAdapter
 
 Preference = str
 """``"2026-07-28"``, ``"2025-11-25"``, ``"sync"`` or a bound protocol name such as
-``"sync@2025-11-25"`` (a record's ``protocol``: P6 keeps serving its operations)."""
+``"2025-11-25/sync"`` (a record's ``protocol``: P6 keeps serving its operations)."""
 
 
 class NegotiationFailed(AdapterError):
@@ -90,17 +92,18 @@ async def connect(
     long_call: bool = False,
     progress: ProgressSink | None = None,
     timeout_s: float = DEFAULT_REQUEST_TIMEOUT_S,
+    http: httpx.AsyncClient | None = None,
 ) -> Adapter:
     """Negotiate with the server at ``url`` and return the adapter to use (X1).
 
     ``prefer`` tries that protocol first (and ``"sync"`` skips task negotiation);
     ``long_call`` makes the synchronous fallback refuse at ``bind`` rather than run a
-    long call under a request timeout.
+    long call under a request timeout. ``http`` lends a client (it is then not closed).
     """
-    session = RpcSession(url, token=token, timeout_s=timeout_s)
-    if prefer is not None and prefer.startswith("sync"):
-        version = prefer.partition("@")[2]
-        prefer = "2025-11-25" if version == LEGACY else "sync"
+    session = RpcSession(url, token=token, timeout_s=timeout_s, http=http)
+    if prefer is not None and (prefer == "sync" or prefer.endswith("/sync")):
+        version = prefer.partition("/")[0]
+        prefer = "sync"
         if version == LEGACY:
             return await _legacy_sync(session, long_call, progress, timeout_s)
     try:

@@ -63,7 +63,8 @@ class SyncAdapter(Adapter):
     ) -> None:
         self.session = session
         self.dialect = dialect
-        self.protocol = f"sync@{dialect.version}"
+        # "<version>/sync": the version frames the call, the suffix says no tasks (P5).
+        self.protocol = f"{dialect.version}/sync"
         self.timeout_s = timeout_s
         self.long_call = long_call
         self.progress = progress
