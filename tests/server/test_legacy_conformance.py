@@ -291,3 +291,30 @@ async def test_versions_do_not_share_tasks(http: httpx.AsyncClient, reference_ur
     legacy = LegacyClient(http, reference_url)
     task = await modern.create("crawl", {"pages": 0, "items_per_page": 0})
     assert (await legacy.error("tasks/get", {"taskId": task["taskId"]}))["code"] == -32602
+
+
+async def test_progress_token_outlives_the_create(legacy: LegacyClient) -> None:
+    """A task created with a progressToken gets notifications/progress on the GET stream (§2.7)."""
+    headers = {**legacy.headers(), "accept": "text/event-stream"}
+    progress: list[dict[str, Any]] = []
+    params = {
+        "name": "sleep_report",
+        "arguments": {"seconds": 0.3, "rows": 1},
+        "task": {},
+        "_meta": {"progressToken": "p-1"},
+    }
+    with anyio.fail_after(10):
+        async with legacy.http.stream("GET", legacy.url, headers=headers) as stream:
+            task = (await legacy.result("tools/call", params))["task"]
+            async for line in stream.aiter_lines():
+                if not line.startswith("data:"):
+                    continue
+                message = json.loads(line[5:])
+                if message["method"] == "notifications/progress":
+                    progress.append(message["params"])
+                elif message["params"]["status"] == "completed":
+                    break
+    assert progress
+    assert {note["progressToken"] for note in progress} == {"p-1"}
+    assert all(note["_meta"][RELATED] == {"taskId": task["taskId"]} for note in progress)
+    assert progress[-1]["progress"] <= progress[-1]["total"]

@@ -25,7 +25,7 @@ from longcall.server.errors import (
 )
 from longcall.server.model import Principal, ProtocolVersion, TaskRecord, TaskStatus
 from longcall.server.options import CreateFaultPlan, ServerOptions
-from longcall.server.tasks import TaskManager
+from longcall.server.tasks import Progress, TaskManager
 from longcall.server.wire import (
     LOOKUP_METHOD,
     RELATED_TASK_META_KEY,
@@ -37,6 +37,7 @@ from longcall.server.wire import (
     error_response,
     iso8601,
     notification,
+    request_meta,
     require_string,
     response,
     submission_key,
@@ -92,6 +93,8 @@ class LegacyProtocol:
         self._manager = manager
         self._options = options
         self._faults = faults
+        self._progress_tokens: dict[str, str | int] = {}
+        """taskId -> the creating request's progressToken, valid for the task's life (§2.7)."""
 
     async def handle(self, request: RpcRequest) -> Reply | Streamed:
         """Dispatch one request."""
@@ -171,6 +174,9 @@ class LegacyProtocol:
             submission_key=submission_key(request.params),
             ttl_ms=actual_ttl,
         )
+        token = request_meta(request.params).get("progressToken")
+        if outcome.created and isinstance(token, str | int) and not isinstance(token, bool):
+            self._progress_tokens[outcome.record.task_id] = token
         drop = outcome.created and self._faults.should_drop_next_creation()
         return Reply(result={"task": task_fields(outcome.record)}, drop_response=drop)
 
@@ -297,15 +303,32 @@ class LegacyProtocol:
         await self._manager.answer(record, {key: validate_elicit_result(key, result)})
 
     async def status_stream(self, principal: Principal) -> AsyncIterator[dict[str, Any]]:
-        """The standalone GET stream: ``notifications/tasks/status`` for the caller's tasks (S7)."""
+        """The standalone GET stream (S7): ``notifications/tasks/status`` for the caller's tasks,
+        and ``notifications/progress`` for those created with a ``progressToken``."""
         async with self._manager.watching() as changes:
             while True:
-                task_id = await changes.get()
-                record = await self._manager.store.get(task_id)
+                change = await changes.get()
+                record = await self._manager.store.get(change.task_id)
                 if (
                     record is None
                     or record.principal != principal.subject
                     or record.protocol is not VERSION
                 ):
                     continue
+                token = self._progress_tokens.get(record.task_id)
+                if token is not None and change.progress is not None:
+                    yield progress_notification(record.task_id, token, change.progress)
                 yield notification("notifications/tasks/status", task_fields(record))
+                if record.status.is_terminal:
+                    self._progress_tokens.pop(record.task_id, None)
+
+
+def progress_notification(task_id: str, token: str | int, progress: Progress) -> dict[str, Any]:
+    """``notifications/progress`` for a task's progressToken, with related-task ``_meta``."""
+    params: dict[str, Any] = {"progressToken": token, "progress": progress.progress}
+    if progress.total is not None:
+        params["total"] = progress.total
+    if progress.message is not None:
+        params["message"] = progress.message
+    params["_meta"] = related_task_meta(task_id)
+    return notification("notifications/progress", params)

@@ -32,7 +32,7 @@ from longcall.server.errors import (
 )
 from longcall.server.model import ProtocolVersion, TaskRecord, TaskStatus
 from longcall.server.options import CreateFaultPlan, ServerOptions
-from longcall.server.tasks import TaskManager
+from longcall.server.tasks import TaskChange, TaskManager
 from longcall.server.wire import (
     LOOKUP_METHOD,
     SUBMISSION_KEY_EXTENSION,
@@ -261,9 +261,9 @@ class ModernProtocol:
         pending = set(task_ids)
         async with self._manager.watching() as changes:
             for task_id in task_ids:
-                changes.put_nowait(task_id)
+                changes.put_nowait(TaskChange(task_id=task_id))
             while pending:
-                task_id = await changes.get()
+                task_id = (await changes.get()).task_id
                 if task_id not in pending:
                     continue
                 record = await self._manager.store.get(task_id)

@@ -61,12 +61,29 @@ def new_task_id() -> str:
     return secrets.token_urlsafe(TASK_ID_BYTES)
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Progress:
+    """The latest progress a running task reported (pushed as 2025-11-25 notifications/progress)."""
+
+    progress: float
+    total: float | None
+    message: str | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TaskChange:
+    """One change of one task, as push streams receive it."""
+
+    task_id: str
+    progress: Progress | None = None
+
+
 class ChangeHub:
     """In-process fan-out of "task X changed" (S7 push; waits of blocking calls)."""
 
     def __init__(self) -> None:
         self._events: dict[str, asyncio.Event] = {}
-        self._listeners: set[asyncio.Queue[str]] = set()
+        self._listeners: set[asyncio.Queue[TaskChange]] = set()
 
     def event(self, task_id: str) -> asyncio.Event:
         """An event set at the next change of the task; take it *before* reading the store."""
@@ -75,18 +92,19 @@ class ChangeHub:
             event = self._events[task_id] = asyncio.Event()
         return event
 
-    def publish(self, task_id: str) -> None:
-        """Wake everyone waiting on the task and every listener."""
+    def publish(self, task_id: str, progress: Progress | None = None) -> None:
+        """Wake everyone waiting on the task and every listener (with the progress, if any)."""
         event = self._events.pop(task_id, None)
         if event is not None:
             event.set()
+        change = TaskChange(task_id=task_id, progress=progress)
         for queue in self._listeners:
-            queue.put_nowait(task_id)
+            queue.put_nowait(change)
 
     @contextlib.contextmanager
     def listen(self) -> Any:
-        """A queue receiving the id of every changed task while the context is open."""
-        queue: asyncio.Queue[str] = asyncio.Queue()
+        """A queue receiving every task change while the context is open."""
+        queue: asyncio.Queue[TaskChange] = asyncio.Queue()
         self._listeners.add(queue)
         try:
             yield queue
@@ -149,7 +167,10 @@ class _RunningTaskContext:
         text = message
         if text is None:
             text = f"{progress:g}/{total:g}" if total is not None else f"{progress:g}"
-        await self._manager.set_status_message(self._task_id, text, epoch=self._epoch)
+        note = Progress(progress=progress, total=total, message=message)
+        await self._manager.set_status_message(
+            self._task_id, text, epoch=self._epoch, progress=note
+        )
 
     async def elicit(self, message: str, requested_schema: dict[str, Any]) -> dict[str, Any]:
         sequence = self._next_input_sequence
@@ -341,10 +362,12 @@ class TaskManager:
             logger.info("completion of task %s lost to an earlier terminal", record.task_id)
         self.hub.publish(record.task_id)
 
-    async def set_status_message(self, task_id: str, message: str, *, epoch: int) -> None:
+    async def set_status_message(
+        self, task_id: str, message: str, *, epoch: int, progress: Progress | None = None
+    ) -> None:
         """Record a progress message of an active task (real ``lastUpdatedAt``)."""
         if await self.store.set_status_message(task_id, message, now=self.clock(), epoch=epoch):
-            self.hub.publish(task_id)
+            self.hub.publish(task_id, progress)
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -464,7 +487,7 @@ class TaskManager:
             await changed.wait()
 
     @contextlib.asynccontextmanager
-    async def watching(self) -> AsyncIterator[asyncio.Queue[str]]:
+    async def watching(self) -> AsyncIterator[asyncio.Queue[TaskChange]]:
         """Listen to every task change while the context is open (S7 push streams)."""
         with self.hub.listen() as queue:
             yield queue
