@@ -102,6 +102,8 @@ class InputRequestObserved(Event):
     deadline_at: float | None = None
     server_status_raw: str | None = None
     status_message: str | None = None
+    poll_interval_s: float | None = None
+    """The server's interval, which comes with every status (X3)."""
 
     def __post_init__(self) -> None:
         if not self.keys:

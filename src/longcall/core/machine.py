@@ -329,6 +329,9 @@ def _working(r: OperationRecord, ev: e.WorkingObserved, x: _Ctx) -> _Out:
 
 @_on(e.InputRequestObserved)
 def _input_requested(r: OperationRecord, ev: e.InputRequestObserved, x: _Ctx) -> _Out:
+    if ev.poll_interval_s is not None:
+        # X3: the interval comes with every status, an input request's too.
+        r = evolve(r, poll_interval_s=ev.poll_interval_s)
     if r.state is State.CANCEL_REQUESTED:
         # The cancel is pending: no input is asked for; keep polling for the terminal.
         r = evolve(
@@ -521,10 +524,14 @@ def _cancel_acknowledged(r: OperationRecord, ev: e.CancelAcknowledged, x: _Ctx) 
 @_on(e.CancelRefused)
 def _cancel_refused(r: OperationRecord, ev: e.CancelRefused, x: _Ctx) -> _Out:
     # Already terminal on the server: read that terminal, never rewrite it as cancelled.
-    r = evolve(
-        r, cancel_acknowledged_at=x.now, last_error=ev.reason, next_poll_at=x.now, failed_attempts=0
+    # The read is a poll like any other: not sooner than the server's interval (X3).
+    at = x.now + poll_delay_s(
+        x.policy.poll, server_interval_s=r.poll_interval_s, backoff_step=0, jitter=x.jitter
     )
-    return r, [c.Poll(operation_id=_op(r), at=x.now)]
+    r = evolve(
+        r, cancel_acknowledged_at=x.now, last_error=ev.reason, next_poll_at=at, failed_attempts=0
+    )
+    return r, [c.Poll(operation_id=_op(r), at=at)]
 
 
 @_on(e.CancellationObserved)
@@ -697,7 +704,12 @@ def _schedule_poll(r: OperationRecord, x: _Ctx, *, retry_after_s: float | None =
         jitter=x.jitter,
         retry_after_s=retry_after_s,
     )
-    at = min(x.now + delay, limit)
+    # X3 rule 1 before rule 5: a limit may pull the next poll in, but never closer
+    # than the server's interval (the floor) after this one.
+    floor_s = poll_delay_s(
+        x.policy.poll, server_interval_s=r.poll_interval_s, backoff_step=0, jitter=0.0
+    )
+    at = min(x.now + delay, max(limit, x.now + floor_s))
     r = evolve(r, next_poll_at=at)
     return r, [c.Poll(operation_id=_op(r), at=at)]
 

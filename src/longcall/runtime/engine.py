@@ -195,6 +195,16 @@ class Engine:
         if record.is_terminal:
             self.records.pop(record.call_node_id, None)
             return
+        # An operator's proof of absence (NOT_FOUND_SAFE written by a manual
+        # reconciliation, nothing committed since) means no create went out after it:
+        # resubmit with the same key (X2). Treating it as an in-doubt create would
+        # send it straight back to reconciliation, for ever.
+        history = self.ledger.history(record.call_node_id)
+        proven_absent = (
+            record.state is State.NOT_FOUND_SAFE
+            and bool(history)
+            and history[-1].event == "ReconciledManually"
+        )
         claim = e.ExecutionClaimed(new_epoch=record.execution_epoch + 1)
         transition = self._apply(record, claim, now=now)
         if transition is None:
@@ -202,6 +212,12 @@ class Engine:
         record = transition.record
         self._forget_timers(record.call_node_id)
         self._plan(record, transition.commands, now=now)
+        if proven_absent:
+            resubmit = c.SendSubmit(
+                submission_key=record.submission_key, attempt=record.submit_attempts, at=now
+            )
+            self._plan(record, (resubmit,), now=now)
+            return
         recovery = recovery_event(record)
         if recovery is not None:
             self._apply_and_plan(record, recovery, now=now)
@@ -320,8 +336,34 @@ class Engine:
         transition = self._apply(record, event, now=now, payload=outcome.payload)
         if transition is None:
             return self.records.get(action.call_node_id)
+        if isinstance(event, (e.SubmitAcknowledged, e.SubmissionFound)):
+            reused = self._id_reused(transition.record, now=now)
+            if reused is not None:
+                return reused
         self._plan(transition.record, transition.commands, now=now)
         return transition.record
+
+    def _id_reused(self, record: OperationRecord, *, now: float) -> OperationRecord | None:
+        """F1 "task id wrongly reused": an id the server also handed to another call
+        node names operations whose results cannot be told apart, so none may be
+        accepted through it; every open holder goes to an operator (X7). None when
+        the id is this call node's alone."""
+        assert record.operation_id is not None
+        holders = self.ledger.find_by_operation_id(record.operation_id, server=record.server)
+        if all(r.call_node_id == record.call_node_id for r in holders):
+            return None
+        reason = (
+            f"the server handed operation id {record.operation_id!r} to more than one call "
+            f"node ({', '.join(sorted(r.call_node_id for r in holders))})"
+        )
+        for holder in holders:
+            if holder.is_terminal or holder.state is State.RECONCILIATION_REQUIRED:
+                continue
+            self._forget_timers(holder.call_node_id)
+            # From the stored row, whoever holds it in memory: a lost race is a
+            # conflict, never an overwrite (L4).
+            self._apply_and_plan(holder, e.ReconciliationEscalated(reason=reason), now=now)
+        return self.records.get(record.call_node_id, record)
 
     def finish(self, action: Action) -> None:
         """The action ended with nothing to apply (an input delivery acknowledged, or
