@@ -1,0 +1,743 @@
+"""One simulated world: the real executor against simulated servers on virtual time.
+
+A :class:`World` is built from one ``random.Random`` (and nothing else random, no wall
+clock), so one seed replays one run exactly and hypothesis can shrink a failing
+schedule. It owns the virtual clock and the seeded discrete-event queue, the
+simulated network (latency, loss of a request or of a response, reordering), the
+simulated servers (their truth), crashes and restarts of the executor, a second racing
+executor with a stale epoch, the caller's cancels, and an operator who resolves
+reconciliations where the simulated server knows the truth.
+
+The executor side is the REAL :class:`~longcall.runtime.engine.Engine` with the real
+core and the real SQLite ledger: the world takes the engine's actions from
+``due(now)``, carries them over the simulated network, and hands each reply back with
+``complete(action, outcome, now)`` at the virtual time it arrives (SPEC F1–F3).
+Faults live only here, in :mod:`longcall.sim.server` and in the sim adapter, never
+as flags inside ``core`` or ``runtime``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import os
+import random
+import shutil
+import tempfile
+from collections.abc import Callable
+from typing import Any
+
+from longcall.adapters.base import Outcome, ToolBinding
+from longcall.core import LongcallError, OperationRecord, State
+from longcall.core import commands as c
+from longcall.core import events as e
+from longcall.core.keys import digest_bytes
+from longcall.runtime.engine import Action, CallSpec, Engine
+from longcall.runtime.step import apply_event
+from longcall.sim.adapter import SimAdapter
+from longcall.sim.checks import Checker, ObservedLedger, audit
+from longcall.sim.server import LEGACY, MODERN, TERMINAL, Reply, ServerFaults, SimServer
+
+FAULT_CLASSES: tuple[str, ...] = (
+    "create_response_lost",
+    "replies_reordered",
+    "input_required_replayed",
+    "completion_cancel_together",
+    "cancel_ack_lost",
+    "result_lost_or_truncated",
+    "stale_epoch_callback",
+    "task_id_reused",
+    "not_found_before_expiry",
+    "not_found_after_expiry",
+    "poll_429",
+    "poll_503",
+    "executor_crash",
+    "executor_race",
+)
+"""Every fault class of SPEC F1, each with its own counter in the report."""
+
+POLL_QPS_LIMIT = 4.0
+"""The configured per-server poll QPS of every simulated executor (X3, F3)."""
+HEAL_AT_S = 900.0
+"""Faults stop here; the liveness phase follows (virtual seconds)."""
+LIVENESS_BOUND_S = 1800.0
+"""After healing, every node must be terminal within this much virtual time."""
+REQUEST_TIMEOUT_S = 15.0
+POLL_INTERVAL_EPSILON_S = 1e-6
+OPERATOR_TICK_S = 30.0
+OPERATOR = "sim-operator"
+OPERATOR_NOTE = "resolved from the simulated server's truth"
+
+LedgerFactory = Callable[[str], ObservedLedger]
+AdapterFactory = Callable[[str], SimAdapter]
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class NetFaults:
+    request_loss: float = 0.0
+    response_loss: float = 0.0
+    reorder: float = 0.0
+    truncate: float = 0.0
+    stale_callback: float = 0.0
+
+    def heal(self) -> None:
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, 0.0)
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class ServerConfig:
+    name: str
+    protocol: str
+    lookup: bool
+    idempotent: bool
+    poll_interval_s: float
+    ttl_s: float
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class Config:
+    """Everything a seed expands into (printed first by ``--replay``)."""
+
+    servers: list[ServerConfig]
+    nodes: list[tuple[str, str, float]]
+    """(call node id, server name, start time)."""
+    cancels: list[tuple[str, float]]
+    crashes: list[float]
+    race_at: float | None
+    file_ledger: bool
+    net: NetFaults
+    server_faults: ServerFaults
+    latency_s: tuple[float, float]
+    operator_delay_s: float
+    plans: dict[str, tuple[float, str, float | None]]
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> Config:
+        servers = []
+        for i in range(rng.choice((1, 1, 2))):
+            short_ttl = rng.random() < 0.08
+            servers.append(
+                ServerConfig(
+                    name=f"s{i}",
+                    protocol=rng.choice((MODERN, LEGACY)),
+                    lookup=rng.random() < 0.5,
+                    idempotent=rng.random() < 0.5,
+                    poll_interval_s=round(rng.uniform(0.5, 5.0), 3),
+                    ttl_s=round(rng.uniform(60.0, 240.0) if short_ttl else 3600.0, 3),
+                )
+            )
+        nodes = []
+        plans: dict[str, tuple[float, str, float | None]] = {}
+        for i in range(rng.randint(1, 4)):
+            node = f"n{i}"
+            nodes.append((node, rng.choice(servers).name, round(rng.uniform(0.0, 60.0), 3)))
+            duration = round(rng.uniform(1.0, 240.0), 3)
+            outcome = "completed" if rng.random() < 0.85 else "failed"
+            input_at = round(rng.uniform(0.0, duration), 3) if rng.random() < 0.25 else None
+            plans[node] = (duration, outcome, input_at)
+        cancels = [
+            (n, round(rng.uniform(0.0, 300.0), 3)) for n, _, _ in nodes if rng.random() < 0.3
+        ]
+        crashes = (
+            sorted(round(rng.uniform(0.0, 600.0), 3) for _ in range(rng.randint(1, 3)))
+            if rng.random() < 0.3
+            else []
+        )
+        race_at = round(rng.uniform(0.0, 300.0), 3) if rng.random() < 0.15 else None
+
+        def pick(p: float, values: tuple[float, ...]) -> float:
+            return rng.choice(values) if rng.random() < p else 0.0
+
+        net = NetFaults(
+            request_loss=pick(0.4, (0.02, 0.05, 0.15)),
+            response_loss=pick(0.4, (0.02, 0.05, 0.15)),
+            reorder=pick(0.3, (0.05, 0.2)),
+            truncate=pick(0.2, (0.1, 0.3)),
+            stale_callback=pick(0.5, (0.5, 1.0)),
+        )
+        faults = ServerFaults(
+            id_reuse=pick(0.1, (0.3, 1.0)),
+            not_found_early=pick(0.1, (0.01, 0.03)),
+            rate_limited=pick(0.25, (0.05, 0.15)),
+            unavailable=pick(0.25, (0.05, 0.15)),
+            input_replay=pick(0.3, (0.2, 0.5)),
+            cancel_completion_tie=pick(0.3, (0.5, 1.0)),
+        )
+        return cls(
+            servers=servers,
+            nodes=nodes,
+            cancels=cancels,
+            crashes=crashes,
+            race_at=race_at,
+            file_ledger=bool(crashes) and rng.random() < 0.05,
+            net=net,
+            server_faults=faults,
+            latency_s=(round(rng.uniform(0.005, 0.05), 4), round(rng.uniform(0.05, 0.5), 4)),
+            operator_delay_s=round(rng.uniform(30.0, 120.0), 3),
+            plans=plans,
+        )
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class Result:
+    """What one permutation measured."""
+
+    seed: int | None
+    violations: list[str]
+    divergence: int
+    duplicates: int
+    receipts_max: int
+    poll_qps_max: float
+    poll_interval_violations: int
+    cancel_latencies: list[float]
+    unknown_durations: list[float]
+    outbox_rows: int
+    outbox_traced: int
+    faults: dict[str, int]
+    operator_resolutions: int
+    nodes: int
+    virtual_s: float
+    trace: list[str] | None
+
+
+class World:
+    """One permutation: build, run to quiescence or the liveness bound, check."""
+
+    def __init__(
+        self,
+        rng: random.Random,
+        *,
+        seed: int | None = None,
+        trace: bool = False,
+        ledger_factory: LedgerFactory = ObservedLedger,
+        adapter_factory: AdapterFactory = SimAdapter,
+    ) -> None:
+        self.rng = rng
+        self.seed = seed
+        self.trace: list[str] | None = [] if trace else None
+        self.config = Config.draw(rng)
+        self.faults: dict[str, int] = dict.fromkeys(FAULT_CLASSES, 0)
+        self.checker = Checker()
+        self._ledger_factory = ledger_factory
+        self._tmpdir = tempfile.mkdtemp(prefix="longcall-sim-") if self.config.file_ledger else None
+        self._ledger_path = (
+            os.path.join(self._tmpdir, "ledger.db") if self._tmpdir is not None else ":memory:"
+        )
+        self.ledger = self._open_ledger()
+        self.servers: dict[str, SimServer] = {}
+        self.adapters: dict[str, SimAdapter] = {}
+        for sc in self.config.servers:
+            server = SimServer(
+                sc.name,
+                protocol=sc.protocol,
+                lookup=sc.lookup,
+                idempotent=sc.idempotent,
+                poll_interval_s=sc.poll_interval_s,
+                ttl_s=sc.ttl_s,
+                rng=rng,
+                faults=self.config.server_faults,
+                count=self.count,
+            )
+            self.servers[sc.name] = server
+            self.adapters[sc.name] = adapter_factory(sc.protocol)
+        self.node_server = {node: server for node, server, _ in self.config.nodes}
+        self.request_of: dict[str, str] = {}
+        self.now = 0.0
+        self._queue: list[tuple[float, int, str, tuple[Any, ...]]] = []
+        self._seq = itertools.count()
+        self._engine_ids = itertools.count()
+        self.engines: dict[int, Engine] = {}
+        self.newest = self._new_engine()
+        self.started: set[str] = set()
+        self.cancel_pending: set[str] = {node for node, _ in self.config.cancels}
+        self.poll_sends: dict[tuple[int, str], list[float]] = {}
+        self.last_poll: dict[tuple[int, str], float] = {}
+        self.told_interval: dict[str, float] = {}
+        self.poll_interval_violations = 0
+        self.operator_resolutions = 0
+        self._essential = 0
+
+    # --- plumbing --------------------------------------------------------------------
+
+    def count(self, fault: str) -> None:
+        self.faults[fault] = self.faults.get(fault, 0) + 1
+        self.log("fault", fault)
+
+    def log(self, who: str, what: str) -> None:
+        if self.trace is not None:
+            self.trace.append(f"{self.now:11.4f} {who:<8} {what}")
+
+    def _open_ledger(self) -> ObservedLedger:
+        if self._tmpdir is not None:
+            ledger = self._ledger_factory(self._ledger_path)
+        else:
+            ledger = self._ledger_factory(":memory:")
+        ledger.checker = self.checker
+        self.checker.ledger = ledger
+        return ledger
+
+    def _new_engine(self) -> Engine:
+        engine = Engine(
+            self.ledger,
+            rng=self.rng,
+            poll_qps_max=POLL_QPS_LIMIT,
+            input_policy=_answer_everything,
+        )
+        self.engines[next(self._engine_ids)] = engine
+        return engine
+
+    def _engine_id(self, engine: Engine) -> int:
+        for eid, candidate in self.engines.items():
+            if candidate is engine:
+                return eid
+        return -1
+
+    def at(self, t: float, kind: str, *args: Any, essential: bool = True) -> None:
+        if essential:
+            self._essential += 1
+        heapq.heappush(self._queue, (t, next(self._seq), kind, (essential, *args)))
+
+    # --- the run ---------------------------------------------------------------------
+
+    def run(self) -> Result:
+        cfg = self.config
+        self.log(
+            "config",
+            f"servers={[dataclasses.astuple(s) for s in cfg.servers]} nodes={cfg.nodes} "
+            f"cancels={cfg.cancels} crashes={cfg.crashes} race_at={cfg.race_at} "
+            f"file_ledger={cfg.file_ledger} net={dataclasses.astuple(cfg.net)} "
+            f"server_faults={dataclasses.astuple(cfg.server_faults)} latency={cfg.latency_s}",
+        )
+        for node, _server, start in cfg.nodes:
+            self.at(start, "start", node)
+        for node, t in cfg.cancels:
+            self.at(t, "cancel", node)
+        for t in cfg.crashes:
+            self.at(t, "crash")
+        if cfg.race_at is not None:
+            self.at(cfg.race_at, "race")
+        self.at(HEAL_AT_S, "heal", essential=False)
+        self.at(OPERATOR_TICK_S, "operator", essential=False)
+        end = HEAL_AT_S + LIVENESS_BOUND_S
+        try:
+            self._loop(end)
+        finally:
+            result = self._finish(end)
+        return result
+
+    def _loop(self, end: float) -> None:
+        nodes = [n for n, _, _ in self.config.nodes]
+        while True:
+            if self._essential == 0 and all(self._terminal(n) for n in nodes):
+                break
+            t_queue = self._queue[0][0] if self._queue else None
+            t_engine: float | None = None
+            for engine in self.engines.values():
+                wake = engine.next_wakeup()
+                if wake is not None and (t_engine is None or wake < t_engine):
+                    t_engine = wake
+            if t_queue is None and t_engine is None:
+                break
+            if t_queue is not None and (t_engine is None or t_queue <= t_engine):
+                t, _, kind, args = heapq.heappop(self._queue)
+                self._advance(t)
+                if self.now > end:
+                    break
+                essential, *rest = args
+                if essential:
+                    self._essential -= 1
+                getattr(self, "_on_" + kind)(*rest)
+            else:
+                assert t_engine is not None
+                self._advance(t_engine)
+                if self.now > end:
+                    break
+                for eid, engine in list(self.engines.items()):
+                    for action in self._call(engine, lambda en: en.due(self.now)) or []:
+                        self._send(eid, engine, action)
+
+    def _advance(self, t: float) -> None:
+        self.now = max(self.now, t)
+        self.checker.now = self.now
+
+    def _terminal(self, node: str) -> bool:
+        return node in self.started and self.checker.state.get(node) in (
+            State.ACCEPTED,
+            State.CANCELLED_ACCEPTED,
+        )
+
+    def _call(self, engine: Engine, fn: Callable[[Engine], Any]) -> Any:
+        """Call the engine; an exception out of it is a finding, not a sim crash."""
+        try:
+            return fn(engine)
+        except LongcallError as exc:
+            self.checker.fail(f"engine raised {type(exc).__name__}: {exc}")
+            return None
+
+    # --- network ---------------------------------------------------------------------
+
+    def _send(self, eid: int, engine: Engine, action: Action) -> None:
+        node = action.call_node_id
+        adapter = self.adapters[action.server]
+        self.log(f"e{eid}", f"send {action.kind} {node} {_detail(action.command)}")
+        if isinstance(action.command, c.Poll):
+            self._note_poll(eid, action)
+        shortcut = adapter.shortcut(action)
+        if shortcut is not None:
+            self.at(self.now, "deliver", eid, action, shortcut, None)
+            return
+        request = adapter.request(action, action.record.request_digest)
+        net = self.config.net
+        lo, hi = self.config.latency_s
+        if self.rng.random() < net.request_loss:
+            self.log("net", f"request lost {action.kind} {node}")
+            self.at(self.now + REQUEST_TIMEOUT_S, "timeout", eid, action)
+            return
+        self.at(self.now + self.rng.uniform(lo, hi), "arrive", eid, action, request, self.now)
+
+    def _on_arrive(self, eid: int, action: Action, request: Any, sent_at: float) -> None:
+        server = self.servers[action.server]
+        reply = self._serve(server, action, request)
+        node = action.call_node_id
+        self.log("server", f"{server.name} {request.method} {node} -> {_reply_text(reply)}")
+        net = self.config.net
+        lo, hi = self.config.latency_s
+        if self.rng.random() < net.response_loss:
+            fault = {
+                "create": "create_response_lost",
+                "cancel": "cancel_ack_lost",
+                "result": "result_lost_or_truncated",
+            }.get(request.method)
+            if fault is not None:
+                self.count(fault)
+            self.log("net", f"response lost {action.kind} {node}")
+            self.at(sent_at + REQUEST_TIMEOUT_S, "timeout", eid, action)
+            return
+        if (
+            request.method == "result"
+            and reply.payload is not None
+            and self.rng.random() < net.truncate
+        ):
+            self.count("result_lost_or_truncated")
+            reply = dataclasses.replace(reply, payload=reply.payload[: len(reply.payload) // 2])
+        delay = self.rng.uniform(lo, hi)
+        if self.rng.random() < net.reorder:
+            self.count("replies_reordered")
+            delay += self.rng.uniform(2.0, 12.0)
+        if request.method == "result" and reply.payload is not None and reply.error is None:
+            ok = reply.content_length is None or len(reply.payload) == reply.content_length
+            if ok and reply.status in TERMINAL:
+                self.checker.fetched.setdefault(node, set()).add(digest_bytes(reply.payload))
+        self.at(self.now + delay, "deliver", eid, action, None, reply)
+
+    def _serve(self, server: SimServer, action: Action, request: Any) -> Reply:
+        match request.method:
+            case "create":
+                self.request_of[action.call_node_id] = request.request
+                server.plans.setdefault(request.request, self.config.plans[action.call_node_id])
+                return server.create(request.key, request.request, self.now)
+            case "lookup":
+                return server.lookup(request.key, self.now)
+            case "get":
+                return server.get(request.task_id, self.now)
+            case "result":
+                return server.result(request.task_id, self.now)
+            case "cancel":
+                return server.cancel(request.task_id, self.now, self.rng.uniform(0.0, 10.0))
+            case "answer":
+                return server.answer(request.task_id, request.keys, self.now)
+        raise ValueError(request.method)
+
+    def _on_timeout(self, eid: int, action: Action) -> None:
+        outcome = self.adapters[action.server].timeout(action)
+        self._deliver(eid, action, outcome)
+
+    def _on_deliver(
+        self, eid: int, action: Action, outcome: Outcome | None, reply: Reply | None
+    ) -> None:
+        if reply is not None:
+            if reply.poll_interval_s is not None and reply.error is None:
+                self.told_interval[action.call_node_id] = reply.poll_interval_s
+            outcome = self.adapters[action.server].outcome(action, reply)
+            if outcome is None:
+                engine = self.engines.get(eid)
+                if engine is not None:
+                    engine.finish(action)
+                return
+        assert outcome is not None
+        self._deliver(eid, action, outcome)
+
+    def _deliver(self, eid: int, action: Action, outcome: Outcome) -> None:
+        engine = self.engines.get(eid)
+        node = action.call_node_id
+        if engine is None:
+            # The executor that sent this died. F1 "a callback from an old execution
+            # epoch": sometimes its reply still reaches the new executor.
+            if self.rng.random() < self.config.net.stale_callback:
+                self.count("stale_epoch_callback")
+                engine, eid = self.newest, self._engine_id(self.newest)
+            else:
+                self.log("net", f"reply to dead e{eid} dropped {action.kind} {node}")
+                return
+        self.log(f"e{eid}", f"recv {action.kind} {node} {outcome.event.name}")
+        self._call(engine, lambda en: en.complete(action, outcome, now=self.now))
+
+    def _note_poll(self, eid: int, action: Action) -> None:
+        op = action.command.operation_id  # type: ignore[attr-defined]
+        self.poll_sends.setdefault((eid, action.server), []).append(self.now)
+        key = (eid, op)
+        last = self.last_poll.get(key)
+        # The floor is the interval the server told the executor about this operation
+        # (a reply it received carried it); until then nobody could honour it.
+        interval = self.told_interval.get(action.call_node_id, 0.0)
+        if last is not None and self.now - last < interval - POLL_INTERVAL_EPSILON_S:
+            self.poll_interval_violations += 1
+            self.log("check", f"poll of {op} {self.now - last:.3f}s after the previous one")
+        self.last_poll[key] = self.now
+
+    # --- scripted happenings ---------------------------------------------------------
+
+    def _on_start(self, node: str) -> None:
+        server = self.servers[self.node_server[node]]
+        binding = ToolBinding(
+            server=server.name,
+            tool_name="work",
+            protocol=f"mcp-{server.protocol}",
+            adapter_version="sim",
+            descriptor_digest=digest_bytes(b"work"),
+            task_support="required",
+            idempotent=server.idempotent,
+            submission_lookup=server.lookup_offered,
+        )
+        spec = CallSpec(call_node_id=node, binding=binding, arguments={"node": node})
+        self.started.add(node)
+        self.log("caller", f"start {node} on {server.name}")
+        self._call(self.newest, lambda en: en.start_call(spec, now=self.now))
+
+    def _on_cancel(self, node: str) -> None:
+        if node not in self.started or self._terminal(node):
+            self.cancel_pending.discard(node)
+            return
+        outcome = self._call(self.newest, lambda en: en.cancel(node, now=self.now))
+        self.log("caller", f"cancel {node} -> {outcome.outcome if outcome else 'error'}")
+        if outcome is not None and outcome.outcome == "requested":
+            self.checker.cancel_since.setdefault(node, self.now)
+            self.cancel_pending.discard(node)
+        elif outcome is None or outcome.outcome == "not_cancellable":
+            self.at(self.now + 5.0, "cancel", node)
+        else:
+            self.cancel_pending.discard(node)
+
+    def _on_crash(self) -> None:
+        """Kill every executor (drop its memory and in-flight replies) and restart one."""
+        self.count("executor_crash")
+        self.engines.clear()
+        if self._tmpdir is not None:
+            self.ledger.close()
+            self.ledger = self._open_ledger()
+        self.newest = self._new_engine()
+        eid = self._engine_id(self.newest)
+        count = self._call(self.newest, lambda en: en.resume_all(now=self.now))
+        self.log(f"e{eid}", f"restart: resumed {count}")
+
+    def _on_race(self) -> None:
+        """A second executor takes every open operation over; the first keeps going
+        with its stale epoch (two pollers, fencing by CAS, D1)."""
+        self.count("executor_race")
+        self.newest = self._new_engine()
+        eid = self._engine_id(self.newest)
+        count = self._call(self.newest, lambda en: en.resume_all(now=self.now))
+        self.log(f"e{eid}", f"race: claimed {count}")
+
+    def _on_heal(self) -> None:
+        self.config.net.heal()
+        self.config.server_faults.heal()
+        self.log("world", "faults healed")
+
+    def _on_operator(self) -> None:
+        """An operator works the reconciliation queue with the server's truth (X7)."""
+        self.at(self.now + OPERATOR_TICK_S, "operator", essential=False)
+        waiting = self.ledger.list_by_state(State.RECONCILIATION_REQUIRED)
+        changed = False
+        for record in waiting:
+            since = self.checker.unknown_since.get(record.call_node_id, self.now)
+            if self.now - since < self.config.operator_delay_s:
+                continue
+            event, payload = self._resolution(record)
+            if event is None:
+                continue
+            try:
+                apply_event(
+                    self.ledger,
+                    record,
+                    event,
+                    now=self.now,
+                    jitter=self.rng.random(),
+                    result_payload=payload,
+                )
+            except LongcallError as exc:
+                self.log("operator", f"{record.call_node_id} not resolved: {exc}")
+                continue
+            self.operator_resolutions += 1
+            self.log("operator", f"{record.call_node_id} {event.resolution.value}")  # type: ignore[attr-defined]
+            changed = True
+        if changed:
+            self._call(self.newest, lambda en: en.refresh(now=self.now))
+
+    def _resolution(self, record: OperationRecord) -> tuple[e.Event | None, bytes | None]:
+        server = self.servers[record.server]
+        request = self.request_of.get(record.call_node_id)
+        task = server.truth(request, self.now) if request is not None else None
+        if task is None:
+            if record.operation_id is not None:
+                return None, None
+            return e.ReconciledManually(
+                resolution=e.Resolution.NEVER_CREATED, actor=OPERATOR, note=OPERATOR_NOTE
+            ), None
+        if task.status in TERMINAL:
+            payload = task.payload()
+            resolution = e.Resolution(task.status)
+            return (
+                e.ReconciledManually(
+                    resolution=resolution,
+                    operation_id=task.task_id,
+                    result_digest=digest_bytes(payload),
+                    actor=OPERATOR,
+                    note=OPERATOR_NOTE,
+                ),
+                payload,
+            )
+        shared = sum(1 for t in server.tasks if t.task_id == task.task_id) > 1
+        if shared or self.now >= task.expires_at:
+            # Unreachable by its id: wait for the truth's terminal, answering its input
+            # request on the server's console if it waits for one.
+            if task.status == "input_required" and task.answered_at is None:
+                task.answered_at = self.now
+                self.log("operator", f"{record.call_node_id} answered input on the server")
+            return None, None
+        return (
+            e.ReconciledManually(
+                resolution=e.Resolution.RESUME,
+                operation_id=task.task_id,
+                actor=OPERATOR,
+                note=OPERATOR_NOTE,
+            ),
+            None,
+        )
+
+    # --- the end ---------------------------------------------------------------------
+
+    def _finish(self, end: float) -> Result:
+        now = self.now
+        self.checker.close(now)
+        nodes = [n for n, _, _ in self.config.nodes]
+        violations = list(self.checker.violations)
+        problems, receipts_max, rows, traced = audit(self.ledger, nodes)
+        violations.extend(problems)
+        divergence = 0
+        for node in nodes:
+            record = self.ledger.find(node)
+            if record is None or not record.is_terminal:
+                state = record.state.name if record else "never created"
+                violations.append(f"liveness: {node} not terminal by t={now:.1f} ({state})")
+                continue
+            receipt = self.ledger.receipt(node)
+            request = self.request_of.get(node)
+            server = self.servers[self.node_server[node]]
+            task = server.truth(request, max(now, end)) if request else None
+            if receipt is None or task is None or task.status not in TERMINAL:
+                continue
+            same = receipt.terminal_status.value == task.status and (
+                task.status == "cancelled" or receipt.result_digest == digest_bytes(task.payload())
+            )
+            if not same:
+                divergence += 1
+                violations.append(
+                    f"divergence: {node} accepted {receipt.terminal_status.value} "
+                    f"({receipt.result_digest[:15]}) but the server's truth is {task.status} "
+                    f"of {task.task_id}"
+                )
+        duplicates = sum(s.duplicates() for s in self.servers.values())
+        if duplicates:
+            violations.append(f"duplicate remote operations: {duplicates}")
+        qps = max((_max_per_second(times) for times in self.poll_sends.values()), default=0.0)
+        if self.poll_interval_violations:
+            violations.append(f"poll interval violated {self.poll_interval_violations} times")
+        if qps > POLL_QPS_LIMIT:
+            violations.append(f"poll rate {qps} per second above {POLL_QPS_LIMIT}")
+        self.ledger.close()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+        return Result(
+            seed=self.seed,
+            violations=violations,
+            divergence=divergence,
+            duplicates=duplicates,
+            receipts_max=receipts_max,
+            poll_qps_max=qps,
+            poll_interval_violations=self.poll_interval_violations,
+            cancel_latencies=self.checker.cancel_latencies,
+            unknown_durations=self.checker.unknown_durations,
+            outbox_rows=rows,
+            outbox_traced=traced,
+            faults=self.faults,
+            operator_resolutions=self.operator_resolutions,
+            nodes=len(nodes),
+            virtual_s=now,
+            trace=self.trace,
+        )
+
+
+def _answer_everything(record: OperationRecord, command: c.AskInput) -> dict[str, Any]:
+    """The approval gate of the simulated caller answers every key at once (X4)."""
+    return {key: {"approved": True} for key in command.keys}
+
+
+def _max_per_second(times: list[float]) -> float:
+    """The most requests in any window [t, t + 1) of virtual time."""
+    best = 0
+    lo = 0
+    for hi, t in enumerate(times):
+        while times[lo] <= t - 1.0 + POLL_INTERVAL_EPSILON_S:
+            lo += 1
+        best = max(best, hi - lo + 1)
+    return float(best)
+
+
+def _detail(command: c.Command) -> str:
+    op = getattr(command, "operation_id", None)
+    if op is not None:
+        return f"op={op}"
+    key = getattr(command, "submission_key", "")
+    return f"key={key[:12]}"
+
+
+def _reply_text(reply: Reply) -> str:
+    if reply.error is not None:
+        return f"error {reply.error}" + (
+            f" retry_after={reply.retry_after_s:.3f}" if reply.retry_after_s is not None else ""
+        )
+    parts = [p for p in (reply.task_id, reply.status) if p]
+    if reply.found:
+        parts.append("found")
+    return " ".join(parts) or "ok"
+
+
+def run_one(
+    seed: int,
+    *,
+    trace: bool = False,
+    ledger_factory: LedgerFactory = ObservedLedger,
+    adapter_factory: AdapterFactory = SimAdapter,
+) -> Result:
+    """Run the permutation of ``seed``."""
+    world = World(
+        random.Random(seed),
+        seed=seed,
+        trace=trace,
+        ledger_factory=ledger_factory,
+        adapter_factory=adapter_factory,
+    )
+    return world.run()
