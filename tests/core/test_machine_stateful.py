@@ -79,6 +79,7 @@ def _events(
             e.InputRequestObserved,
             keys=st.just(pending) if pending else key_sets,
             deadline_at=st.none() | st.floats(0.0, 10_000.0),
+            poll_interval_s=maybe_interval,
         )
         | st.builds(e.InputRequestObserved, keys=key_sets),
         st.builds(

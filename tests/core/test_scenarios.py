@@ -296,8 +296,7 @@ def test_second_cancel_bumps_the_generation_and_old_ack_is_stale() -> None:
 
 
 def test_cancel_refused_reads_the_existing_terminal() -> None:
-    """X5: a refused cancel (already terminal) polls for that terminal, one server
-    interval later (X3: the interval is a floor; found by the simulator)."""
+    """X5: a refused cancel (already terminal) polls for that terminal one interval later."""
     r = record_in(State.CANCEL_REQUESTED)
     t = handle(r, e.CancelRefused(reason="-32602 already completed"), now=T0 + 50, jitter=0.0)
     assert t.record.state is State.CANCEL_REQUESTED
@@ -329,8 +328,7 @@ def test_non_retryable_failure_escalates() -> None:
 
 
 def test_wait_budget_caps_polls_then_escalates() -> None:
-    """X3: the wait budget pulls the last poll in, but never closer than the server's
-    interval (the floor wins; found by the simulator); once spent, the operation escalates."""
+    """X3: the budget pulls a poll in, never below the server's interval; then it escalates."""
     r = working_record(budget_s=20.0)
     assert r.deadline_at == T0 + 20
     t = handle(r, e.WorkingObserved(poll_interval_s=10.0), now=T0 + 5, jitter=1.0)
