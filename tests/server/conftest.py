@@ -19,6 +19,7 @@ from longcall.server import LongcallServer, build_reference_server, running_serv
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+ELICITATION = {"elicitation": {"form": {}}}
 HTTP_TIMEOUT_S = 10.0
 
 
@@ -43,7 +44,7 @@ class ManualClock:
 
 def envelope(*, consent: bool = True, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
     """The 2026-07-28 per-request ``_meta`` envelope, with or without the tasks extension."""
-    caps: dict[str, Any] = dict(capabilities or {})
+    caps: dict[str, Any] = dict(capabilities if capabilities is not None else ELICITATION)
     if consent:
         caps.setdefault("extensions", {})[TASKS_EXTENSION] = {}
     return {

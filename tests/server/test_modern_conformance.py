@@ -393,3 +393,13 @@ async def test_subscription_pushes_task_notifications(
     assert end["id"] == "listen-1"
     assert end["result"]["resultType"] == "complete"
     await bob.result("tasks/cancel", {"taskId": theirs["taskId"]})
+
+
+async def test_no_input_request_without_the_elicitation_capability(modern: ModernClient) -> None:
+    """A client that did not declare elicitation is never sent an input request (S6)."""
+    meta = {"io.modelcontextprotocol/clientCapabilities": {"extensions": {TASKS_EXTENSION: {}}}}
+    task = await modern.create("approve", {"change": "x"}, meta=meta)
+    done = await modern.wait_status(task["taskId"], {"completed", "input_required"})
+    assert done["status"] == "completed"
+    assert done["result"]["isError"] is True
+    assert "elicitation" in done["result"]["content"][0]["text"]

@@ -66,6 +66,8 @@ class NewTask:
     ttl_ms: int | None
     poll_interval_ms: int
     status_message: str | None = None
+    client_can_elicit: bool = True
+    """Whether the creating client declared elicitation (no undeclared input requests, S6)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -89,6 +91,7 @@ class TaskRecord:
     result: dict[str, Any] | None
     error: dict[str, Any] | None
     version: int
+    client_can_elicit: bool = True
 
     def is_expired(self, now: float) -> bool:
         """The ttl counts from creation (both versions); ``None`` means unlimited."""

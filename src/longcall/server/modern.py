@@ -79,6 +79,14 @@ def declares_tasks(params: Mapping[str, Any]) -> bool:
     return isinstance(extensions, Mapping) and isinstance(extensions.get(TASKS_EXTENSION), Mapping)
 
 
+def declares_elicitation(params: Mapping[str, Any]) -> bool:
+    """The creating request's client capabilities include (form) elicitation."""
+    capabilities = request_meta(params).get(CLIENT_CAPABILITIES_META_KEY)
+    return isinstance(capabilities, Mapping) and isinstance(
+        capabilities.get("elicitation"), Mapping
+    )
+
+
 def is_modern(body: Mapping[str, Any], headers: Mapping[str, str]) -> bool:
     """A request belongs to this version when its envelope or header names it."""
     params = body.get("params")
@@ -196,6 +204,7 @@ class ModernProtocol:
             protocol=VERSION,
             submission_key=submission_key(request.params),
             ttl_ms=spec.ttl_ms,
+            client_can_elicit=declares_elicitation(request.params),
         )
         drop = outcome.created and self._faults.should_drop_next_creation()
         return Reply(

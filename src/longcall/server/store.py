@@ -143,6 +143,7 @@ CREATE TABLE IF NOT EXISTS tasks (
     expires_at REAL,
     poll_interval_ms INTEGER NOT NULL,
     execution_epoch INTEGER NOT NULL DEFAULT 1,
+    client_can_elicit INTEGER NOT NULL DEFAULT 1,
     result TEXT,
     error TEXT,
     version INTEGER NOT NULL DEFAULT 1
@@ -177,7 +178,7 @@ CREATE TABLE IF NOT EXISTS task_input_requests (
 _TASK_COLUMNS = (
     "task_id, principal, tool_name, arguments, arguments_digest, protocol, submission_key,"
     " status, status_message, created_at, last_updated_at, ttl_ms, poll_interval_ms,"
-    " execution_epoch, result, error, version"
+    " execution_epoch, result, error, version, client_can_elicit"
 )
 
 
@@ -208,6 +209,7 @@ def _task_from_row(row: Sequence[Any]) -> TaskRecord:
         result=_loads(row[14]),
         error=_loads(row[15]),
         version=row[16],
+        client_can_elicit=bool(row[17]),
     )
 
 
@@ -271,7 +273,8 @@ class SqliteTaskStore:
             self._db.execute(
                 "INSERT INTO tasks (task_id, principal, tool_name, arguments, arguments_digest,"
                 " protocol, submission_key, status, status_message, created_at, last_updated_at,"
-                " ttl_ms, expires_at, poll_interval_ms) VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                " ttl_ms, expires_at, poll_interval_ms, client_can_elicit)"
+                " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                 (
                     new.task_id,
                     new.principal,
@@ -287,6 +290,7 @@ class SqliteTaskStore:
                     new.ttl_ms,
                     expires_at,
                     new.poll_interval_ms,
+                    int(new.client_can_elicit),
                 ),
             )
             self._append_history(new.task_id, TaskStatus.WORKING, new.created_at, "created")

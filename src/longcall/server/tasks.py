@@ -152,6 +152,7 @@ class _RunningTaskContext:
         self._epoch = record.execution_epoch
         self._principal = principal
         self._next_input_sequence = 1
+        self._client_can_elicit = record.client_can_elicit
 
     @property
     def task_id(self) -> str | None:
@@ -173,6 +174,12 @@ class _RunningTaskContext:
         )
 
     async def elicit(self, message: str, requested_schema: dict[str, Any]) -> dict[str, Any]:
+        if not self._client_can_elicit:
+            # SEP-2663 / MRTR: never issue an input request the client did not declare (S6).
+            raise ToolError(
+                "this tool needs input, but the client that created the task did not declare"
+                " the elicitation capability"
+            )
         sequence = self._next_input_sequence
         self._next_input_sequence += 1
         params = {"mode": "form", "message": message, "requestedSchema": requested_schema}
@@ -258,6 +265,7 @@ class TaskManager:
         protocol: ProtocolVersion,
         submission_key: str | None,
         ttl_ms: int | None,
+        client_can_elicit: bool = True,
     ) -> CreateOutcome:
         """Create the task durably (S2) or return the one of the same submission key (S3)."""
         spec.validate_arguments(arguments)
@@ -273,6 +281,7 @@ class TaskManager:
             ttl_ms=ttl_ms,
             poll_interval_ms=spec.poll_interval_ms,
             status_message="The operation is now in progress.",
+            client_can_elicit=client_can_elicit,
         )
         try:
             record, created = await self.store.create(new)
