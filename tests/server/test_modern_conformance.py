@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from mcp_types import methods as sdk_methods
@@ -403,3 +405,37 @@ async def test_no_input_request_without_the_elicitation_capability(modern: Moder
     assert done["status"] == "completed"
     assert done["result"]["isError"] is True
     assert "elicitation" in done["result"]["content"][0]["text"]
+
+
+async def test_partial_answers_keep_the_task_waiting(
+    http: httpx.AsyncClient, store_path: str
+) -> None:
+    """Two outstanding requests: one answer leaves input_required with the other key only."""
+    server = LongcallServer(store=store_path)
+    form = {"type": "object", "properties": {"v": {"type": "string"}}}
+
+    @server.tool(task="required")
+    async def two_questions(ctx: TaskContext) -> dict[str, Any]:
+        first, second = await asyncio.gather(
+            ctx.elicit("first?", form), ctx.elicit("second?", form)
+        )
+        return {"first": first["content"]["v"], "second": second["content"]["v"]}
+
+    async with running_server(server) as url:
+        client = ModernClient(http, url)
+        task = await client.create("two_questions", {})
+        both = await client.wait_status(task["taskId"], {"input_required"})
+        with anyio.fail_after(5):  # both requests are issued in one loop turn; bounded anyway
+            while len(both["inputRequests"]) < 2:
+                both = await client.get(task["taskId"])
+        keys = {req["params"]["message"]: key for key, req in both["inputRequests"].items()}
+        first = {keys["first?"]: {"action": "accept", "content": {"v": "a"}}}
+        await client.result("tasks/update", {"taskId": task["taskId"], "inputResponses": first})
+        partial = await client.get(task["taskId"])
+        assert partial["status"] == "input_required"
+        assert list(partial["inputRequests"]) == [keys["second?"]]
+        second = {keys["second?"]: {"action": "accept", "content": {"v": "b"}}}
+        await client.result("tasks/update", {"taskId": task["taskId"], "inputResponses": second})
+        done = await client.wait_status(task["taskId"], {"completed"})
+        assert done["result"]["structuredContent"] == {"first": "a", "second": "b"}
+        assert len(set(keys.values())) == 2
