@@ -310,8 +310,8 @@ class McpTasks20251125Adapter(Adapter):
                     detail=f"tasks/get answered status {raw!r}",
                 )
             )
-        if message is not None and self.progress is not None:
-            self.progress(record.call_node_id, None, message)  # X11
+        if message is not None and message != record.status_message and self.progress:
+            self.progress(record.call_node_id, None, message)  # X11: a new status message
         if status is ServerStatus.WORKING:
             return Outcome(
                 event=WorkingObserved(
@@ -407,6 +407,7 @@ class McpTasks20251125Adapter(Adapter):
             if failure is not None:
                 # A 400 may be an unknown task or an invalid answer: never retried (X9).
                 return _failure(RequestKind.INPUT, failure)
+            self._side_requests.pop((task_id, key), None)
         return None
 
     async def fetch_result(self, record: OperationRecord) -> Outcome:

@@ -337,8 +337,8 @@ class McpTasks20260728Adapter(Adapter):
                     detail=f"tasks/get answered status {raw!r} for task {task.get('taskId')!r}",
                 )
             )
-        if message is not None and self.progress is not None:
-            self.progress(record.call_node_id, None, message)  # X11
+        if message is not None and message != record.status_message and self.progress:
+            self.progress(record.call_node_id, None, message)  # X11: a new status message
         if status is ServerStatus.WORKING:
             updated = task.get("lastUpdatedAt")
             previous = self._last_updated.get(task_id)
@@ -376,6 +376,7 @@ class McpTasks20260728Adapter(Adapter):
                 ),
                 payload=payload,
             )
+        self._last_updated.pop(task_id, None)  # terminal from here on: nothing to compare
         if status is ServerStatus.CANCELLED:
             payload = canonical_json(_status_body(task))
             return Outcome(
@@ -395,7 +396,7 @@ class McpTasks20260728Adapter(Adapter):
         task_id = record.operation_id
         if task_id is None:
             return _no_id(RequestKind.FETCH)
-        task = self._terminal.get(task_id)
+        task = self._terminal.pop(task_id, None)  # a cache entry is used once
         if task is None:
             # After a restart the cache is empty: the result is inlined in tasks/get (X6).
             answer = await self._task_request("tasks/get", task_id)
