@@ -47,14 +47,17 @@ def build_reference_server(
     store: TaskStore | str | None = None,
     options: ServerOptions | None = None,
     authenticator: Authenticator = token_principal,
+    apify_time_scale: float = 1.0,
 ) -> LongcallServer:
     """A server with the five example tools registered, also served as AIP-151 operations
-    under ``/v1`` (S8)."""
+    under ``/v1`` and Apify-style at ``/apify/mcp`` (S8)."""
     from longcall.server.aip151 import mount_aip151
+    from longcall.server.apify import mount_apify
 
     server = LongcallServer(store=store, options=options, authenticator=authenticator)
     register_reference_tools(server)
     mount_aip151(server)
+    mount_apify(server, time_scale=apify_time_scale)
     return server
 
 
