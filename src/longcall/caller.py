@@ -93,6 +93,14 @@ def accepted_ok(record: OperationRecord) -> bool:
     )
 
 
+async def routed_adapter_factory(server: str, protocol: str) -> Any:
+    """The protocol from ``--protocol`` or the URL: ``/v1`` AIP-151, ``/apify/mcp``
+    Apify-style, else MCP negotiation (P3, P4, O1)."""
+    from longcall.adapters.routing import connect_any
+
+    return await connect_any(server, protocol or None)
+
+
 # --- longcall call ---------------------------------------------------------------------
 
 
@@ -104,7 +112,11 @@ def accepted_ok(record: OperationRecord) -> bool:
 @ledger_option
 @click.option("--wait", is_flag=True, help="Drive the call to its terminal receipt.")
 @json_option
-@click.option("--protocol", default=None, help="Force a protocol adapter (default: negotiate).")
+@click.option(
+    "--protocol",
+    default=None,
+    help="aip-151, apify, mcp or an MCP version (default: from the URL, then negotiate).",
+)
 @click.option("--budget", "budget_s", type=float, default=None, help="Total wait budget (s).")
 @click.option("--qps", "qps", type=float, default=20.0, show_default=True, help="Poll QPS cap.")
 @click.option(
@@ -184,7 +196,13 @@ async def _call(
             if auto
             else None
         )
-        executor = Executor(ledger, poll_qps_max=qps, input_policy=policy, adopt_new=False)
+        executor = Executor(
+            ledger,
+            poll_qps_max=qps,
+            input_policy=policy,
+            adopt_new=False,
+            adapter_factory=routed_adapter_factory,
+        )
         try:
             existing = ledger.find(node)
             if existing is None:
@@ -331,7 +349,12 @@ async def _worker(ledger_url: str, qps: float, until_idle: bool, disabled: tuple
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
     with open_ledger(ledger_url) as ledger:
-        executor = Executor(ledger, poll_qps_max=qps, disabled_protocols=disabled)
+        executor = Executor(
+            ledger,
+            poll_qps_max=qps,
+            disabled_protocols=disabled,
+            adapter_factory=routed_adapter_factory,
+        )
         resumed = executor.resume_all()
         console.print(f"worker: resumed {resumed} open operations from {ledger_url}")
         try:
