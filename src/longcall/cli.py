@@ -46,6 +46,20 @@ def serve(store_url: str | None, host: str, port: int) -> None:
     run_reference_server(store_url=store_url, host=host, port=port)
 
 
+@main.command()
+@click.option("--permutations", default=1000, show_default=True, type=int, help="How many.")
+@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the run.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the gate report).")
+@click.option("--replay", "replay_seed", default=None, type=int, help="Rerun one permutation.")
+def sim(permutations: int, seed: int, as_json: bool, replay_seed: int | None) -> None:
+    """Run the deterministic simulator and judge the release gates (SPEC F1-F3)."""
+    from longcall.sim.console import replay, run_sim
+
+    if replay_seed is not None:
+        raise SystemExit(replay(replay_seed))
+    raise SystemExit(run_sim(permutations, seed=seed, as_json=as_json))
+
+
 main.add_command(call)
 main.add_command(worker)
 main.add_command(ops)

@@ -45,6 +45,8 @@ class Checker:
         self.unknown_durations: list[float] = []
         self.cancel_since: dict[str, float] = {}
         self.cancel_latencies: list[float] = []
+        self.cancel_latencies_operator: list[float] = []
+        """The subset settled by an operator's reconciliation (reported apart)."""
         self.ledger: SQLiteLedger | None = None
 
     def fail(self, message: str) -> None:
@@ -97,6 +99,8 @@ class Checker:
         if fetched and receipt.resolved_by is None and unfetched:
             # F2/X6: a completed status whose result was not fetched never advances.
             self.fail(f"{node}: accepted {receipt.terminal_status.value} without fetching it")
+        if receipt.resolved_by is not None and node in self.cancel_since:
+            self.cancel_latencies_operator.append(self.now - self.cancel_since[node])
         self._cancel_done(node)
 
     def _cancel_done(self, node: str) -> None:

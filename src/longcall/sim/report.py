@@ -49,6 +49,9 @@ class Report:
     poll_interval_violations: int = 0
     cancel_ack_p99_s: float = 0.0
     cancels: int = 0
+    cancels_operator_resolved: int = 0
+    """Cancels settled by the simulated operator (their latency includes its delay)."""
+    cancel_ack_p99_s_without_operator: float = 0.0
     unknown_reconcile_max_s: float = 0.0
     unknowns: int = 0
     traceability: float = 1.0
@@ -118,6 +121,7 @@ def run(
     seeds = [derive_seed(seed, i) for i in range(permutations)]
     report = Report(permutations=permutations, seed=seed)
     latencies: list[float] = []
+    operator: list[float] = []
     results: Iterable[Result]
     if workers is None:
         workers = min(2, os.cpu_count() or 1) if permutations >= 500 else 1
@@ -130,7 +134,7 @@ def run(
 
         results = serial()
         for result in results:
-            _add(report, result, latencies)
+            _add(report, result, latencies, operator)
             if on_progress is not None:
                 on_progress(1)
     else:
@@ -139,11 +143,16 @@ def run(
         with ProcessPoolExecutor(max_workers=workers) as pool:
             for batch in pool.map(_run_chunk, chunks):
                 for result in batch:
-                    _add(report, result, latencies)
+                    _add(report, result, latencies, operator)
                 if on_progress is not None:
                     on_progress(len(batch))
     report.cancel_ack_p99_s = round(_p99(latencies), 3)
     report.cancels = len(latencies)
+    report.cancels_operator_resolved = len(operator)
+    automatic = list(latencies)
+    for value in operator:
+        automatic.remove(value)
+    report.cancel_ack_p99_s_without_operator = round(_p99(automatic), 3)
     if report.outbox_rows:
         report.traceability = report.outbox_traced / report.outbox_rows
     report.elapsed_s = round(time.perf_counter() - started, 3)
@@ -152,13 +161,14 @@ def run(
     return report
 
 
-def _add(report: Report, result: Result, latencies: list[float]) -> None:
+def _add(report: Report, result: Result, latencies: list[float], operator: list[float]) -> None:
     report.terminal_divergence += result.divergence
     report.duplicate_operations += result.duplicates
     report.receipts_per_node_max = max(report.receipts_per_node_max, result.receipts_max)
     report.poll_qps_max = max(report.poll_qps_max, result.poll_qps_max)
     report.poll_interval_violations += result.poll_interval_violations
     latencies.extend(result.cancel_latencies)
+    operator.extend(result.cancel_latencies_operator)
     if result.unknown_durations:
         report.unknowns += len(result.unknown_durations)
         longest = round(max(result.unknown_durations), 3)

@@ -164,6 +164,8 @@ class SimServer:
         self.by_id: dict[str, Task] = {}
         self.by_key: dict[str, Task] = {}
         self.creates = 0
+        self.handed: set[str] = set()
+        """Task ids whose create or lookup reply reached an executor (the world says)."""
         self.plans: dict[str, tuple[float, str, float | None]] = {}
         """request -> (duration, outcome, input offset): how the work of a request goes."""
 
@@ -197,7 +199,13 @@ class SimServer:
             return self._created(task)
         self.creates += 1
         task_id = f"{self.name}-t{self.creates}"
-        live = [t for t in self.tasks if t.request != request and now < t.expires_at]
+        # Only ids an executor was actually handed are reused: a reused id nobody ever
+        # saw is indistinguishable from a fresh one, for any client.
+        live = [
+            t
+            for t in self.tasks
+            if t.request != request and now < t.expires_at and t.task_id in self.handed
+        ]
         if live and self.rng.random() < self.faults.id_reuse:
             # F1 "task id wrongly reused": the new task gets a live task's id.
             task_id = self.rng.choice(live).task_id

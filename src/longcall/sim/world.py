@@ -57,7 +57,7 @@ FAULT_CLASSES: tuple[str, ...] = (
 )
 """Every fault class of SPEC F1, each with its own counter in the report."""
 
-POLL_QPS_LIMIT = 4.0
+POLL_QPS_LIMIT = 2.0
 """The configured per-server poll QPS of every simulated executor (X3, F3)."""
 HEAL_AT_S = 900.0
 """Faults stop here; the liveness phase follows (virtual seconds)."""
@@ -65,7 +65,7 @@ LIVENESS_BOUND_S = 1800.0
 """After healing, every node must be terminal within this much virtual time."""
 REQUEST_TIMEOUT_S = 15.0
 POLL_INTERVAL_EPSILON_S = 1e-6
-OPERATOR_TICK_S = 30.0
+OPERATOR_TICK_S = 10.0
 OPERATOR = "sim-operator"
 OPERATOR_NOTE = "resolved from the simulated server's truth"
 
@@ -80,6 +80,7 @@ class NetFaults:
     reorder: float = 0.0
     truncate: float = 0.0
     stale_callback: float = 0.0
+    cancel_ack_loss: float = 0.0
 
     def heal(self) -> None:
         for field in dataclasses.fields(self):
@@ -117,15 +118,15 @@ class Config:
     def draw(cls, rng: random.Random) -> Config:
         servers = []
         for i in range(rng.choice((1, 1, 2))):
-            short_ttl = rng.random() < 0.08
+            short_ttl = rng.random() < 0.15
             servers.append(
                 ServerConfig(
                     name=f"s{i}",
                     protocol=rng.choice((MODERN, LEGACY)),
                     lookup=rng.random() < 0.5,
                     idempotent=rng.random() < 0.5,
-                    poll_interval_s=round(rng.uniform(0.5, 5.0), 3),
-                    ttl_s=round(rng.uniform(60.0, 240.0) if short_ttl else 3600.0, 3),
+                    poll_interval_s=round(rng.uniform(1.0, 6.0), 3),
+                    ttl_s=round(rng.uniform(30.0, 120.0) if short_ttl else 3600.0, 3),
                 )
             )
         nodes = []
@@ -133,12 +134,14 @@ class Config:
         for i in range(rng.randint(1, 4)):
             node = f"n{i}"
             nodes.append((node, rng.choice(servers).name, round(rng.uniform(0.0, 60.0), 3)))
-            duration = round(rng.uniform(1.0, 240.0), 3)
+            duration = round(rng.uniform(1.0, 60.0), 3)
             outcome = "completed" if rng.random() < 0.85 else "failed"
             input_at = round(rng.uniform(0.0, duration), 3) if rng.random() < 0.25 else None
             plans[node] = (duration, outcome, input_at)
         cancels = [
-            (n, round(rng.uniform(0.0, 300.0), 3)) for n, _, _ in nodes if rng.random() < 0.3
+            (n, round(start + rng.uniform(0.0, 60.0), 3))
+            for n, _, start in nodes
+            if rng.random() < 0.3
         ]
         crashes = (
             sorted(round(rng.uniform(0.0, 600.0), 3) for _ in range(rng.randint(1, 3)))
@@ -156,10 +159,11 @@ class Config:
             reorder=pick(0.3, (0.05, 0.2)),
             truncate=pick(0.2, (0.1, 0.3)),
             stale_callback=pick(0.5, (0.5, 1.0)),
+            cancel_ack_loss=pick(0.3, (0.3, 0.6)),
         )
         faults = ServerFaults(
-            id_reuse=pick(0.1, (0.3, 1.0)),
-            not_found_early=pick(0.1, (0.01, 0.03)),
+            id_reuse=pick(0.05, (0.3, 1.0)),
+            not_found_early=pick(0.05, (0.01, 0.03)),
             rate_limited=pick(0.25, (0.05, 0.15)),
             unavailable=pick(0.25, (0.05, 0.15)),
             input_replay=pick(0.3, (0.2, 0.5)),
@@ -175,7 +179,7 @@ class Config:
             net=net,
             server_faults=faults,
             latency_s=(round(rng.uniform(0.005, 0.05), 4), round(rng.uniform(0.05, 0.5), 4)),
-            operator_delay_s=round(rng.uniform(30.0, 120.0), 3),
+            operator_delay_s=round(rng.uniform(10.0, 45.0), 3),
             plans=plans,
         )
 
@@ -192,6 +196,7 @@ class Result:
     poll_qps_max: float
     poll_interval_violations: int
     cancel_latencies: list[float]
+    cancel_latencies_operator: list[float]
     unknown_durations: list[float]
     outbox_rows: int
     outbox_traced: int
@@ -404,7 +409,10 @@ class World:
         self.log("server", f"{server.name} {request.method} {node} -> {_reply_text(reply)}")
         net = self.config.net
         lo, hi = self.config.latency_s
-        if self.rng.random() < net.response_loss:
+        loss = net.response_loss
+        if request.method == "cancel":
+            loss = max(loss, net.cancel_ack_loss)
+        if self.rng.random() < loss:
             fault = {
                 "create": "create_response_lost",
                 "cancel": "cancel_ack_lost",
@@ -458,7 +466,13 @@ class World:
         self, eid: int, action: Action, outcome: Outcome | None, reply: Reply | None
     ) -> None:
         if reply is not None:
-            if reply.poll_interval_s is not None and reply.error is None:
+            # What a live executor was told: the ids it holds (only those are ever
+            # reused, F1) and the poll interval it must honour (X3).
+            alive = eid in self.engines
+            handed = isinstance(action.command, (c.SendSubmit, c.LookupSubmission))
+            if alive and handed and reply.task_id is not None:
+                self.servers[action.server].handed.add(reply.task_id)
+            if alive and reply.poll_interval_s is not None and reply.error is None:
                 self.told_interval[action.call_node_id] = reply.poll_interval_s
             outcome = self.adapters[action.server].outcome(action, reply)
             if outcome is None:
@@ -679,6 +693,7 @@ class World:
             poll_qps_max=qps,
             poll_interval_violations=self.poll_interval_violations,
             cancel_latencies=self.checker.cancel_latencies,
+            cancel_latencies_operator=self.checker.cancel_latencies_operator,
             unknown_durations=self.checker.unknown_durations,
             outbox_rows=rows,
             outbox_traced=traced,
