@@ -107,6 +107,8 @@ class Config:
     cancels: list[tuple[str, float]]
     crashes: list[float]
     race_at: float | None
+    crash_on_action: int | None
+    """Crash between a committed decision and its request: at the n-th action sent."""
     file_ledger: bool
     net: NetFaults
     server_faults: ServerFaults
@@ -149,13 +151,14 @@ class Config:
             else []
         )
         race_at = round(rng.uniform(0.0, 300.0), 3) if rng.random() < 0.15 else None
+        crash_on_action = rng.randint(1, 40) if rng.random() < 0.15 else None
 
         def pick(p: float, values: tuple[float, ...]) -> float:
             return rng.choice(values) if rng.random() < p else 0.0
 
         net = NetFaults(
-            request_loss=pick(0.4, (0.02, 0.05, 0.15)),
-            response_loss=pick(0.4, (0.02, 0.05, 0.15)),
+            request_loss=pick(0.4, (0.01, 0.03, 0.08)),
+            response_loss=pick(0.4, (0.01, 0.03, 0.08)),
             reorder=pick(0.3, (0.05, 0.2)),
             truncate=pick(0.2, (0.1, 0.3)),
             stale_callback=pick(0.5, (0.5, 1.0)),
@@ -175,6 +178,7 @@ class Config:
             cancels=cancels,
             crashes=crashes,
             race_at=race_at,
+            crash_on_action=crash_on_action,
             file_ledger=bool(crashes) and rng.random() < 0.05,
             net=net,
             server_faults=faults,
@@ -262,6 +266,7 @@ class World:
         self.told_interval: dict[str, float] = {}
         self.poll_interval_violations = 0
         self.operator_resolutions = 0
+        self.actions_sent = 0
         self._essential = 0
 
     # --- plumbing --------------------------------------------------------------------
@@ -312,6 +317,7 @@ class World:
             "config",
             f"servers={[dataclasses.astuple(s) for s in cfg.servers]} nodes={cfg.nodes} "
             f"cancels={cfg.cancels} crashes={cfg.crashes} race_at={cfg.race_at} "
+            f"crash_on_action={cfg.crash_on_action} "
             f"file_ledger={cfg.file_ledger} net={dataclasses.astuple(cfg.net)} "
             f"server_faults={dataclasses.astuple(cfg.server_faults)} latency={cfg.latency_s}",
         )
@@ -361,6 +367,12 @@ class World:
                     break
                 for eid, engine in list(self.engines.items()):
                     for action in self._call(engine, lambda en: en.due(self.now)) or []:
+                        self.actions_sent += 1
+                        if self.actions_sent == self.config.crash_on_action:
+                            # L7: the decision is committed, its request never leaves.
+                            self.log(f"e{eid}", f"crash before sending {action.kind}")
+                            self._on_crash()
+                            break
                         self._send(eid, engine, action)
 
     def _advance(self, t: float) -> None:
