@@ -103,8 +103,35 @@ def _p99(values: list[float]) -> float:
     return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
 
 
+def guarded(runner: Callable[[int], Result], seed: int) -> Result:
+    """Run one permutation; an exception out of the simulated world is a failure of
+    that permutation (with its seed), never the end of the whole run."""
+    try:
+        return runner(seed)
+    except Exception as exc:  # reported with the seed that replays it
+        return Result(
+            seed=seed,
+            violations=[f"the permutation raised {type(exc).__name__}: {exc}"],
+            divergence=0,
+            duplicates=0,
+            receipts_max=0,
+            poll_qps_max=0.0,
+            poll_interval_violations=0,
+            cancel_latencies=[],
+            cancel_latencies_operator=[],
+            unknown_durations=[],
+            outbox_rows=0,
+            outbox_traced=0,
+            faults={},
+            operator_resolutions=0,
+            nodes=0,
+            virtual_s=0.0,
+            trace=None,
+        )
+
+
 def _run_chunk(seeds: list[int]) -> list[Result]:
-    return [run_one(seed) for seed in seeds]
+    return [guarded(run_one, seed) for seed in seeds]
 
 
 def run(
@@ -130,7 +157,7 @@ def run(
 
         def serial() -> Iterable[Result]:
             for s in seeds:
-                yield one(s)
+                yield guarded(one, s)
 
         results = serial()
         for result in results:
