@@ -45,7 +45,7 @@ from longcall.core import commands as c
 from longcall.core import events as e
 from longcall.core.keys import canonical_json, request_digest
 from longcall.core.retry import CircuitBreaker
-from longcall.core.schedule import TokenBucket
+from longcall.core.schedule import TokenBucket, WindowLimit
 from longcall.ledger import Ledger
 from longcall.runtime.step import commit
 
@@ -138,6 +138,7 @@ class Engine:
         self._in_flight: set[tuple[str, str]] = set()
         self._seq = itertools.count()
         self._buckets: dict[str, TokenBucket] = {}
+        self._windows: dict[str, WindowLimit] = {}
         self.breakers: dict[str, CircuitBreaker] = {}
         self.stats: dict[str, int] = {"stale_replies": 0, "conflicts": 0, "requests": 0}
 
@@ -199,12 +200,10 @@ class Engine:
         # reconciliation, nothing committed since) means no create went out after it:
         # resubmit with the same key (X2). Treating it as an in-doubt create would
         # send it straight back to reconciliation, for ever.
-        history = self.ledger.history(record.call_node_id)
-        proven_absent = (
-            record.state is State.NOT_FOUND_SAFE
-            and bool(history)
-            and history[-1].event == "ReconciledManually"
-        )
+        proven_absent = False
+        if record.state is State.NOT_FOUND_SAFE:
+            history = self.ledger.history(record.call_node_id)
+            proven_absent = bool(history) and history[-1].event == "ReconciledManually"
         claim = e.ExecutionClaimed(new_epoch=record.execution_epoch + 1)
         transition = self._apply(record, claim, now=now)
         if transition is None:
@@ -277,10 +276,13 @@ class Engine:
             heapq.heappop(self._timers)
         return None
 
-    def due(self, now: float) -> list[Action]:
-        """Pop every request whose time has come, within the server's limits."""
+    def due(self, now: float, *, limit: int | None = None) -> list[Action]:
+        """Pop the requests whose time has come, within the server's limits (at most
+        ``limit`` of them: the driver's free sending capacity)."""
         actions: list[Action] = []
         while self._timers and self._timers[0][0] <= now:
+            if limit is not None and len(actions) >= limit:
+                break
             _at, _, seq, node, kind = heapq.heappop(self._timers)
             planned = self._pending.get((node, kind))
             if planned is None or planned[1] != seq:
@@ -298,6 +300,12 @@ class Engine:
                 wait_s = self._take_poll_token(server, now)
                 if wait_s > 0:
                     # The token is reserved for that slot: the request goes then (X3).
+                    self._token_held.add((node, kind))
+                    self._push(node, kind, planned[2], now + wait_s)
+                    continue
+            if kind == "Poll":
+                wait_s = self._admit_poll(server, now)
+                if wait_s > 0:
                     self._token_held.add((node, kind))
                     self._push(node, kind, planned[2], now + wait_s)
                     continue
@@ -476,6 +484,17 @@ class Engine:
             self.poll_qps_max, burst=self.poll_burst, now=now
         )
         self._buckets[server], wait_s = bucket.take(now)
+        return wait_s
+
+    def _admit_poll(self, server: str, now: float) -> float:
+        """The strict per-window check at the moment a poll leaves (X3)."""
+        window = self._windows.get(server)
+        if window is None:
+            if self.poll_qps_max >= 1:
+                window = WindowLimit(limit=int(self.poll_qps_max), window_s=1.0)
+            else:
+                window = WindowLimit(limit=1, window_s=1.0 / self.poll_qps_max)
+        self._windows[server], wait_s = window.admit(now)
         return wait_s
 
     def _note_server_health(self, server: str, event: e.Event, now: float) -> None:

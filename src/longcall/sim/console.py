@@ -64,7 +64,10 @@ def gate_table(report: Report) -> Table:
     }
     for name, ok in report.gates().items():
         if name.startswith("poll_qps_max"):
-            value = f"{report.poll_qps_max:g} / s"
+            value = (
+                f"{report.poll_qps_max:g} / s per executor "
+                f"({report.poll_qps_max_all_executors:g} / s with racing executors together)"
+            )
         elif name.startswith("cancel_ack_p99_s"):
             value = (
                 f"{report.cancel_ack_p99_s:.1f} s over {report.cancels} cancels "

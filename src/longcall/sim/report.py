@@ -46,6 +46,8 @@ class Report:
     receipts_per_node_max: int = 0
     poll_qps_max: float = 0.0
     poll_qps_limit: float = POLL_QPS_LIMIT
+    poll_qps_max_all_executors: float = 0.0
+    """Informational: racing executors together (they share no token bucket)."""
     poll_interval_violations: int = 0
     cancel_ack_p99_s: float = 0.0
     cancels: int = 0
@@ -116,6 +118,7 @@ def guarded(runner: Callable[[int], Result], seed: int) -> Result:
             duplicates=0,
             receipts_max=0,
             poll_qps_max=0.0,
+            poll_qps_max_all_executors=0.0,
             poll_interval_violations=0,
             cancel_latencies=[],
             cancel_latencies_operator=[],
@@ -193,6 +196,9 @@ def _add(report: Report, result: Result, latencies: list[float], operator: list[
     report.duplicate_operations += result.duplicates
     report.receipts_per_node_max = max(report.receipts_per_node_max, result.receipts_max)
     report.poll_qps_max = max(report.poll_qps_max, result.poll_qps_max)
+    report.poll_qps_max_all_executors = max(
+        report.poll_qps_max_all_executors, result.poll_qps_max_all_executors
+    )
     report.poll_interval_violations += result.poll_interval_violations
     latencies.extend(result.cancel_latencies)
     operator.extend(result.cancel_latencies_operator)

@@ -198,6 +198,8 @@ class Result:
     duplicates: int
     receipts_max: int
     poll_qps_max: float
+    poll_qps_max_all_executors: float
+    """Informational: all executors of a world together (racing ones share no bucket)."""
     poll_interval_violations: int
     cancel_latencies: list[float]
     cancel_latencies_operator: list[float]
@@ -689,6 +691,10 @@ class World:
         if duplicates:
             violations.append(f"duplicate remote operations: {duplicates}")
         qps = max((_max_per_second(times) for times in self.poll_sends.values()), default=0.0)
+        merged: dict[str, list[float]] = {}
+        for (_eid, server_name), times in self.poll_sends.items():
+            merged.setdefault(server_name, []).extend(times)
+        qps_all = max((_max_per_second(sorted(t)) for t in merged.values()), default=0.0)
         if self.poll_interval_violations:
             violations.append(f"poll interval violated {self.poll_interval_violations} times")
         if qps > POLL_QPS_LIMIT:
@@ -703,6 +709,7 @@ class World:
             duplicates=duplicates,
             receipts_max=receipts_max,
             poll_qps_max=qps,
+            poll_qps_max_all_executors=qps_all,
             poll_interval_violations=self.poll_interval_violations,
             cancel_latencies=self.checker.cancel_latencies,
             cancel_latencies_operator=self.checker.cancel_latencies_operator,
