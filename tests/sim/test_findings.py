@@ -1,0 +1,114 @@
+"""Regressions for the bugs the simulator found in core and runtime (one test each).
+
+Each drives the real Engine, core and SQLite ledger by hand, in virtual time.
+"""
+
+from __future__ import annotations
+
+import random
+
+from longcall.adapters.base import Outcome, ToolBinding
+from longcall.core import State
+from longcall.core import commands as c
+from longcall.core import events as e
+from longcall.ledger import SQLiteLedger
+from longcall.runtime.engine import Action, CallSpec, Engine
+from longcall.runtime.step import apply_event
+
+
+def _binding(*, lookup: bool = False, idempotent: bool = False) -> ToolBinding:
+    return ToolBinding(
+        server="sim://s",
+        tool_name="work",
+        protocol="test",
+        adapter_version="1",
+        descriptor_digest="sha256:d",
+        task_support="required",
+        idempotent=idempotent,
+        submission_lookup=lookup,
+    )
+
+
+def _engine() -> Engine:
+    return Engine(SQLiteLedger(":memory:"), rng=random.Random(1), poll_qps_max=100.0)
+
+
+def _start(engine: Engine, node: str, *, now: float = 0.0, **kw: bool) -> Action:
+    engine.start_call(CallSpec(call_node_id=node, binding=_binding(**kw), arguments={}), now=now)
+    (action,) = [a for a in engine.due(now) if a.call_node_id == node]
+    return action
+
+
+def _ack(op: str, *, interval_s: float = 5.0, ttl_s: float | None = None) -> Outcome:
+    return Outcome(
+        event=e.SubmitAcknowledged(operation_id=op, poll_interval_s=interval_s, ttl_s=ttl_s)
+    )
+
+
+def test_a_reused_operation_id_sends_both_holders_to_reconciliation() -> None:
+    """F1 id reuse: a second call node handed a held id is never polled or accepted."""
+    engine = _engine()
+    engine.complete(_start(engine, "a"), _ack("t1"), now=0.1)
+    record = engine.complete(_start(engine, "b", now=1.0), _ack("t1"), now=1.1)
+    assert record is not None
+    assert record.state is State.RECONCILIATION_REQUIRED
+    assert engine.ledger.get("a").state is State.RECONCILIATION_REQUIRED
+    assert "more than one call node" in (record.reconciliation_reason or "")
+    assert engine.next_wakeup() is None
+
+
+def test_an_operators_never_created_is_resubmitted_not_escalated_again() -> None:
+    """X2: after an operator proves absence, refresh resends the create (same key)."""
+    engine = _engine()
+    action = _start(engine, "a")
+    lost = Outcome(event=e.SubmitOutcomeLost(reason="timeout"))
+    record = engine.complete(action, lost, now=15.0)
+    assert record is not None
+    assert record.state is State.RECONCILIATION_REQUIRED
+    resolution = e.ReconciledManually(
+        resolution=e.Resolution.NEVER_CREATED, actor="op", note="server has no such task"
+    )
+    apply_event(engine.ledger, record, resolution, now=20.0, jitter=0.5)
+    engine.refresh(now=20.0)
+    (resend,) = engine.due(20.0)
+    assert isinstance(resend.command, c.SendSubmit)
+    assert resend.command.submission_key == record.submission_key
+    assert engine.ledger.get("a").state is State.NOT_FOUND_SAFE
+
+
+def test_a_refused_cancel_reads_the_terminal_one_interval_later() -> None:
+    """X3/X5: the poll after -32602 keeps the server's interval as its floor."""
+    engine = _engine()
+    engine.complete(_start(engine, "a"), _ack("t1", interval_s=5.0), now=0.1)
+    engine.cancel("a", now=1.0)
+    (cancel,) = engine.due(1.0)
+    engine.complete(cancel, Outcome(event=e.CancelRefused(reason="-32602")), now=1.2)
+    wake = engine.next_wakeup()
+    assert wake is not None
+    assert wake >= 1.2 + 5.0
+
+
+def test_the_expiry_cap_never_pulls_a_poll_under_the_interval() -> None:
+    """X3: near the expiry the last poll still waits the server's interval."""
+    engine = _engine()
+    engine.complete(_start(engine, "a"), _ack("t1", interval_s=5.0, ttl_s=7.0), now=0.0)
+    (poll,) = engine.due(6.0)
+    engine.complete(poll, Outcome(event=e.WorkingObserved(poll_interval_s=5.0)), now=6.0)
+    wake = engine.next_wakeup()
+    assert wake is not None
+    assert wake >= 6.0 + 5.0
+
+
+def test_an_input_request_carries_the_poll_interval() -> None:
+    """X3: an operation whose first status is input_required learns the interval too."""
+    engine = _engine()
+    engine.complete(
+        _start(engine, "a", lookup=True), Outcome(event=e.SubmitOutcomeLost(reason="x")), now=0.1
+    )
+    (lookup,) = engine.due(0.1)
+    engine.complete(lookup, Outcome(event=e.SubmissionFound(operation_id="t1")), now=0.2)
+    (poll,) = engine.due(10.0)
+    observed = e.InputRequestObserved(keys=("k",), poll_interval_s=7.0)
+    record = engine.complete(poll, Outcome(event=observed), now=10.0)
+    assert record is not None
+    assert record.poll_interval_s == 7.0
