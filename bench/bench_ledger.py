@@ -73,9 +73,7 @@ def run() -> None:
         with SQLiteLedger(probe, synchronous="off") as ledger:
             walkthrough.start(ledger, "probe", walkthrough.COMPLETED, now=0.0)
             record_json = json.dumps(
-                json.loads(
-                    ledger._read("SELECT record_json FROM operations")[0][0]
-                )
+                json.loads(ledger._read("SELECT record_json FROM operations")[0][0])
             )
         for synchronous in ("full", "normal"):
             ours = ledger_lifecycles_per_s(

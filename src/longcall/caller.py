@@ -93,14 +93,6 @@ def accepted_ok(record: OperationRecord) -> bool:
     )
 
 
-async def routed_adapter_factory(server: str, protocol: str) -> Any:
-    """The protocol from ``--protocol`` or the URL: ``/v1`` AIP-151, ``/apify/mcp``
-    Apify-style, else MCP negotiation (P3, P4, O1)."""
-    from longcall.adapters.routing import connect_any
-
-    return await connect_any(server, protocol or None)
-
-
 # --- longcall call ---------------------------------------------------------------------
 
 
@@ -201,7 +193,6 @@ async def _call(
             poll_qps_max=qps,
             input_policy=policy,
             adopt_new=False,
-            adapter_factory=routed_adapter_factory,
         )
         try:
             existing = ledger.find(node)
@@ -353,7 +344,6 @@ async def _worker(ledger_url: str, qps: float, until_idle: bool, disabled: tuple
             ledger,
             poll_qps_max=qps,
             disabled_protocols=disabled,
-            adapter_factory=routed_adapter_factory,
         )
         resumed = executor.resume_all()
         console.print(f"worker: resumed {resumed} open operations from {ledger_url}")

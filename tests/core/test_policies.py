@@ -275,3 +275,28 @@ def test_classify_not_found_never_created_needs_both() -> None:
     assert classify_not_found(with_id, proven_by_key=True) is NotFoundClass.UNKNOWN
     escalated = step(record_in(State.WORKING), e.ReconciliationEscalated(reason="r")).record
     assert classify_not_found(escalated, proven_by_key=True) is NotFoundClass.UNKNOWN
+
+
+@given(
+    limit=st.integers(min_value=1, max_value=30),
+    gaps=st.lists(st.floats(min_value=0.0, max_value=0.3), min_size=1, max_size=200),
+    start_s=st.sampled_from([0.0, 1_795_000_000.0]),
+)
+def test_window_limit_never_admits_more_than_limit_per_window(
+    limit: int, gaps: list[float], start_s: float
+) -> None:
+    """WindowLimit: sends at the admitted times never exceed ``limit`` in any window (X3)."""
+    from longcall.core.schedule import WindowLimit
+
+    window = WindowLimit(limit=limit, window_s=1.0)
+    now, sent = start_s, []
+    for gap in gaps:
+        now += gap
+        window, wait_s = window.admit(now)
+        while wait_s > 0.0:
+            assert now + wait_s > now  # a refusal always moves time forward
+            now += wait_s
+            window, wait_s = window.admit(now)
+        sent.append(now)
+    for start in sent:
+        assert sum(1 for t in sent if 0 <= t - start < 1.0) <= limit

@@ -94,3 +94,30 @@ class TokenBucket:
         tokens = min(self.burst, self.tokens + elapsed * self.rate_per_s) - 1.0
         wait_s = (start - now) + (0.0 if tokens >= 0 else -tokens / self.rate_per_s)
         return dataclasses.replace(self, tokens=tokens, updated_at=start), wait_s
+
+
+WINDOW_WAIT_S_MIN = 0.001
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class WindowLimit:
+    """At most ``limit`` sends in any window of ``window_s`` (a sliding log of send times).
+
+    The token bucket spreads reservations; this is the strict guarantee at the moment a
+    request actually leaves, even when the driver dispatches a reserved slot late
+    (X3: "the highest poll rate in any one-second window <= the configured QPS").
+    """
+
+    limit: int
+    window_s: float = 1.0
+    sent: tuple[float, ...] = ()
+
+    def admit(self, now: float) -> tuple[WindowLimit, float]:
+        """Record a send at ``now`` if the window allows it (wait 0), else say how long to wait."""
+        recent = tuple(t for t in self.sent if now - t < self.window_s)
+        if len(recent) >= self.limit:
+            # Never a zero or vanishing wait when refused: at UNIX-epoch magnitudes a
+            # sub-microsecond wait rounds back to ``now`` and the caller would spin.
+            wait_s = max(self.window_s - (now - recent[0]), WINDOW_WAIT_S_MIN)
+            return dataclasses.replace(self, sent=recent), wait_s
+        return dataclasses.replace(self, sent=(*recent, now)), 0.0

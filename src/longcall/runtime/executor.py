@@ -49,10 +49,11 @@ class AdapterDisabled(LongcallError):
 
 
 async def default_adapter_factory(server: str, protocol: str) -> Adapter:
-    from longcall.adapters.negotiate import connect
+    """The protocol a record is bound to, or else the one the URL and the server name:
+    ``/v1`` AIP-151, ``/apify/mcp`` Apify-style, otherwise MCP negotiation (X1, P3, P4)."""
+    from longcall.adapters.routing import connect_any
 
-    adapter: Adapter = await connect(server, prefer=protocol or None)
-    return adapter
+    return await connect_any(server, protocol or None)
 
 
 class Executor:
@@ -69,6 +70,7 @@ class Executor:
         refresh_interval_s: float = 1.0,
         adopt_new: bool = True,
         request_timeout_s: float = 60.0,
+        in_flight_max: int = 64,
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.time,
         on_progress: Callable[[str, float | None, str | None], None] | None = None,
@@ -79,6 +81,7 @@ class Executor:
         self.refresh_interval_s = refresh_interval_s
         self.adopt_new = adopt_new
         self.request_timeout_s = request_timeout_s
+        self.in_flight_max = in_flight_max
         self.on_progress = on_progress
         self._adapter_factory = adapter_factory
         self._adapters: dict[tuple[str, str], Adapter] = {}
@@ -173,13 +176,18 @@ class Executor:
                 if now >= next_refresh:
                     self.engine.refresh(now=now, adopt_new=self.adopt_new)
                     next_refresh = now + self.refresh_interval_s
-                for action in self.engine.due(now):
+                # A bounded number of requests in flight: memory stays flat and servers
+                # are not flooded when thousands of operations fall due at once.
+                capacity = max(0, self.in_flight_max - len(self._tasks))
+                for action in self.engine.due(now, limit=capacity):
                     task = asyncio.create_task(self._perform(action))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
                 if until_idle and not self.engine.records and not self._tasks:
                     return
-                wake_at = self.engine.next_wakeup()
+                # At capacity, only a finished request (which sets the wake-up) frees a slot.
+                full = len(self._tasks) >= self.in_flight_max
+                wake_at = None if full else self.engine.next_wakeup()
                 timeout = max(0.0, min(next_refresh, wake_at or next_refresh) - self.clock())
                 self._wakeup.clear()
                 with contextlib.suppress(TimeoutError):
