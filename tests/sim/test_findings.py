@@ -112,3 +112,25 @@ def test_an_input_request_carries_the_poll_interval() -> None:
     record = engine.complete(poll, Outcome(event=observed), now=10.0)
     assert record is not None
     assert record.poll_interval_s == 7.0
+
+
+def test_answers_are_delivered_again_while_the_server_still_asks() -> None:
+    """X4: a lost answer delivery is repeated when the server keeps asking for the key."""
+    engine = Engine(
+        SQLiteLedger(":memory:"),
+        rng=random.Random(1),
+        poll_qps_max=100.0,
+        input_policy=lambda record, ask: dict.fromkeys(ask.keys, True),
+    )
+    engine.complete(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
+    (poll,) = engine.due(5.0)
+    asks = e.InputRequestObserved(keys=("k",), poll_interval_s=2.0)
+    engine.complete(poll, Outcome(event=asks), now=5.0)
+    (delivery,) = [a for a in engine.due(5.0) if a.kind == "SendInputResponse"]
+    engine.finish(delivery)  # acknowledged by the network, never reached the server
+    (poll,) = engine.due(10.0)
+    engine.complete(poll, Outcome(event=asks), now=10.0)
+    answered = [
+        a.command.keys for a in engine.due(10.0) if isinstance(a.command, c.SendInputResponse)
+    ]
+    assert answered == [("k",)]

@@ -362,8 +362,16 @@ def _input_requested(r: OperationRecord, ev: e.InputRequestObserved, x: _Ctx) ->
         next_poll_at=None,
     )
     if not unanswered:
-        # Every key is answered: the server has not caught up yet; keep polling.
-        return _schedule_poll(r, x)
+        # Every key is answered, yet the server still asks: it has not caught up, or
+        # the delivery was lost (found by the simulator: polling alone then waits for
+        # ever). Answers are idempotent per key, so deliver them again and keep polling.
+        r, more = _schedule_poll(r, x)
+        if r.state is State.RECONCILIATION_REQUIRED:
+            return r, more
+        resend = c.SendInputResponse(
+            operation_id=_op(r), input_round=r.input_round, keys=tuple(ev.keys), at=x.now
+        )
+        return r, [resend, *more]
     # X4: automatic polling pauses until the gate answers.
     return r, [
         c.AskInput(

@@ -13,7 +13,8 @@ core and the real SQLite ledger: the world takes the engine's actions from
 ``due(now)``, carries them over the simulated network, and hands each reply back with
 ``complete(action, outcome, now)`` at the virtual time it arrives (SPEC F1–F3).
 Faults live only here, in :mod:`longcall.sim.server` and in the sim adapter, never
-as flags inside ``core`` or ``runtime``.
+as flags inside ``core`` or ``runtime``; the world never patches or reaches into
+those, never reads a wall clock and draws nothing from any generator but its own.
 """
 
 from __future__ import annotations
