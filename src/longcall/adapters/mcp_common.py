@@ -4,16 +4,19 @@ the tool descriptor digest and result verification (SPEC X6, X9, X11).
 Owns: :class:`RpcSession` (one POST per JSON-RPC message, ``application/json`` or
 ``text/event-stream`` replies, never raising for a remote failure), the HTTP-status
 half of the failure classification, the two request dialects (2026-07-28 envelope
-and routing headers; 2025-11-25 plain), the tool descriptor digest, and the X6
-checks every result passes before it becomes a ``ResultFetched``.
+and routing headers; 2025-11-25 plain), the tool descriptor digest and binding, the X6
+checks every result passes before it becomes a ``ResultFetched``, and the readings
+both task adapters make alike: request and create failures classified by the caller's
+JSON-RPC table (X2, X9), the not-found answer to ``tasks/*`` (X7), the submission-key
+lookup (X2), the cancelled-status evidence and the status-message progress (X11).
 
-Must not: decide protocol semantics (which wire status means what event: that is each
-adapter's table), import ``longcall.ledger``/``runtime``/``server``, or patch the
-``mcp`` SDK. Why httpx and not the SDK's Streamable HTTP client: see
-docs/design/client-adapters.md (X2 needs to know whether a failed request can have
-been processed; the SDK transport folds refused connections, resets, 429 with
-``Retry-After`` and 5xx into one exception, and cannot put per-request ``_meta``
-consent or ``Mcp-Name`` on ``tasks/*``).
+Must not: decide protocol semantics (which wire status means what event, what a cancel
+answer proves: that is each adapter's, as are the JSON-RPC tables), import
+``longcall.ledger``/``runtime``/``server``, or patch the ``mcp`` SDK. Why httpx and
+not the SDK's Streamable HTTP client: see docs/design/client-adapters.md (X2 needs to
+know whether a failed request can have been processed; the SDK transport folds
+refused connections, resets, 429 with ``Retry-After`` and 5xx into one exception, and
+cannot put per-request ``_meta`` consent or ``Mcp-Name`` on ``tasks/*``).
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ import email.utils
 import itertools
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -31,10 +34,20 @@ import anyio
 import httpx
 import jsonschema
 
-from longcall.adapters.base import Outcome, ProgressSink
-from longcall.core.events import RequestFailed, ResultFetched, ResultFetchFailed
+from longcall.adapters.base import AdapterError, Outcome, ProgressSink, ToolBinding, UnknownTool
+from longcall.core.events import (
+    CancellationObserved,
+    OperationNotFound,
+    RequestFailed,
+    ResultFetched,
+    ResultFetchFailed,
+    SubmissionFound,
+    SubmissionNeverCreated,
+    SubmitOutcomeLost,
+    SubmitRejected,
+)
 from longcall.core.keys import canonical_json, digest_bytes, digest_json
-from longcall.core.record import ResultKind, ServerStatus
+from longcall.core.record import OperationRecord, ResultKind, ServerStatus
 from longcall.core.retry import FailureKind, RequestKind
 
 MODERN = "2026-07-28"
@@ -645,6 +658,47 @@ async def list_tools(
     return tools
 
 
+FailureDescriber = Callable[[RpcAnswer | WireFailure], str]
+"""How an adapter words a failed ``tools/list`` in its ``AdapterError``."""
+
+
+async def listed_tool(
+    session: RpcSession,
+    dialect: Dialect,
+    tool_name: str,
+    *,
+    consent: bool,
+    describe: FailureDescriber,
+) -> dict[str, Any]:
+    """The descriptor of ``tool_name`` as the server lists it (X1).
+
+    Raises :class:`AdapterError` when ``tools/list`` fails and :class:`UnknownTool`
+    when the server does not list the tool.
+    """
+    listed = await list_tools(session, dialect, consent=consent)
+    if not isinstance(listed, list):
+        raise AdapterError(f"tools/list failed at {session.url}: {describe(listed)}")
+    tool = find_tool(listed, tool_name)
+    if tool is None:
+        raise UnknownTool(f"{session.url} does not list tool {tool_name!r}")
+    return tool
+
+
+async def binding_or_none(
+    bindings: Mapping[str, ToolBinding],
+    bind: Callable[[str], Awaitable[ToolBinding]],
+    tool_name: str,
+) -> ToolBinding | None:
+    """The tool's binding from ``bindings``, made by ``bind`` on first use; None when the
+    tool cannot be described (the result is then verified without an output schema)."""
+    if tool_name not in bindings:
+        try:
+            await bind(tool_name)
+        except AdapterError:
+            return None
+    return bindings.get(tool_name)
+
+
 def find_tool(tools: Sequence[Mapping[str, Any]], name: str) -> dict[str, Any] | None:
     for tool in tools:
         if tool.get("name") == name:
@@ -657,3 +711,223 @@ def task_support_of(tool: Mapping[str, Any]) -> str | None:
     execution = tool.get("execution")
     value = execution.get("taskSupport") if isinstance(execution, Mapping) else None
     return value if value in ("forbidden", "optional", "required") else None
+
+
+# --- what both task adapters read alike (X2, X5, X7, X9, X11) ---------------------------
+# Each function takes the caller's own JSON-RPC table where a code must be classified:
+# the tables are per version (X9); only the reading around them is shared.
+
+
+def jsonrpc_failure(failures: Mapping[int, FailureKind], code: Any) -> FailureKind:
+    """A JSON-RPC error code as a failure kind by ``failures``; an unknown or missing
+    code is not retried (BAD_REQUEST)."""
+    if not isinstance(code, int):
+        return FailureKind.BAD_REQUEST
+    return failures.get(code, FailureKind.BAD_REQUEST)
+
+
+def error_detail(error: Mapping[str, Any]) -> str:
+    """How a JSON-RPC error reads in an event's detail or reason."""
+    return f"JSON-RPC {error.get('code')}: {error.get('message')}"
+
+
+def failure_detail(failure: RpcAnswer | WireFailure) -> str:
+    """A failed request in words: the wire failure's detail or the JSON-RPC code and
+    message."""
+    if isinstance(failure, WireFailure):
+        return failure.detail
+    return error_detail(failure.error or {})
+
+
+def raw_failure_detail(failure: RpcAnswer | WireFailure) -> str:
+    """A failed request in words: the wire failure's detail or the whole JSON-RPC error
+    object as received (how the 2025-11-25 and sync adapters word a failed listing)."""
+    if isinstance(failure, WireFailure):
+        return failure.detail
+    return str(failure.error)
+
+
+def request_failed(
+    request: RequestKind, failure: WireFailure | RpcAnswer, failures: Mapping[int, FailureKind]
+) -> Outcome:
+    """A request-level failure as ``RequestFailed`` (X9); a JSON-RPC error is classified
+    by the caller's table ``failures``."""
+    if isinstance(failure, WireFailure):
+        return Outcome(
+            event=RequestFailed(
+                request=request,
+                failure=failure.kind,
+                retry_after_s=failure.retry_after_s,
+                detail=failure.detail,
+            )
+        )
+    error = failure.error or {}
+    return Outcome(
+        event=RequestFailed(
+            request=request,
+            failure=jsonrpc_failure(failures, error.get("code")),
+            detail=error_detail(error),
+        )
+    )
+
+
+def may_have_created(code: Any) -> bool:
+    """An internal or implementation-defined server error may strike after the task was
+    created, so a create answered with one is ambiguous (X2)."""
+    return code == -32603 or (isinstance(code, int) and -32099 <= code <= -32000)
+
+
+def submit_failure(
+    failure: WireFailure | RpcAnswer,
+    *,
+    failures: Mapping[int, FailureKind],
+    rejecting_codes: frozenset[int],
+) -> Outcome:
+    """X2: a failed create is lost (ambiguous), failed (proved unprocessed) or rejected
+    (a JSON-RPC error in ``rejecting_codes`` is the outcome: kept as evidence)."""
+    if isinstance(failure, WireFailure):
+        if failure.processed_possible:
+            return Outcome(event=SubmitOutcomeLost(reason=failure.detail))
+        return request_failed(RequestKind.SUBMIT, failure, failures)
+    error = failure.error or {}
+    code = error.get("code")
+    if code in rejecting_codes:
+        payload = canonical_json(error_body(error))
+        return Outcome(
+            event=SubmitRejected(reason=error_detail(error), result_digest=digest_bytes(payload)),
+            payload=payload,
+        )
+    if may_have_created(code):
+        return Outcome(event=SubmitOutcomeLost(reason=error_detail(error)))
+    return request_failed(RequestKind.SUBMIT, failure, failures)
+
+
+def task_request_failed(
+    request: RequestKind, failure: WireFailure | RpcAnswer, failures: Mapping[int, FailureKind]
+) -> Outcome:
+    """A failed ``tasks/*`` request. -32602 says the task is unknown, expired or another
+    principal's (all answered alike, X7) in both versions; any other failure is the
+    request's own (X9)."""
+    if isinstance(failure, RpcAnswer) and (failure.error or {}).get("code") == -32602:
+        return Outcome(event=OperationNotFound(detail=str((failure.error or {}).get("message"))))
+    return request_failed(request, failure, failures)
+
+
+def no_task_id(request: RequestKind) -> Outcome:
+    """A task request for a record that never learned its task id: nothing to ask."""
+    return Outcome(
+        event=RequestFailed(
+            request=request, failure=FailureKind.BAD_REQUEST, detail="the record has no task id"
+        )
+    )
+
+
+def submission_lookup_of(offered: Any) -> tuple[bool, str]:
+    """Whether a server's capability section (``extensions`` in 2026-07-28,
+    ``experimental`` in 2025-11-25) offers the submission-key lookup (X2, S3), and the
+    method to call for it."""
+    offered = offered if isinstance(offered, Mapping) else {}
+    submission = offered.get(SUBMISSION_KEY_EXTENSION)
+    if not isinstance(submission, Mapping):
+        return False, DEFAULT_LOOKUP_METHOD
+    method = submission.get("lookupMethod")
+    return True, method if isinstance(method, str) else DEFAULT_LOOKUP_METHOD
+
+
+def lookup_unsupported() -> Outcome:
+    """A lookup asked of a server that offers none: a refusal never worth retrying."""
+    return Outcome(
+        event=RequestFailed(
+            request=RequestKind.LOOKUP,
+            failure=FailureKind.BAD_REQUEST,
+            detail="the server offers no lookup by submission key",
+        )
+    )
+
+
+def lookup_answer(answer: RpcAnswer | WireFailure, failures: Mapping[int, FailureKind]) -> Outcome:
+    """X2: what a submission-key lookup proves: the task exists (its id), it was never
+    created, or nothing (a failed or malformed answer)."""
+    if isinstance(answer, WireFailure) or answer.error is not None:
+        return request_failed(RequestKind.LOOKUP, answer, failures)
+    result = answer.result or {}
+    if result.get("found") is True and isinstance(result.get("taskId"), str):
+        return Outcome(event=SubmissionFound(operation_id=result["taskId"]))
+    if result.get("found") is False:
+        return Outcome(event=SubmissionNeverCreated())
+    return Outcome(
+        event=RequestFailed(
+            request=RequestKind.LOOKUP,
+            failure=FailureKind.MALFORMED_RESPONSE,
+            detail="lookup result has no boolean 'found'",
+        )
+    )
+
+
+def ms_to_s(value: Any) -> float | None:
+    """A positive wire duration in milliseconds as seconds; None when absent or invalid."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value) / 1000.0
+    return None
+
+
+def text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+STATUS_BODY_KEYS = ("taskId", "status", "statusMessage", "createdAt")
+"""What a task status body keeps as evidence; volatile keys (timestamps of the last
+update, poll intervals) stay out so the digest is stable."""
+
+
+def cancellation_observed(task: Mapping[str, Any], server_status_raw: str) -> Outcome:
+    """A cancelled task status as ``CancellationObserved``, its body kept as evidence."""
+    payload = canonical_json({k: v for k, v in task.items() if k in STATUS_BODY_KEYS})
+    return Outcome(
+        event=CancellationObserved(
+            result_digest=digest_bytes(payload), server_status_raw=server_status_raw
+        ),
+        payload=payload,
+    )
+
+
+def report_status_message(
+    progress: ProgressSink | None, record: OperationRecord, message: str | None
+) -> None:
+    """X11: surface a status message the record has not seen yet."""
+    if message is not None and message != record.status_message and progress:
+        progress(record.call_node_id, None, message)
+
+
+def with_progress(outcome: Outcome, seen: Sequence[float]) -> Outcome:
+    """``outcome`` carrying the last progress the call reported, if any (X11)."""
+    return Outcome(
+        event=outcome.event, payload=outcome.payload, progress=seen[-1] if seen else None
+    )
+
+
+def tool_binding(
+    server: str,
+    tool_name: str,
+    tool: Mapping[str, Any],
+    *,
+    protocol: str,
+    adapter_version: str,
+    task_support: str,
+    submission_lookup: bool,
+    sync_timeout_s: float | None = None,
+) -> ToolBinding:
+    """The binding of one listed tool (X1): its digest, idempotency and output schema."""
+    schema = tool.get("outputSchema")
+    return ToolBinding(
+        server=server,
+        tool_name=tool_name,
+        protocol=protocol,
+        adapter_version=adapter_version,
+        descriptor_digest=descriptor_digest(tool),
+        task_support=task_support,  # type: ignore[arg-type]
+        idempotent=tool_idempotent(tool),
+        submission_lookup=submission_lookup,
+        output_schema=schema if isinstance(schema, Mapping) else None,
+        sync_timeout_s=sync_timeout_s,
+    )

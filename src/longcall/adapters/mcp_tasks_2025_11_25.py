@@ -20,16 +20,14 @@ from typing import Any
 
 import anyio
 
+from longcall.adapters import mcp_common
 from longcall.adapters.base import (
     Adapter,
-    AdapterError,
     Outcome,
     ProgressSink,
     ToolBinding,
-    UnknownTool,
 )
 from longcall.adapters.mcp_common import (
-    DEFAULT_LOOKUP_METHOD,
     LEGACY,
     RELATED_TASK_META_KEY,
     SUBMISSION_KEY_EXTENSION,
@@ -37,33 +35,38 @@ from longcall.adapters.mcp_common import (
     RpcAnswer,
     RpcSession,
     WireFailure,
-    descriptor_digest,
-    error_body,
+    binding_or_none,
+    cancellation_observed,
     fetch_failure,
-    find_tool,
-    list_tools,
+    listed_tool,
+    lookup_answer,
+    lookup_unsupported,
+    ms_to_s,
+    no_task_id,
     progress_hook,
     protocol_error_result,
+    raw_failure_detail,
+    report_status_message,
+    submission_lookup_of,
+    task_request_failed,
     task_support_of,
-    tool_idempotent,
+    text_or_none,
+    tool_binding,
     verify_result,
+    with_progress,
 )
 from longcall.core.events import (
     CancelAcknowledged,
-    CancellationObserved,
     CancelRefused,
     InputRequestObserved,
     OperationNotFound,
     RequestFailed,
-    SubmissionFound,
-    SubmissionNeverCreated,
     SubmitAcknowledged,
     SubmitOutcomeLost,
-    SubmitRejected,
     TerminalObserved,
     WorkingObserved,
 )
-from longcall.core.keys import canonical_json, digest_bytes, digest_json
+from longcall.core.keys import canonical_json, digest_json
 from longcall.core.record import OperationRecord, ServerStatus
 from longcall.core.retry import FailureKind, RequestKind
 
@@ -93,52 +96,20 @@ STATUSES: Mapping[str, ServerStatus] = {status.value: status for status in Serve
 
 
 def _failure(request: RequestKind, failure: WireFailure | RpcAnswer) -> Outcome:
-    if isinstance(failure, WireFailure):
-        return Outcome(
-            event=RequestFailed(
-                request=request,
-                failure=failure.kind,
-                retry_after_s=failure.retry_after_s,
-                detail=failure.detail,
-            )
-        )
-    error = failure.error or {}
-    code = error.get("code")
-    kind = JSONRPC_FAILURES.get(code, FailureKind.BAD_REQUEST) if isinstance(code, int) else None
-    return Outcome(
-        event=RequestFailed(
-            request=request,
-            failure=kind or FailureKind.BAD_REQUEST,
-            detail=f"JSON-RPC {code}: {error.get('message')}",
-        )
-    )
+    """A request-level failure as ``RequestFailed``, classified by this version's table."""
+    return mcp_common.request_failed(request, failure, JSONRPC_FAILURES)
+
+
+def _task_failure(request: RequestKind, failure: WireFailure | RpcAnswer) -> Outcome:
+    """A failed ``tasks/*`` request (-32602: the task is not found, X7)."""
+    return task_request_failed(request, failure, JSONRPC_FAILURES)
 
 
 def _submit_failure(failure: WireFailure | RpcAnswer) -> Outcome:
-    if isinstance(failure, WireFailure):
-        if failure.processed_possible:
-            return Outcome(event=SubmitOutcomeLost(reason=failure.detail))
-        return _failure(RequestKind.SUBMIT, failure)
-    error = failure.error or {}
-    code = error.get("code")
-    if code in REJECTING_CODES:
-        payload = canonical_json(error_body(error))
-        return Outcome(
-            event=SubmitRejected(
-                reason=f"JSON-RPC {code}: {error.get('message')}",
-                result_digest=digest_bytes(payload),
-            ),
-            payload=payload,
-        )
-    if code == -32603 or (isinstance(code, int) and -32099 <= code <= -32000):
-        return Outcome(event=SubmitOutcomeLost(reason=f"JSON-RPC {code}: {error.get('message')}"))
-    return _failure(RequestKind.SUBMIT, failure)
-
-
-def _ms_to_s(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value) / 1000.0
-    return None
+    """X2: a failed create is lost (ambiguous), failed (proved unprocessed) or rejected."""
+    return mcp_common.submit_failure(
+        failure, failures=JSONRPC_FAILURES, rejecting_codes=REJECTING_CODES
+    )
 
 
 def input_key(request: Mapping[str, Any]) -> str:
@@ -171,46 +142,29 @@ class McpTasks20251125Adapter(Adapter):
         self.ttl_ms = ttl_ms
         capabilities = (initialized or {}).get("capabilities") or {}
         experimental = capabilities.get("experimental") if isinstance(capabilities, Mapping) else {}
-        experimental = experimental if isinstance(experimental, Mapping) else {}
-        submission = experimental.get(SUBMISSION_KEY_EXTENSION)
-        self.submission_lookup = isinstance(submission, Mapping)
-        self.lookup_method = DEFAULT_LOOKUP_METHOD
-        if isinstance(submission, Mapping) and isinstance(submission.get("lookupMethod"), str):
-            self.lookup_method = submission["lookupMethod"]
+        self.submission_lookup, self.lookup_method = submission_lookup_of(experimental)
         self._bindings: dict[str, ToolBinding] = {}
         self._side_requests: dict[tuple[str, str], Any] = {}
         """(task id, input key) -> the JSON-RPC id of the server's side-channel request."""
 
     async def bind(self, tool_name: str) -> ToolBinding:
-        listed = await list_tools(self.session, self.dialect, consent=False)
-        if not isinstance(listed, list):
-            detail = listed.detail if isinstance(listed, WireFailure) else str(listed.error)
-            raise AdapterError(f"tools/list failed at {self.session.url}: {detail}")
-        tool = find_tool(listed, tool_name)
-        if tool is None:
-            raise UnknownTool(f"{self.session.url} does not list tool {tool_name!r}")
-        schema = tool.get("outputSchema")
-        binding = ToolBinding(
-            server=self.session.url,
-            tool_name=tool_name,
+        tool = await listed_tool(
+            self.session, self.dialect, tool_name, consent=False, describe=raw_failure_detail
+        )
+        binding = tool_binding(
+            self.session.url,
+            tool_name,
+            tool,
             protocol=PROTOCOL,
             adapter_version=ADAPTER_VERSION,
-            descriptor_digest=descriptor_digest(tool),
-            task_support=task_support_of(tool) or "forbidden",  # type: ignore[arg-type]
-            idempotent=tool_idempotent(tool),
+            task_support=task_support_of(tool) or "forbidden",
             submission_lookup=self.submission_lookup,
-            output_schema=schema if isinstance(schema, Mapping) else None,
         )
         self._bindings[tool_name] = binding
         return binding
 
     async def _binding(self, tool_name: str) -> ToolBinding | None:
-        if tool_name not in self._bindings:
-            try:
-                await self.bind(tool_name)
-            except AdapterError:
-                return None
-        return self._bindings.get(tool_name)
+        return await binding_or_none(self._bindings, self.bind, tool_name)
 
     async def _call(
         self, method: str, params: Mapping[str, Any], **kw: Any
@@ -251,57 +205,32 @@ class McpTasks20251125Adapter(Adapter):
                     operation_id=task_id,
                     server_status=status,
                     server_status_raw=str(task.get("status")),
-                    status_message=task.get("statusMessage")
-                    if isinstance(task.get("statusMessage"), str)
-                    else None,
-                    poll_interval_s=_ms_to_s(task.get("pollInterval")),
-                    ttl_s=_ms_to_s(task.get("ttl")),
+                    status_message=text_or_none(task.get("statusMessage")),
+                    poll_interval_s=ms_to_s(task.get("pollInterval")),
+                    ttl_s=ms_to_s(task.get("ttl")),
                 )
             )
         # A server without the capability processes the call normally (§2.1).
         outcome = verify_result(result, output_schema=binding.output_schema if binding else None)
-        return Outcome(
-            event=outcome.event, payload=outcome.payload, progress=seen[-1] if seen else None
-        )
+        return with_progress(outcome, seen)
 
     async def lookup(self, record: OperationRecord) -> Outcome:
         if not self.submission_lookup:
-            return Outcome(
-                event=RequestFailed(
-                    request=RequestKind.LOOKUP,
-                    failure=FailureKind.BAD_REQUEST,
-                    detail="the server offers no lookup by submission key",
-                )
-            )
+            return lookup_unsupported()
         answer = await self._call(self.lookup_method, {"submissionKey": record.submission_key})
-        if isinstance(answer, WireFailure) or answer.error is not None:
-            return _failure(RequestKind.LOOKUP, answer)
-        result = answer.result or {}
-        if result.get("found") is True and isinstance(result.get("taskId"), str):
-            return Outcome(event=SubmissionFound(operation_id=result["taskId"]))
-        if result.get("found") is False:
-            return Outcome(event=SubmissionNeverCreated())
-        return Outcome(
-            event=RequestFailed(
-                request=RequestKind.LOOKUP,
-                failure=FailureKind.MALFORMED_RESPONSE,
-                detail="lookup result has no boolean 'found'",
-            )
-        )
+        return lookup_answer(answer, JSONRPC_FAILURES)
 
     async def poll(self, record: OperationRecord) -> Outcome:
         task_id = record.operation_id
         if task_id is None:
-            return _no_id(RequestKind.POLL)
+            return no_task_id(RequestKind.POLL)
         answer = await self._call("tasks/get", {"taskId": task_id})
-        if isinstance(answer, WireFailure):
-            return _failure(RequestKind.POLL, answer)
-        if answer.error is not None:
-            return self._task_error(RequestKind.POLL, answer)
+        if isinstance(answer, WireFailure) or answer.error is not None:
+            return _task_failure(RequestKind.POLL, answer)
         task = answer.result or {}
         raw = task.get("status")
         status = STATUSES.get(str(raw))
-        message = task.get("statusMessage") if isinstance(task.get("statusMessage"), str) else None
+        message = text_or_none(task.get("statusMessage"))
         if status is None:
             return Outcome(
                 event=RequestFailed(
@@ -310,27 +239,20 @@ class McpTasks20251125Adapter(Adapter):
                     detail=f"tasks/get answered status {raw!r}",
                 )
             )
-        if message is not None and message != record.status_message and self.progress:
-            self.progress(record.call_node_id, None, message)  # X11: a new status message
+        report_status_message(self.progress, record, message)
         if status is ServerStatus.WORKING:
             return Outcome(
                 event=WorkingObserved(
                     server_status_raw=str(raw),
                     status_message=message,
-                    poll_interval_s=_ms_to_s(task.get("pollInterval")),
+                    poll_interval_s=ms_to_s(task.get("pollInterval")),
                     progressed=message != record.status_message,
                 )
             )
         if status is ServerStatus.INPUT_REQUIRED:
             return await self._side_channel(record, task_id, message)
         if status is ServerStatus.CANCELLED:
-            payload = canonical_json(_status_body(task))
-            return Outcome(
-                event=CancellationObserved(
-                    result_digest=digest_bytes(payload), server_status_raw=str(raw)
-                ),
-                payload=payload,
-            )
+            return cancellation_observed(task, str(raw))
         return Outcome(
             event=TerminalObserved(
                 status=status, server_status_raw=str(raw), status_message=message
@@ -394,7 +316,7 @@ class McpTasks20251125Adapter(Adapter):
     ) -> Outcome | None:
         task_id = record.operation_id
         if task_id is None:
-            return _no_id(RequestKind.INPUT)
+            return no_task_id(RequestKind.INPUT)
         # X4: the machine recorded these keys (InputAnswered) before this send.
         for key, value in answers.items():
             request_id = self._side_requests.get((task_id, key), key)
@@ -413,7 +335,7 @@ class McpTasks20251125Adapter(Adapter):
     async def fetch_result(self, record: OperationRecord) -> Outcome:
         task_id = record.operation_id
         if task_id is None:
-            return _no_id(RequestKind.FETCH)
+            return no_task_id(RequestKind.FETCH)
         # Only after a terminal tasks/get (the runtime calls this from TERMINAL_OBSERVED);
         # plain JSON so a (wrongly) non-terminal task cannot open a side channel here.
         answer = await self._call("tasks/result", {"taskId": task_id}, accept="application/json")
@@ -439,10 +361,10 @@ class McpTasks20251125Adapter(Adapter):
     async def cancel(self, record: OperationRecord) -> Outcome:
         task_id = record.operation_id
         if task_id is None:
-            return _no_id(RequestKind.CANCEL)
+            return no_task_id(RequestKind.CANCEL)
         answer = await self._call("tasks/cancel", {"taskId": task_id})
         if isinstance(answer, WireFailure):
-            return _failure(RequestKind.CANCEL, answer)
+            return _task_failure(RequestKind.CANCEL, answer)
         if answer.error is not None:
             error = answer.error
             data = error.get("data")
@@ -451,40 +373,12 @@ class McpTasks20251125Adapter(Adapter):
             if error.get("code") == -32602 and terminal:
                 # X5: already completed/failed: read that terminal, never rewrite it.
                 return Outcome(event=CancelRefused(reason=text))
-            return self._task_error(RequestKind.CANCEL, answer)
+            return _task_failure(RequestKind.CANCEL, answer)
         task = answer.result or {}
         if task.get("status") == "cancelled":
             # X5: a successful 2025-11-25 cancel is proof of the cancelled terminal.
-            payload = canonical_json(_status_body(task))
-            return Outcome(
-                event=CancellationObserved(
-                    result_digest=digest_bytes(payload), server_status_raw="cancelled"
-                ),
-                payload=payload,
-            )
+            return cancellation_observed(task, "cancelled")
         return Outcome(event=CancelAcknowledged(cancel_generation=record.cancel_generation))
-
-    def _task_error(self, request: RequestKind, answer: RpcAnswer) -> Outcome:
-        error = answer.error or {}
-        if error.get("code") == -32602:
-            return Outcome(event=OperationNotFound(detail=str(error.get("message"))))
-        return _failure(request, answer)
 
     async def aclose(self) -> None:
         await self.session.aclose()
-
-
-def _status_body(task: Mapping[str, Any]) -> dict[str, Any]:
-    return {
-        key: value
-        for key, value in task.items()
-        if key in ("taskId", "status", "statusMessage", "createdAt")
-    }
-
-
-def _no_id(request: RequestKind) -> Outcome:
-    return Outcome(
-        event=RequestFailed(
-            request=request, failure=FailureKind.BAD_REQUEST, detail="the record has no task id"
-        )
-    )

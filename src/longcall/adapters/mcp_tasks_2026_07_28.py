@@ -18,49 +18,51 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from longcall.adapters import mcp_common
 from longcall.adapters.base import (
     Adapter,
-    AdapterError,
     Outcome,
     ProgressSink,
     ToolBinding,
-    UnknownTool,
 )
 from longcall.adapters.mcp_common import (
-    DEFAULT_LOOKUP_METHOD,
     MODERN,
     SUBMISSION_KEY_EXTENSION,
     ModernDialect,
     RpcAnswer,
     RpcSession,
     WireFailure,
-    descriptor_digest,
-    error_body,
+    binding_or_none,
+    cancellation_observed,
+    failure_detail,
     fetch_failure,
-    find_tool,
-    list_tools,
+    listed_tool,
+    lookup_answer,
+    lookup_unsupported,
+    ms_to_s,
+    no_task_id,
     progress_hook,
     protocol_error_result,
+    report_status_message,
+    submission_lookup_of,
+    task_request_failed,
     task_support_of,
-    tool_idempotent,
+    text_or_none,
+    tool_binding,
     verify_result,
+    with_progress,
 )
 from longcall.core.events import (
     CancelAcknowledged,
-    CancellationObserved,
     InputRequestObserved,
-    OperationNotFound,
     RequestFailed,
     ResultFetchFailed,
-    SubmissionFound,
-    SubmissionNeverCreated,
     SubmitAcknowledged,
     SubmitOutcomeLost,
-    SubmitRejected,
     TerminalObserved,
     WorkingObserved,
 )
-from longcall.core.keys import canonical_json, digest_bytes, digest_json
+from longcall.core.keys import canonical_json, digest_json
 from longcall.core.record import OperationRecord, ServerStatus
 from longcall.core.retry import FailureKind, RequestKind
 
@@ -87,63 +89,19 @@ STATUSES: Mapping[str, ServerStatus] = {status.value: status for status in Serve
 
 
 def jsonrpc_failure(code: int) -> FailureKind:
-    return JSONRPC_FAILURES.get(code, FailureKind.BAD_REQUEST)
+    return mcp_common.jsonrpc_failure(JSONRPC_FAILURES, code)
 
 
 def request_failed(request: RequestKind, failure: WireFailure | RpcAnswer) -> Outcome:
-    """A request-level failure as ``RequestFailed`` (X9)."""
-    if isinstance(failure, WireFailure):
-        return Outcome(
-            event=RequestFailed(
-                request=request,
-                failure=failure.kind,
-                retry_after_s=failure.retry_after_s,
-                detail=failure.detail,
-            )
-        )
-    error = failure.error or {}
-    code = error.get("code")
-    return Outcome(
-        event=RequestFailed(
-            request=request,
-            failure=jsonrpc_failure(code) if isinstance(code, int) else FailureKind.BAD_REQUEST,
-            detail=f"JSON-RPC {code}: {error.get('message')}",
-        )
-    )
+    """A request-level failure as ``RequestFailed``, classified by this version's table."""
+    return mcp_common.request_failed(request, failure, JSONRPC_FAILURES)
 
 
 def submit_failure(failure: WireFailure | RpcAnswer) -> Outcome:
     """X2: a failed create is lost (ambiguous), failed (proved unprocessed) or rejected."""
-    if isinstance(failure, WireFailure):
-        if failure.processed_possible:
-            return Outcome(event=SubmitOutcomeLost(reason=failure.detail))
-        return request_failed(RequestKind.SUBMIT, failure)
-    error = failure.error or {}
-    code = error.get("code")
-    if code in REJECTING_CODES:
-        body = error_body(error)
-        payload = canonical_json(body)
-        return Outcome(
-            event=SubmitRejected(
-                reason=f"JSON-RPC {code}: {error.get('message')}",
-                result_digest=digest_bytes(payload),
-            ),
-            payload=payload,
-        )
-    if code == -32603 or (isinstance(code, int) and -32099 <= code <= -32000):
-        # An internal error may strike after the task was created: ambiguous.
-        return Outcome(event=SubmitOutcomeLost(reason=f"JSON-RPC {code}: {error.get('message')}"))
-    return request_failed(RequestKind.SUBMIT, failure)
-
-
-def _ms_to_s(value: Any) -> float | None:
-    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
-        return float(value) / 1000.0
-    return None
-
-
-def _text(value: Any) -> str | None:
-    return value if isinstance(value, str) else None
+    return mcp_common.submit_failure(
+        failure, failures=JSONRPC_FAILURES, rejecting_codes=REJECTING_CODES
+    )
 
 
 class McpTasks20260728Adapter(Adapter):
@@ -165,12 +123,7 @@ class McpTasks20260728Adapter(Adapter):
         self.progress = progress
         capabilities = (discovered or {}).get("capabilities") or {}
         extensions = capabilities.get("extensions") if isinstance(capabilities, Mapping) else {}
-        extensions = extensions if isinstance(extensions, Mapping) else {}
-        submission = extensions.get(SUBMISSION_KEY_EXTENSION)
-        self.submission_lookup = isinstance(submission, Mapping)
-        self.lookup_method = DEFAULT_LOOKUP_METHOD
-        if isinstance(submission, Mapping) and isinstance(submission.get("lookupMethod"), str):
-            self.lookup_method = submission["lookupMethod"]
+        self.submission_lookup, self.lookup_method = submission_lookup_of(extensions)
         self._bindings: dict[str, ToolBinding] = {}
         self._terminal: dict[str, dict[str, Any]] = {}
         """Inlined terminal bodies by task id: a cache only (X6 re-reads after restart)."""
@@ -179,36 +132,24 @@ class McpTasks20260728Adapter(Adapter):
     # --- negotiation (X1) ------------------------------------------------------------
 
     async def bind(self, tool_name: str) -> ToolBinding:
-        listed = await list_tools(self.session, self.dialect, consent=True)
-        if not isinstance(listed, list):
-            raise AdapterError(f"tools/list failed at {self.session.url}: {_describe(listed)}")
-        tool = find_tool(listed, tool_name)
-        if tool is None:
-            raise UnknownTool(f"{self.session.url} does not list tool {tool_name!r}")
+        tool = await listed_tool(
+            self.session, self.dialect, tool_name, consent=True, describe=failure_detail
+        )
         # 2026-07-28 has no per-tool flag on the wire: the server decides per request.
-        support = task_support_of(tool) or "optional"
-        schema = tool.get("outputSchema")
-        binding = ToolBinding(
-            server=self.session.url,
-            tool_name=tool_name,
+        binding = tool_binding(
+            self.session.url,
+            tool_name,
+            tool,
             protocol=PROTOCOL,
             adapter_version=ADAPTER_VERSION,
-            descriptor_digest=descriptor_digest(tool),
-            task_support=support,  # type: ignore[arg-type]
-            idempotent=tool_idempotent(tool),
+            task_support=task_support_of(tool) or "optional",
             submission_lookup=self.submission_lookup,
-            output_schema=schema if isinstance(schema, Mapping) else None,
         )
         self._bindings[tool_name] = binding
         return binding
 
     async def _binding(self, tool_name: str) -> ToolBinding | None:
-        if tool_name not in self._bindings:
-            try:
-                await self.bind(tool_name)
-            except AdapterError:
-                return None
-        return self._bindings.get(tool_name)
+        return await binding_or_none(self._bindings, self.bind, tool_name)
 
     # --- requests ----------------------------------------------------------------------
 
@@ -248,9 +189,7 @@ class McpTasks20260728Adapter(Adapter):
             outcome = verify_result(
                 result, output_schema=binding.output_schema if binding else None
             )
-            if seen:
-                outcome = Outcome(event=outcome.event, payload=outcome.payload, progress=seen[-1])
-            return outcome
+            return with_progress(outcome, seen)
         if kind == "input_required":
             # SEP-2322 MRTR before any task exists: nothing was created; the runtime has
             # no multi-round create yet, so this is a refusal it must not retry.
@@ -276,50 +215,29 @@ class McpTasks20260728Adapter(Adapter):
                 operation_id=task_id,
                 server_status=status,
                 server_status_raw=str(result.get("status")),
-                status_message=_text(result.get("statusMessage")),
-                poll_interval_s=_ms_to_s(result.get("pollIntervalMs")),
-                ttl_s=_ms_to_s(result.get("ttlMs")),
+                status_message=text_or_none(result.get("statusMessage")),
+                poll_interval_s=ms_to_s(result.get("pollIntervalMs")),
+                ttl_s=ms_to_s(result.get("ttlMs")),
             )
         )
 
     async def lookup(self, record: OperationRecord) -> Outcome:
         if not self.submission_lookup:
-            return Outcome(
-                event=RequestFailed(
-                    request=RequestKind.LOOKUP,
-                    failure=FailureKind.BAD_REQUEST,
-                    detail="the server offers no lookup by submission key",
-                )
-            )
+            return lookup_unsupported()
         method = self.lookup_method
         params = self._params(method, {"submissionKey": record.submission_key})
         answer = await self.session.request(
             method, params, headers=self.dialect.headers(method, None)
         )
-        if isinstance(answer, WireFailure) or answer.error is not None:
-            return request_failed(RequestKind.LOOKUP, answer)
-        result = answer.result or {}
-        if result.get("found") is True and isinstance(result.get("taskId"), str):
-            return Outcome(event=SubmissionFound(operation_id=result["taskId"]))
-        if result.get("found") is False:
-            return Outcome(event=SubmissionNeverCreated())
-        return Outcome(
-            event=RequestFailed(
-                request=RequestKind.LOOKUP,
-                failure=FailureKind.MALFORMED_RESPONSE,
-                detail="lookup result has no boolean 'found'",
-            )
-        )
+        return lookup_answer(answer, JSONRPC_FAILURES)
 
     async def poll(self, record: OperationRecord) -> Outcome:
         task_id = record.operation_id
         if task_id is None:
-            return _no_id(RequestKind.POLL)
+            return no_task_id(RequestKind.POLL)
         answer = await self._task_request("tasks/get", task_id)
-        if isinstance(answer, WireFailure):
-            return request_failed(RequestKind.POLL, answer)
-        if answer.error is not None:
-            return self._task_error(RequestKind.POLL, answer)
+        if isinstance(answer, WireFailure) or answer.error is not None:
+            return task_request_failed(RequestKind.POLL, answer, JSONRPC_FAILURES)
         return self.map_task(record, answer.result or {})
 
     def map_task(self, record: OperationRecord, task: Mapping[str, Any]) -> Outcome:
@@ -327,8 +245,8 @@ class McpTasks20260728Adapter(Adapter):
         raw = task.get("status")
         status = STATUSES.get(str(raw))
         task_id = record.operation_id or ""
-        message = _text(task.get("statusMessage"))
-        interval = _ms_to_s(task.get("pollIntervalMs"))
+        message = text_or_none(task.get("statusMessage"))
+        interval = ms_to_s(task.get("pollIntervalMs"))
         if status is None or task.get("taskId") not in (None, task_id):
             return Outcome(
                 event=RequestFailed(
@@ -337,8 +255,7 @@ class McpTasks20260728Adapter(Adapter):
                     detail=f"tasks/get answered status {raw!r} for task {task.get('taskId')!r}",
                 )
             )
-        if message is not None and message != record.status_message and self.progress:
-            self.progress(record.call_node_id, None, message)  # X11: a new status message
+        report_status_message(self.progress, record, message)
         if status is ServerStatus.WORKING:
             updated = task.get("lastUpdatedAt")
             previous = self._last_updated.get(task_id)
@@ -378,13 +295,7 @@ class McpTasks20260728Adapter(Adapter):
             )
         self._last_updated.pop(task_id, None)  # terminal from here on: nothing to compare
         if status is ServerStatus.CANCELLED:
-            payload = canonical_json(_status_body(task))
-            return Outcome(
-                event=CancellationObserved(
-                    result_digest=digest_bytes(payload), server_status_raw=str(raw)
-                ),
-                payload=payload,
-            )
+            return cancellation_observed(task, str(raw))
         self._terminal[task_id] = dict(task)
         return Outcome(
             event=TerminalObserved(
@@ -395,7 +306,7 @@ class McpTasks20260728Adapter(Adapter):
     async def fetch_result(self, record: OperationRecord) -> Outcome:
         task_id = record.operation_id
         if task_id is None:
-            return _no_id(RequestKind.FETCH)
+            return no_task_id(RequestKind.FETCH)
         task = self._terminal.pop(task_id, None)  # a cache entry is used once
         if task is None:
             # After a restart the cache is empty: the result is inlined in tasks/get (X6).
@@ -403,7 +314,7 @@ class McpTasks20260728Adapter(Adapter):
             if isinstance(answer, WireFailure):
                 return fetch_failure(answer)
             if answer.error is not None:
-                return self._task_error(RequestKind.FETCH, answer)
+                return task_request_failed(RequestKind.FETCH, answer, JSONRPC_FAILURES)
             task = answer.result or {}
         binding = await self._binding(record.tool_name)
         return self.result_of(task, binding, task_id)
@@ -441,12 +352,10 @@ class McpTasks20260728Adapter(Adapter):
     async def cancel(self, record: OperationRecord) -> Outcome:
         task_id = record.operation_id
         if task_id is None:
-            return _no_id(RequestKind.CANCEL)
+            return no_task_id(RequestKind.CANCEL)
         answer = await self._task_request("tasks/cancel", task_id)
-        if isinstance(answer, WireFailure):
-            return request_failed(RequestKind.CANCEL, answer)
-        if answer.error is not None:
-            return self._task_error(RequestKind.CANCEL, answer)
+        if isinstance(answer, WireFailure) or answer.error is not None:
+            return task_request_failed(RequestKind.CANCEL, answer, JSONRPC_FAILURES)
         # X5: the ack is a request, not a terminal; polling finds the real one.
         return Outcome(event=CancelAcknowledged(cancel_generation=record.cancel_generation))
 
@@ -455,7 +364,7 @@ class McpTasks20260728Adapter(Adapter):
     ) -> Outcome | None:
         task_id = record.operation_id
         if task_id is None:
-            return _no_id(RequestKind.INPUT)
+            return no_task_id(RequestKind.INPUT)
         if not answers:
             return None
         # X4: the machine recorded these keys as answered (InputAnswered) before this
@@ -471,13 +380,6 @@ class McpTasks20260728Adapter(Adapter):
             return request_failed(RequestKind.INPUT, answer)
         return None
 
-    def _task_error(self, request: RequestKind, answer: RpcAnswer) -> Outcome:
-        error = answer.error or {}
-        if error.get("code") == -32602:
-            # Unknown, expired or another principal's task: all answered alike (X7).
-            return Outcome(event=OperationNotFound(detail=str(error.get("message"))))
-        return request_failed(request, answer)
-
     async def aclose(self) -> None:
         await self.session.aclose()
 
@@ -487,26 +389,3 @@ def _requested_schema(request: Any) -> Any:
     if isinstance(params, Mapping):
         return {"method": request.get("method"), "schema": params.get("requestedSchema")}
     return request
-
-
-def _status_body(task: Mapping[str, Any]) -> dict[str, Any]:
-    """The canonical status body kept as evidence of a cancellation (volatile keys out)."""
-    return {
-        key: value
-        for key, value in task.items()
-        if key in ("taskId", "status", "statusMessage", "createdAt")
-    }
-
-
-def _no_id(request: RequestKind) -> Outcome:
-    return Outcome(
-        event=RequestFailed(
-            request=request, failure=FailureKind.BAD_REQUEST, detail="the record has no task id"
-        )
-    )
-
-
-def _describe(failure: RpcAnswer | WireFailure) -> str:
-    if isinstance(failure, WireFailure):
-        return failure.detail
-    return f"JSON-RPC {(failure.error or {}).get('code')}: {(failure.error or {}).get('message')}"

@@ -19,7 +19,6 @@ from longcall.adapters.base import (
     ProgressSink,
     TaskSupportMissing,
     ToolBinding,
-    UnknownTool,
 )
 from longcall.adapters.mcp_common import (
     DEFAULT_REQUEST_TIMEOUT_S,
@@ -27,13 +26,13 @@ from longcall.adapters.mcp_common import (
     RpcSession,
     WireFailure,
     declared_sync_timeout_s,
-    descriptor_digest,
-    find_tool,
-    list_tools,
+    listed_tool,
     progress_hook,
+    raw_failure_detail,
     task_support_of,
-    tool_idempotent,
+    tool_binding,
     verify_result,
+    with_progress,
 )
 from longcall.adapters.mcp_tasks_2026_07_28 import request_failed, submit_failure
 from longcall.core.events import SubmitOutcomeLost
@@ -71,13 +70,9 @@ class SyncAdapter(Adapter):
         self._bindings: dict[str, ToolBinding] = {}
 
     async def bind(self, tool_name: str) -> ToolBinding:
-        listed = await list_tools(self.session, self.dialect, consent=False)
-        if not isinstance(listed, list):
-            detail = listed.detail if isinstance(listed, WireFailure) else str(listed.error)
-            raise AdapterError(f"tools/list failed at {self.session.url}: {detail}")
-        tool = find_tool(listed, tool_name)
-        if tool is None:
-            raise UnknownTool(f"{self.session.url} does not list tool {tool_name!r}")
+        tool = await listed_tool(
+            self.session, self.dialect, tool_name, consent=False, describe=raw_failure_detail
+        )
         if task_support_of(tool) == "required":
             raise TaskSupportMissing(
                 f"tool {tool_name!r} requires tasks, but {self.session.url} does not offer task"
@@ -89,17 +84,14 @@ class SyncAdapter(Adapter):
                 f"the call of {tool_name!r} is declared long, but {self.session.url} supports"
                 " no tasks for it and the tool declares no synchronous limit (X1)"
             )
-        schema = tool.get("outputSchema")
-        binding = ToolBinding(
-            server=self.session.url,
-            tool_name=tool_name,
+        binding = tool_binding(
+            self.session.url,
+            tool_name,
+            tool,
             protocol=self.protocol,
             adapter_version=ADAPTER_VERSION,
-            descriptor_digest=descriptor_digest(tool),
             task_support="forbidden",
-            idempotent=tool_idempotent(tool),
             submission_lookup=False,
-            output_schema=schema if isinstance(schema, Mapping) else None,
             sync_timeout_s=declared or self.timeout_s,
         )
         self._bindings[tool_name] = binding
@@ -134,9 +126,7 @@ class SyncAdapter(Adapter):
                 event=SubmitOutcomeLost(reason="a task came back to a call that asked for none")
             )
         outcome = verify_result(result, output_schema=binding.output_schema)
-        return Outcome(
-            event=outcome.event, payload=outcome.payload, progress=seen[-1] if seen else None
-        )
+        return with_progress(outcome, seen)
 
     async def _no_operation(self, request: RequestKind) -> Outcome:
         return request_failed(
