@@ -134,3 +134,18 @@ def test_answers_are_delivered_again_while_the_server_still_asks() -> None:
         a.command.keys for a in engine.due(10.0) if isinstance(a.command, c.SendInputResponse)
     ]
     assert answered == [("k",)]
+
+
+def test_a_command_due_while_its_kind_is_in_flight_is_not_lost() -> None:
+    """A second cancel's request, due while the first is in flight, goes out after it."""
+    engine = _engine()
+    engine.complete(_start(engine, "a"), _ack("t1"), now=0.1)
+    engine.cancel("a", now=1.0)
+    (first,) = engine.due(1.0)
+    engine.cancel("a", now=2.0)
+    assert engine.due(2.0) == []  # the first cancel is still in flight
+    stale = Outcome(event=e.CancelAcknowledged(cancel_generation=1))
+    engine.complete(first, stale, now=3.0)  # stale now: generation 2 is current
+    (second,) = engine.due(3.0)
+    assert isinstance(second.command, c.SendCancel)
+    assert second.command.cancel_generation == 2

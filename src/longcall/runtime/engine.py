@@ -136,6 +136,7 @@ class Engine:
         self._pending: dict[tuple[str, str], tuple[float, int, c.Command]] = {}
         self._token_held: set[tuple[str, str]] = set()
         self._in_flight: set[tuple[str, str]] = set()
+        self._deferred: set[tuple[str, str]] = set()
         self._seq = itertools.count()
         self._buckets: dict[str, TokenBucket] = {}
         self._windows: dict[str, WindowLimit] = {}
@@ -288,7 +289,13 @@ class Engine:
             if planned is None or planned[1] != seq:
                 continue  # replaced by a later plan
             record = self.records.get(node)
-            if record is None or (node, kind) in self._in_flight:
+            if record is None:
+                continue
+            if (node, kind) in self._in_flight:
+                # Re-armed when the request in flight comes back: its reply may be
+                # stale and plan nothing (a newer cancel generation, found by the
+                # simulator), and this command must not be lost then.
+                self._deferred.add((node, kind))
                 continue
             server = record.server
             breaker = self.breakers.get(server, self._breaker_template)
@@ -332,6 +339,7 @@ class Engine:
         """Apply the reply to an action; returns the record as it now stands."""
         key = (action.call_node_id, action.kind)
         self._in_flight.discard(key)
+        self._rearm(key)
         self._note_server_health(action.server, outcome.event, now)
         event = outcome.event
         if event.execution_epoch is None:
@@ -376,7 +384,17 @@ class Engine:
     def finish(self, action: Action) -> None:
         """The action ended with nothing to apply (an input delivery acknowledged, or
         the driver shutting down): it is no longer in flight."""
-        self._in_flight.discard((action.call_node_id, action.kind))
+        key = (action.call_node_id, action.kind)
+        self._in_flight.discard(key)
+        self._rearm(key)
+
+    def _rearm(self, key: tuple[str, str]) -> None:
+        """Put a command that fell due while its kind was in flight back on the timers."""
+        if key in self._deferred:
+            self._deferred.discard(key)
+            planned = self._pending.get(key)
+            if planned is not None:
+                self._push(key[0], key[1], planned[2], planned[0])
 
     def request_payload(self, call_node_id: str) -> dict[str, Any]:
         payload = self.ledger.blob(call_node_id, REQUEST_BLOB)

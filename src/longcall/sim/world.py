@@ -82,6 +82,7 @@ class NetFaults:
     truncate: float = 0.0
     stale_callback: float = 0.0
     cancel_ack_loss: float = 0.0
+    create_response_loss: float = 0.0
 
     def heal(self) -> None:
         for field in dataclasses.fields(self):
@@ -116,6 +117,10 @@ class Config:
     latency_s: tuple[float, float]
     operator_delay_s: float
     plans: dict[str, tuple[float, str, float | None]]
+    budgets: dict[str, float]
+    """Call nodes with a total wait budget (X3); the others wait as long as it takes."""
+    repeat_cancel: bool
+    """The caller asks to cancel a second time (a new cancel generation, X5)."""
 
     @classmethod
     def draw(cls, rng: random.Random) -> Config:
@@ -134,6 +139,7 @@ class Config:
             )
         nodes = []
         plans: dict[str, tuple[float, str, float | None]] = {}
+        budgets: dict[str, float] = {}
         for i in range(rng.randint(1, 4)):
             node = f"n{i}"
             nodes.append((node, rng.choice(servers).name, round(rng.uniform(0.0, 60.0), 3)))
@@ -141,6 +147,8 @@ class Config:
             outcome = "completed" if rng.random() < 0.85 else "failed"
             input_at = round(rng.uniform(0.0, duration), 3) if rng.random() < 0.25 else None
             plans[node] = (duration, outcome, input_at)
+            if rng.random() < 0.1:
+                budgets[node] = round(rng.uniform(20.0, 120.0), 3)
         cancels = [
             (n, round(start + rng.uniform(0.0, 60.0), 3))
             for n, _, start in nodes
@@ -164,6 +172,7 @@ class Config:
             truncate=pick(0.2, (0.1, 0.3)),
             stale_callback=pick(0.5, (0.5, 1.0)),
             cancel_ack_loss=pick(0.3, (0.3, 0.6)),
+            create_response_loss=pick(0.3, (0.2, 0.5)),
         )
         faults = ServerFaults(
             id_reuse=pick(0.05, (0.3, 1.0)),
@@ -186,6 +195,8 @@ class Config:
             latency_s=(round(rng.uniform(0.005, 0.05), 4), round(rng.uniform(0.05, 0.5), 4)),
             operator_delay_s=round(rng.uniform(10.0, 45.0), 3),
             plans=plans,
+            budgets=budgets,
+            repeat_cancel=rng.random() < 0.3,
         )
 
 
@@ -270,6 +281,7 @@ class World:
         self.poll_interval_violations = 0
         self.operator_resolutions = 0
         self.actions_sent = 0
+        self.cancels_requested: set[str] = set()
         self._essential = 0
 
     # --- plumbing --------------------------------------------------------------------
@@ -320,7 +332,8 @@ class World:
             "config",
             f"servers={[dataclasses.astuple(s) for s in cfg.servers]} nodes={cfg.nodes} "
             f"cancels={cfg.cancels} crashes={cfg.crashes} race_at={cfg.race_at} "
-            f"crash_on_action={cfg.crash_on_action} "
+            f"crash_on_action={cfg.crash_on_action} budgets={cfg.budgets} "
+            f"repeat_cancel={cfg.repeat_cancel} "
             f"file_ledger={cfg.file_ledger} net={dataclasses.astuple(cfg.net)} "
             f"server_faults={dataclasses.astuple(cfg.server_faults)} latency={cfg.latency_s}",
         )
@@ -427,6 +440,8 @@ class World:
         loss = net.response_loss
         if request.method == "cancel":
             loss = max(loss, net.cancel_ack_loss)
+        elif request.method == "create":
+            loss = max(loss, net.create_response_loss)
         if self.rng.random() < loss:
             fault = {
                 "create": "create_response_lost",
@@ -540,7 +555,12 @@ class World:
             idempotent=server.idempotent,
             submission_lookup=server.lookup_offered,
         )
-        spec = CallSpec(call_node_id=node, binding=binding, arguments={"node": node})
+        spec = CallSpec(
+            call_node_id=node,
+            binding=binding,
+            arguments={"node": node},
+            budget_s=self.config.budgets.get(node),
+        )
         self.started.add(node)
         self.log("caller", f"start {node} on {server.name}")
         self._call(self.newest, lambda en: en.start_call(spec, now=self.now))
@@ -552,8 +572,12 @@ class World:
         outcome = self._call(self.newest, lambda en: en.cancel(node, now=self.now))
         self.log("caller", f"cancel {node} -> {outcome.outcome if outcome else 'error'}")
         if outcome is not None and outcome.outcome == "requested":
+            first = node not in self.cancels_requested
+            self.cancels_requested.add(node)
             self.checker.cancel_since.setdefault(node, self.now)
             self.cancel_pending.discard(node)
+            if first and self.config.repeat_cancel:
+                self.at(self.now + self.rng.uniform(0.5, 20.0), "cancel", node)
         elif outcome is None or outcome.outcome == "not_cancellable":
             self.at(self.now + 5.0, "cancel", node)
         else:
@@ -639,7 +663,10 @@ class World:
                 payload,
             )
         shared = sum(1 for t in server.tasks if t.task_id == task.task_id) > 1
-        if shared or self.now >= task.expires_at:
+        spent = record.deadline_at is not None and self.now >= record.deadline_at
+        # A resume with the wait budget spent lands straight back in reconciliation
+        # (the core's rule), so the operator waits for the truth's terminal then too.
+        if shared or spent or self.now >= task.expires_at:
             # Unreachable by its id: wait for the truth's terminal, answering its input
             # request on the server's console if it waits for one.
             if task.status == "input_required" and task.answered_at is None:
