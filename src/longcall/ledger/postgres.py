@@ -1,10 +1,12 @@
 """The PostgreSQL ledger: one database shared by workers on several machines (SPEC L4–L7, D1).
 
-This module owns the PostgreSQL schema, its forward migrations and the SQL of the
-ledger contract; the rules that decide whether an update or an acceptance is allowed
-are :func:`~longcall.ledger.base.check_update` and
-:func:`~longcall.ledger.base.check_acceptance`, shared with the SQLite backend. It must
-not decide anything those functions decide, and must not import anything above
+This module owns the PostgreSQL schema, its forward migrations, the connection, the
+``FOR UPDATE`` row locks and the locked ``update``; the queries it shares with SQLite
+are :class:`~longcall.ledger.sql.SqlLedger`'s (written with ``?`` placeholders and
+translated to psycopg's ``%s`` here). The rules that decide whether an update or an
+acceptance is allowed are :func:`~longcall.ledger.base.check_update` and
+:func:`~longcall.ledger.base.check_acceptance`, shared with the SQLite backend. It
+must not decide anything those functions decide, and must not import anything above
 ``longcall.core`` (DESIGN.md import direction).
 
 Every write is one transaction. A transition reads its row ``FOR UPDATE`` (so two
@@ -22,34 +24,17 @@ other. Foreign exceptions (``psycopg.errors.*``) are translated here, where they
 from __future__ import annotations
 
 import contextlib
-import threading
-from collections.abc import Callable, Iterator, Mapping
+import functools
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
-from longcall.core import (
-    TERMINAL_STATES,
-    ConflictError,
-    NotFoundError,
-    OperationRecord,
-    State,
-    TerminalReceipt,
-    UnknownCallNode,
-)
+from longcall.core import OperationRecord, TerminalReceipt
 from longcall.ledger import codec
-from longcall.ledger.base import (
-    BlobConflict,
-    DuplicateCallNode,
-    HistoryRow,
-    Ledger,
-    OutboxRow,
-    SchemaTooNew,
-    check_acceptance,
-    check_update,
-    utc_now_iso,
-)
+from longcall.ledger.base import check_update, utc_now_iso
+from longcall.ledger.sql import Params, SqlLedger
 
 # Forward-only migrations; index i brings the schema to version i + 1. The tables and
 # constraints mirror the SQLite backend's; ``seq`` stands in for SQLite's rowid
@@ -123,8 +108,23 @@ DEFAULT_SCHEMA = "public"
 CONNECT_TIMEOUT_S = 10
 
 
-class PostgresLedger(Ledger):
+@functools.lru_cache(maxsize=256)
+def _psycopg_query(query: str) -> bytes:
+    """A ``?``-style query in psycopg's ``%s`` style (the shared SQL has no literal ``?``
+    or ``%``)."""
+    return query.replace("?", "%s").encode()
+
+
+class PostgresLedger(SqlLedger):
     """A ledger in one PostgreSQL schema, over one psycopg 3 connection."""
+
+    migrations = MIGRATIONS
+    creation_order = "seq"
+    # FOR UPDATE: a concurrent writer of this row waits for our commit, then reads the
+    # version we wrote, so its check raises ConflictError (L4).
+    row_lock = " FOR UPDATE"
+    duplicate_errors = (psycopg.errors.UniqueViolation,)
+    integrity_errors = (psycopg.errors.IntegrityError,)
 
     def __init__(
         self,
@@ -136,9 +136,8 @@ class PostgresLedger(Ledger):
     ) -> None:
         if not schema:
             raise ValueError("the PostgreSQL schema name must not be empty")
+        super().__init__(utc_now=utc_now)
         self.schema = schema
-        self._utc_now = utc_now
-        self._lock = threading.RLock()
         # autocommit: a lone read is its own statement; every write opens an explicit
         # transaction through _write().
         self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout_s)
@@ -159,17 +158,7 @@ class PostgresLedger(Ledger):
             )
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(self._schema_id))
             conn.execute(sql.SQL("SET LOCAL search_path TO {}").format(self._schema_id))
-            conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
-            row = conn.execute("SELECT max(version) FROM schema_version").fetchone()
-            current = int(row[0] or 0) if row else 0
-            if current > SCHEMA_VERSION:
-                raise SchemaTooNew(
-                    f"schema {self.schema!r}: version {current} is newer than {SCHEMA_VERSION}"
-                )
-            for version in range(current + 1, SCHEMA_VERSION + 1):
-                for statement in _statements(MIGRATIONS[version - 1]):
-                    conn.execute(statement.encode())
-                conn.execute("INSERT INTO schema_version (version) VALUES (%s)", (version,))
+            self._upgrade(conn)
         # Every later statement of this connection names the ledger's tables unqualified.
         self._conn.execute(sql.SQL("SET search_path TO {}").format(self._schema_id))
 
@@ -177,11 +166,10 @@ class PostgresLedger(Ledger):
     def _schema_id(self) -> sql.Identifier:
         return sql.Identifier(self.schema)
 
-    def schema_version(self) -> int:
-        rows = self._read("SELECT max(version) FROM schema_version")
-        return int(rows[0][0])
+    def _too_new(self, current: int) -> str:
+        return f"schema {self.schema!r}: version {current} is newer than {SCHEMA_VERSION}"
 
-    # --- transactions ----------------------------------------------------------------
+    # --- the driver ------------------------------------------------------------------
 
     @contextlib.contextmanager
     def _write(self) -> Iterator[psycopg.Connection[Any]]:
@@ -189,91 +177,30 @@ class PostgresLedger(Ledger):
         with self._lock, self._conn.transaction():
             yield self._conn
 
-    def _read(self, query: str, params: tuple[object, ...] = ()) -> list[tuple[Any, ...]]:
-        with self._lock:
-            return self._conn.execute(query.encode(), params).fetchall()
+    def _execute(
+        self, conn: psycopg.Connection[Any], query: str, params: Params | None = None
+    ) -> psycopg.Cursor[Any]:
+        return conn.execute(_psycopg_query(query), params)
+
+    def _insert_receipt(
+        self, conn: psycopg.Connection[Any], receipt: TerminalReceipt, now_utc: str
+    ) -> int:
+        inserted = conn.execute(
+            "INSERT INTO receipts (call_node_id, result_digest, terminal_status,"
+            " receipt_json, accepted_at_utc) VALUES (%s, %s, %s, %s, %s)"
+            " RETURNING receipt_id",
+            (
+                receipt.call_node_id,
+                receipt.result_digest,
+                receipt.terminal_status.value,
+                codec.dumps(receipt),
+                now_utc,
+            ),
+        ).fetchone()
+        assert inserted is not None  # RETURNING of a one-row INSERT
+        return int(inserted[0])
 
     # --- operations ------------------------------------------------------------------
-
-    def create(
-        self, record: OperationRecord, *, blobs: Mapping[str, bytes] | None = None
-    ) -> OperationRecord:
-        if record.version != 1:
-            raise ValueError("a new record starts at version 1")
-        now_utc = self._utc_now()
-        try:
-            with self._write() as conn:
-                conn.execute(
-                    "INSERT INTO operations (call_node_id, version, state, server, operation_id,"
-                    " submission_key, record_json, created_at_utc, updated_at_utc)"
-                    " VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s)",
-                    (
-                        record.call_node_id,
-                        record.version,
-                        record.state.value,
-                        record.server,
-                        record.operation_id,
-                        record.submission_key,
-                        codec.dumps(record),
-                        now_utc,
-                        now_utc,
-                    ),
-                )
-                for name, payload in (blobs or {}).items():
-                    conn.execute(
-                        "INSERT INTO blobs (call_node_id, name, payload) VALUES (%s, %s, %s)",
-                        (record.call_node_id, name, payload),
-                    )
-                self._history(conn, record, "Created", now_utc)
-        except psycopg.errors.UniqueViolation as exc:
-            raise DuplicateCallNode(
-                f"call node {record.call_node_id!r} (or its submission key) already exists"
-            ) from exc
-        return record
-
-    def get(self, call_node_id: str) -> OperationRecord:
-        record = self.find(call_node_id)
-        if record is None:
-            raise UnknownCallNode(f"no operation is recorded for call node {call_node_id!r}")
-        return record
-
-    def find(self, call_node_id: str) -> OperationRecord | None:
-        rows = self._read(
-            "SELECT record_json FROM operations WHERE call_node_id = %s", (call_node_id,)
-        )
-        return codec.loads_record(str(rows[0][0])) if rows else None
-
-    def find_by_operation_id(
-        self, operation_id: str, *, server: str | None = None
-    ) -> list[OperationRecord]:
-        if server is None:
-            rows = self._read(
-                "SELECT record_json FROM operations WHERE operation_id = %s ORDER BY seq",
-                (operation_id,),
-            )
-        else:
-            rows = self._read(
-                "SELECT record_json FROM operations WHERE operation_id = %s AND server = %s"
-                " ORDER BY seq",
-                (operation_id, server),
-            )
-        return [codec.loads_record(str(row[0])) for row in rows]
-
-    def find_by_submission_key(self, submission_key: str) -> OperationRecord | None:
-        rows = self._read(
-            "SELECT record_json FROM operations WHERE submission_key = %s", (submission_key,)
-        )
-        return codec.loads_record(str(rows[0][0])) if rows else None
-
-    def list_by_state(self, *states: State) -> list[OperationRecord]:
-        if states:
-            rows = self._read(
-                "SELECT record_json FROM operations WHERE state = ANY(%s) ORDER BY seq",
-                ([s.value for s in states],),
-            )
-        else:
-            rows = self._read("SELECT record_json FROM operations ORDER BY seq")
-        return [codec.loads_record(str(row[0])) for row in rows]
 
     def update(self, record: OperationRecord, *, expected_version: int, event: str) -> None:
         now_utc = self._utc_now()
@@ -282,208 +209,3 @@ class PostgresLedger(Ledger):
             check_update(row, record, expected_version)
             self._store(conn, record, expected_version, now_utc)
             self._history(conn, record, event, now_utc)
-
-    def accept_terminal(
-        self,
-        record: OperationRecord,
-        receipt: TerminalReceipt,
-        *,
-        expected_version: int,
-        result_payload: bytes,
-        event: str,
-    ) -> int:
-        now_utc = self._utc_now()
-        try:
-            with self._write() as conn:
-                row = self._locked_row(conn, record.call_node_id)
-                check_acceptance(row, record, receipt, expected_version, result_payload)
-                self._store(conn, record, expected_version, now_utc)
-                inserted = conn.execute(
-                    "INSERT INTO receipts (call_node_id, result_digest, terminal_status,"
-                    " receipt_json, accepted_at_utc) VALUES (%s, %s, %s, %s, %s)"
-                    " RETURNING receipt_id",
-                    (
-                        receipt.call_node_id,
-                        receipt.result_digest,
-                        receipt.terminal_status.value,
-                        codec.dumps(receipt),
-                        now_utc,
-                    ),
-                ).fetchone()
-                assert inserted is not None  # RETURNING of a one-row INSERT
-                receipt_id = int(inserted[0])
-                conn.execute(
-                    "INSERT INTO results (call_node_id, digest, payload) VALUES (%s, %s, %s)",
-                    (receipt.call_node_id, receipt.result_digest, result_payload),
-                )
-                conn.execute(
-                    "INSERT INTO outbox (receipt_id, call_node_id, created_at_utc)"
-                    " VALUES (%s, %s, %s)",
-                    (receipt_id, receipt.call_node_id, now_utc),
-                )
-                self._history(conn, record, event, now_utc)
-        except psycopg.errors.IntegrityError as exc:
-            raise ConflictError(
-                f"operation {record.call_node_id!r}: a receipt or outbox row already exists"
-            ) from exc
-        return receipt_id
-
-    def _locked_row(self, conn: psycopg.Connection[Any], call_node_id: str) -> OperationRecord:
-        # FOR UPDATE: a concurrent writer of this row waits for our commit, then reads
-        # the version we wrote, so its check raises ConflictError (L4).
-        row = conn.execute(
-            "SELECT record_json FROM operations WHERE call_node_id = %s FOR UPDATE",
-            (call_node_id,),
-        ).fetchone()
-        if row is None:
-            raise UnknownCallNode(f"no operation is recorded for call node {call_node_id!r}")
-        return codec.loads_record(str(row[0]))
-
-    def _store(
-        self, conn: psycopg.Connection[Any], record: OperationRecord, expected: int, now_utc: str
-    ) -> None:
-        cursor = conn.execute(
-            "UPDATE operations SET version = %s, state = %s, operation_id = %s,"
-            " record_json = %s, updated_at_utc = %s WHERE call_node_id = %s AND version = %s",
-            (
-                record.version,
-                record.state.value,
-                record.operation_id,
-                codec.dumps(record),
-                now_utc,
-                record.call_node_id,
-                expected,
-            ),
-        )
-        if cursor.rowcount != 1:  # the SQL-level CAS (L4), beside the checked one
-            raise ConflictError(f"operation {record.call_node_id!r}: version moved")
-
-    def _history(
-        self, conn: psycopg.Connection[Any], record: OperationRecord, event: str, now_utc: str
-    ) -> None:
-        conn.execute(
-            "INSERT INTO history (call_node_id, version, state, event, at, at_utc)"
-            " VALUES (%s, %s, %s, %s, %s, %s)",
-            (
-                record.call_node_id,
-                record.version,
-                record.state.value,
-                event,
-                record.updated_at,
-                now_utc,
-            ),
-        )
-
-    def put_blob(self, call_node_id: str, name: str, payload: bytes) -> bool:
-        with self._write() as conn:
-            self._locked_row(conn, call_node_id)
-            row = conn.execute(
-                "SELECT payload FROM blobs WHERE call_node_id = %s AND name = %s",
-                (call_node_id, name),
-            ).fetchone()
-            if row is not None:
-                if bytes(row[0]) != payload:
-                    raise BlobConflict(f"{call_node_id!r}: {name!r} was already written")
-                return False
-            conn.execute(
-                "INSERT INTO blobs (call_node_id, name, payload) VALUES (%s, %s, %s)",
-                (call_node_id, name, payload),
-            )
-            return True
-
-    def blob(self, call_node_id: str, name: str) -> bytes | None:
-        rows = self._read(
-            "SELECT payload FROM blobs WHERE call_node_id = %s AND name = %s",
-            (call_node_id, name),
-        )
-        return bytes(rows[0][0]) if rows else None
-
-    def open_versions(self) -> dict[str, int]:
-        rows = self._read(
-            "SELECT call_node_id, version FROM operations WHERE NOT (state = ANY(%s))",
-            ([state.value for state in TERMINAL_STATES],),
-        )
-        return {str(node): int(version) for node, version in rows}
-
-    # --- receipts, results, outbox ---------------------------------------------------
-
-    def receipt(self, call_node_id: str) -> TerminalReceipt | None:
-        rows = self._read(
-            "SELECT receipt_json FROM receipts WHERE call_node_id = %s", (call_node_id,)
-        )
-        return codec.loads_receipt(str(rows[0][0])) if rows else None
-
-    def receipts(self) -> list[TerminalReceipt]:
-        rows = self._read("SELECT receipt_json FROM receipts ORDER BY receipt_id")
-        return [codec.loads_receipt(str(row[0])) for row in rows]
-
-    def result_payload(self, call_node_id: str) -> bytes | None:
-        rows = self._read("SELECT payload FROM results WHERE call_node_id = %s", (call_node_id,))
-        return bytes(rows[0][0]) if rows else None
-
-    def outbox_pending(self, *, limit: int = 100) -> list[OutboxRow]:
-        rows = self._read(
-            "SELECT outbox_id, receipt_id, call_node_id, created_at_utc, delivered_at_utc"
-            " FROM outbox WHERE delivered_at_utc IS NULL ORDER BY outbox_id LIMIT %s",
-            (limit,),
-        )
-        return [_outbox_row(row) for row in rows]
-
-    def outbox(self) -> list[OutboxRow]:
-        rows = self._read(
-            "SELECT outbox_id, receipt_id, call_node_id, created_at_utc, delivered_at_utc"
-            " FROM outbox ORDER BY outbox_id"
-        )
-        return [_outbox_row(row) for row in rows]
-
-    def mark_delivered(self, outbox_id: int) -> bool:
-        with self._write() as conn:
-            row = conn.execute(
-                "SELECT delivered_at_utc FROM outbox WHERE outbox_id = %s FOR UPDATE",
-                (outbox_id,),
-            ).fetchone()
-            if row is None:
-                raise NotFoundError(f"no outbox row {outbox_id}")
-            if row[0] is not None:
-                return False
-            conn.execute(
-                "UPDATE outbox SET delivered_at_utc = %s WHERE outbox_id = %s",
-                (self._utc_now(), outbox_id),
-            )
-            return True
-
-    def history(self, call_node_id: str) -> list[HistoryRow]:
-        rows = self._read(
-            "SELECT call_node_id, version, state, event, at, at_utc FROM history"
-            " WHERE call_node_id = %s ORDER BY version",
-            (call_node_id,),
-        )
-        return [
-            HistoryRow(
-                call_node_id=str(r[0]),
-                version=int(r[1]),
-                state=State(r[2]),
-                event=str(r[3]),
-                at=float(r[4]),
-                at_utc=str(r[5]),
-            )
-            for r in rows
-        ]
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()
-
-
-def _statements(script: str) -> list[str]:
-    return [s.strip() for s in script.split(";") if s.strip()]
-
-
-def _outbox_row(row: tuple[Any, ...]) -> OutboxRow:
-    return OutboxRow(
-        outbox_id=int(row[0]),
-        receipt_id=int(row[1]),
-        call_node_id=str(row[2]),
-        created_at_utc=str(row[3]),
-        delivered_at_utc=None if row[4] is None else str(row[4]),
-    )

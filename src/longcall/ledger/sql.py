@@ -1,0 +1,414 @@
+"""The SQL both ledger backends share: one schema shape, one set of queries (SPEC L4–L7).
+
+Owns: :class:`SqlLedger`, the ledger contract written once over a DB-API connection —
+the readers (records, receipts, results, outbox, history, blobs), row decoding, the
+version-CAS store, the history and blob writes, the acceptance transaction and the
+forward-migration loop. Queries are written with ``?`` placeholders; a backend whose
+driver wants another style translates them in :meth:`SqlLedger._execute`.
+
+Each backend keeps what is really its own: the connection and its setup, how a write
+transaction begins, how a row is locked for a transition (``row_lock``), how a new
+receipt reports its id, which driver errors mean a duplicate, its migrations, and its
+own ``update`` (SQLite's single guarded statement; PostgreSQL's ``FOR UPDATE`` read).
+
+Must not: decide whether an update or an acceptance is allowed (that is
+:func:`~longcall.ledger.base.check_update` and
+:func:`~longcall.ledger.base.check_acceptance`, written once), import a database
+driver (PostgreSQL's stays optional), or import anything above ``longcall.core``.
+"""
+
+from __future__ import annotations
+
+import abc
+import functools
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, ClassVar
+
+from longcall.core import (
+    TERMINAL_STATES,
+    ConflictError,
+    NotFoundError,
+    OperationRecord,
+    State,
+    TerminalReceipt,
+    UnknownCallNode,
+)
+from longcall.ledger import codec
+from longcall.ledger.base import (
+    BlobConflict,
+    DuplicateCallNode,
+    HistoryRow,
+    Ledger,
+    OutboxRow,
+    SchemaTooNew,
+    check_acceptance,
+)
+
+Row = tuple[Any, ...]
+Params = Sequence[object]
+
+TERMINAL_VALUES = tuple(sorted(state.value for state in TERMINAL_STATES))
+"""The terminal states as stored, in a fixed order (query parameters)."""
+
+
+def marks(count: int) -> str:
+    """``count`` placeholders for an ``IN (...)`` list."""
+    return ", ".join("?" for _ in range(count))
+
+
+def statements(script: str) -> list[str]:
+    """The statements of a migration script, one per ``;``."""
+    return [s.strip() for s in script.split(";") if s.strip()]
+
+
+def outbox_row(row: Row) -> OutboxRow:
+    return OutboxRow(
+        outbox_id=int(row[0]),
+        receipt_id=int(row[1]),
+        call_node_id=str(row[2]),
+        created_at_utc=str(row[3]),
+        delivered_at_utc=None if row[4] is None else str(row[4]),
+    )
+
+
+def history_row(row: Row) -> HistoryRow:
+    return HistoryRow(
+        call_node_id=str(row[0]),
+        version=int(row[1]),
+        state=State(row[2]),
+        event=str(row[3]),
+        at=float(row[4]),
+        at_utc=str(row[5]),
+    )
+
+
+@functools.cache
+def insert_operation(columns: tuple[str, ...]) -> str:
+    """The INSERT of a new operations row with these columns (built once per shape)."""
+    return f"INSERT INTO operations ({', '.join(columns)}) VALUES ({marks(len(columns))})"
+
+
+OUTBOX_COLUMNS = "outbox_id, receipt_id, call_node_id, created_at_utc, delivered_at_utc"
+
+
+class SqlLedger(Ledger):
+    """The ledger contract over one DB-API connection, shared by the SQL backends.
+
+    A subclass sets ``_conn`` (and calls :meth:`_migrate` from its constructor) and
+    fills in the class attributes and abstract methods below.
+    """
+
+    migrations: ClassVar[tuple[str, ...]]
+    """Forward-only migrations; index i brings the schema to version i + 1."""
+    creation_order: ClassVar[str]
+    """The column that orders operations by creation."""
+    row_lock: ClassVar[str] = ""
+    """Appended to the read of a row a write transaction is about to change."""
+    duplicate_errors: ClassVar[tuple[type[BaseException], ...]]
+    """Driver errors that mean a create met an existing call node or submission key."""
+    integrity_errors: ClassVar[tuple[type[BaseException], ...]]
+    """Driver errors that mean an acceptance met an existing receipt or outbox row."""
+
+    _conn: Any
+
+    def __init__(self, *, utc_now: Callable[[], str]) -> None:
+        self._utc_now = utc_now
+        self._lock = threading.RLock()
+
+    # --- what each backend supplies -------------------------------------------------
+
+    @abc.abstractmethod
+    def _write(self) -> AbstractContextManager[Any]:
+        """One write transaction, yielding its connection; serialised by ``_lock``."""
+
+    @abc.abstractmethod
+    def _execute(self, conn: Any, query: str, params: Params | None = None) -> Any:
+        """Run one ``?``-style query on ``conn`` and return the driver's cursor."""
+
+    @abc.abstractmethod
+    def _insert_receipt(self, conn: Any, receipt: TerminalReceipt, now_utc: str) -> int:
+        """Insert the receipt row and return its id."""
+
+    @abc.abstractmethod
+    def _too_new(self, current: int) -> str:
+        """Why a schema at ``current`` cannot be opened by this code."""
+
+    # --- schema ----------------------------------------------------------------------
+
+    def _upgrade(self, conn: Any) -> None:
+        """Bring the schema to the latest version, inside the caller's transaction."""
+        self._execute(conn, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        row = self._execute(conn, "SELECT max(version) FROM schema_version").fetchone()
+        current = int(row[0] or 0) if row else 0
+        latest = len(self.migrations)
+        if current > latest:
+            raise SchemaTooNew(self._too_new(current))
+        for version in range(current + 1, latest + 1):
+            for statement in statements(self.migrations[version - 1]):
+                self._execute(conn, statement)
+            self._execute(conn, "INSERT INTO schema_version (version) VALUES (?)", (version,))
+
+    def schema_version(self) -> int:
+        rows = self._read("SELECT max(version) FROM schema_version")
+        return int(rows[0][0])
+
+    # --- reads -----------------------------------------------------------------------
+
+    def _read(self, query: str, params: Params = ()) -> list[Row]:
+        with self._lock:
+            rows: list[Row] = self._execute(self._conn, query, params).fetchall()
+            return rows
+
+    def _records(self, query: str, params: Params = ()) -> list[OperationRecord]:
+        return [codec.loads_record(str(row[0])) for row in self._read(query, params)]
+
+    def _one_record(self, query: str, params: Params) -> OperationRecord | None:
+        rows = self._read(query, params)
+        return codec.loads_record(str(rows[0][0])) if rows else None
+
+    def get(self, call_node_id: str) -> OperationRecord:
+        record = self.find(call_node_id)
+        if record is None:
+            raise UnknownCallNode(f"no operation is recorded for call node {call_node_id!r}")
+        return record
+
+    def find(self, call_node_id: str) -> OperationRecord | None:
+        return self._one_record(
+            "SELECT record_json FROM operations WHERE call_node_id = ?", (call_node_id,)
+        )
+
+    def find_by_operation_id(
+        self, operation_id: str, *, server: str | None = None
+    ) -> list[OperationRecord]:
+        order = self.creation_order
+        if server is None:
+            return self._records(
+                f"SELECT record_json FROM operations WHERE operation_id = ? ORDER BY {order}",
+                (operation_id,),
+            )
+        return self._records(
+            "SELECT record_json FROM operations WHERE operation_id = ? AND server = ?"
+            f" ORDER BY {order}",
+            (operation_id, server),
+        )
+
+    def find_by_submission_key(self, submission_key: str) -> OperationRecord | None:
+        return self._one_record(
+            "SELECT record_json FROM operations WHERE submission_key = ?", (submission_key,)
+        )
+
+    def list_by_state(self, *states: State) -> list[OperationRecord]:
+        order = self.creation_order
+        if not states:
+            return self._records(f"SELECT record_json FROM operations ORDER BY {order}")
+        return self._records(
+            f"SELECT record_json FROM operations WHERE state IN ({marks(len(states))})"
+            f" ORDER BY {order}",
+            tuple(s.value for s in states),
+        )
+
+    def open_versions(self) -> dict[str, int]:
+        rows = self._read(
+            "SELECT call_node_id, version FROM operations"
+            f" WHERE state NOT IN ({marks(len(TERMINAL_VALUES))})",
+            TERMINAL_VALUES,
+        )
+        return {str(node): int(version) for node, version in rows}
+
+    def blob(self, call_node_id: str, name: str) -> bytes | None:
+        rows = self._read(
+            "SELECT payload FROM blobs WHERE call_node_id = ? AND name = ?", (call_node_id, name)
+        )
+        return bytes(rows[0][0]) if rows else None
+
+    def receipt(self, call_node_id: str) -> TerminalReceipt | None:
+        rows = self._read(
+            "SELECT receipt_json FROM receipts WHERE call_node_id = ?", (call_node_id,)
+        )
+        return codec.loads_receipt(str(rows[0][0])) if rows else None
+
+    def receipts(self) -> list[TerminalReceipt]:
+        rows = self._read("SELECT receipt_json FROM receipts ORDER BY receipt_id")
+        return [codec.loads_receipt(str(row[0])) for row in rows]
+
+    def result_payload(self, call_node_id: str) -> bytes | None:
+        rows = self._read("SELECT payload FROM results WHERE call_node_id = ?", (call_node_id,))
+        return bytes(rows[0][0]) if rows else None
+
+    def outbox_pending(self, *, limit: int = 100) -> list[OutboxRow]:
+        rows = self._read(
+            f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE delivered_at_utc IS NULL"
+            " ORDER BY outbox_id LIMIT ?",
+            (limit,),
+        )
+        return [outbox_row(row) for row in rows]
+
+    def outbox(self) -> list[OutboxRow]:
+        rows = self._read(f"SELECT {OUTBOX_COLUMNS} FROM outbox ORDER BY outbox_id")
+        return [outbox_row(row) for row in rows]
+
+    def history(self, call_node_id: str) -> list[HistoryRow]:
+        rows = self._read(
+            "SELECT call_node_id, version, state, event, at, at_utc FROM history"
+            " WHERE call_node_id = ? ORDER BY version",
+            (call_node_id,),
+        )
+        return [history_row(row) for row in rows]
+
+    # --- writes ----------------------------------------------------------------------
+
+    def _operation_columns(self, record: OperationRecord, now_utc: str) -> dict[str, object]:
+        """The columns of a new operations row (a backend may store more)."""
+        return {
+            "call_node_id": record.call_node_id,
+            "version": record.version,
+            "state": record.state.value,
+            "server": record.server,
+            "operation_id": record.operation_id,
+            "submission_key": record.submission_key,
+            "record_json": codec.dumps(record),
+            "created_at_utc": now_utc,
+            "updated_at_utc": now_utc,
+        }
+
+    def create(
+        self, record: OperationRecord, *, blobs: Mapping[str, bytes] | None = None
+    ) -> OperationRecord:
+        if record.version != 1:
+            raise ValueError("a new record starts at version 1")
+        now_utc = self._utc_now()
+        columns = self._operation_columns(record, now_utc)
+        try:
+            with self._write() as conn:
+                self._execute(conn, insert_operation(tuple(columns)), tuple(columns.values()))
+                for name, payload in (blobs or {}).items():
+                    self._insert_blob(conn, record.call_node_id, name, payload)
+                self._history(conn, record, "Created", now_utc)
+        except self.duplicate_errors as exc:
+            raise DuplicateCallNode(
+                f"call node {record.call_node_id!r} (or its submission key) already exists"
+            ) from exc
+        return record
+
+    def accept_terminal(
+        self,
+        record: OperationRecord,
+        receipt: TerminalReceipt,
+        *,
+        expected_version: int,
+        result_payload: bytes,
+        event: str,
+    ) -> int:
+        now_utc = self._utc_now()
+        try:
+            with self._write() as conn:
+                row = self._locked_row(conn, record.call_node_id)
+                check_acceptance(row, record, receipt, expected_version, result_payload)
+                self._store(conn, record, expected_version, now_utc)
+                receipt_id = self._insert_receipt(conn, receipt, now_utc)
+                self._execute(
+                    conn,
+                    "INSERT INTO results (call_node_id, digest, payload) VALUES (?, ?, ?)",
+                    (receipt.call_node_id, receipt.result_digest, result_payload),
+                )
+                self._execute(
+                    conn,
+                    "INSERT INTO outbox (receipt_id, call_node_id, created_at_utc)"
+                    " VALUES (?, ?, ?)",
+                    (receipt_id, receipt.call_node_id, now_utc),
+                )
+                self._history(conn, record, event, now_utc)
+        except self.integrity_errors as exc:
+            raise ConflictError(
+                f"operation {record.call_node_id!r}: a receipt or outbox row already exists"
+            ) from exc
+        return receipt_id
+
+    def _locked_row(self, conn: Any, call_node_id: str) -> OperationRecord:
+        row = self._execute(
+            conn,
+            f"SELECT record_json FROM operations WHERE call_node_id = ?{self.row_lock}",
+            (call_node_id,),
+        ).fetchone()
+        if row is None:
+            raise UnknownCallNode(f"no operation is recorded for call node {call_node_id!r}")
+        return codec.loads_record(str(row[0]))
+
+    def _store(self, conn: Any, record: OperationRecord, expected: int, now_utc: str) -> None:
+        cursor = self._execute(
+            conn,
+            "UPDATE operations SET version = ?, state = ?, operation_id = ?, record_json = ?,"
+            " updated_at_utc = ? WHERE call_node_id = ? AND version = ?",
+            (
+                record.version,
+                record.state.value,
+                record.operation_id,
+                codec.dumps(record),
+                now_utc,
+                record.call_node_id,
+                expected,
+            ),
+        )
+        if cursor.rowcount != 1:  # the SQL-level CAS (L4), beside the checked one
+            raise ConflictError(f"operation {record.call_node_id!r}: version moved")
+
+    def _history(self, conn: Any, record: OperationRecord, event: str, now_utc: str) -> None:
+        self._execute(
+            conn,
+            "INSERT INTO history (call_node_id, version, state, event, at, at_utc)"
+            " VALUES (?, ?, ?, ?, ?, ?)",
+            (
+                record.call_node_id,
+                record.version,
+                record.state.value,
+                event,
+                record.updated_at,
+                now_utc,
+            ),
+        )
+
+    def _insert_blob(self, conn: Any, call_node_id: str, name: str, payload: bytes) -> None:
+        self._execute(
+            conn,
+            "INSERT INTO blobs (call_node_id, name, payload) VALUES (?, ?, ?)",
+            (call_node_id, name, payload),
+        )
+
+    def put_blob(self, call_node_id: str, name: str, payload: bytes) -> bool:
+        with self._write() as conn:
+            self._locked_row(conn, call_node_id)
+            row = self._execute(
+                conn,
+                "SELECT payload FROM blobs WHERE call_node_id = ? AND name = ?",
+                (call_node_id, name),
+            ).fetchone()
+            if row is not None:
+                if bytes(row[0]) != payload:
+                    raise BlobConflict(f"{call_node_id!r}: {name!r} was already written")
+                return False
+            self._insert_blob(conn, call_node_id, name, payload)
+            return True
+
+    def mark_delivered(self, outbox_id: int) -> bool:
+        with self._write() as conn:
+            row = self._execute(
+                conn,
+                f"SELECT delivered_at_utc FROM outbox WHERE outbox_id = ?{self.row_lock}",
+                (outbox_id,),
+            ).fetchone()
+            if row is None:
+                raise NotFoundError(f"no outbox row {outbox_id}")
+            if row[0] is not None:
+                return False
+            self._execute(
+                conn,
+                "UPDATE outbox SET delivered_at_utc = ? WHERE outbox_id = ?",
+                (self._utc_now(), outbox_id),
+            )
+            return True
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
