@@ -8,7 +8,7 @@ from __future__ import annotations
 import random
 
 from longcall.adapters.base import Outcome, ToolBinding
-from longcall.core import State
+from longcall.core import ServerStatus, State
 from longcall.core import commands as c
 from longcall.core import events as e
 from longcall.ledger import SQLiteLedger
@@ -149,3 +149,17 @@ def test_a_command_due_while_its_kind_is_in_flight_is_not_lost() -> None:
     (second,) = engine.due(3.0)
     assert isinstance(second.command, c.SendCancel)
     assert second.command.cancel_generation == 2
+
+
+def test_no_stray_poll_once_the_terminal_is_observed() -> None:
+    """X3/X6: a poll planned before the terminal was observed is dropped, not sent."""
+    engine = _engine()
+    engine.complete(_start(engine, "a"), _ack("t1", interval_s=5.0), now=0.1)
+    (poll,) = engine.due(6.0)
+    engine.cancel("a", now=6.0)
+    (cancel,) = engine.due(6.0)
+    engine.complete(cancel, Outcome(event=e.CancelRefused(reason="-32602")), now=6.1)
+    completed = Outcome(event=e.TerminalObserved(status=ServerStatus.COMPLETED))
+    engine.complete(poll, completed, now=6.2)
+    kinds = [a.kind for a in engine.due(60.0)]
+    assert kinds == ["FetchResult"]

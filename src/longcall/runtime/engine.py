@@ -45,7 +45,7 @@ from longcall.core import commands as c
 from longcall.core import events as e
 from longcall.core.keys import canonical_json, request_digest
 from longcall.core.retry import CircuitBreaker
-from longcall.core.schedule import TokenBucket, WindowLimit
+from longcall.core.schedule import TokenBucket, WindowLimit, poll_delay_s
 from longcall.ledger import Ledger
 from longcall.runtime.step import commit
 
@@ -62,6 +62,18 @@ _REQUEST_COMMANDS: tuple[type[c.Command], ...] = (
     c.Poll,
 )
 _PRIORITY = {cls.__name__: rank for rank, cls in enumerate(_REQUEST_COMMANDS)}
+# States in which no status poll may go out (X3, X4, X6): a poll planned earlier is
+# obsolete there (found by the simulator: a stray poll after the terminal was observed).
+_NOT_POLLING = frozenset(
+    {
+        State.SUBMITTING,
+        State.SUBMISSION_UNKNOWN,
+        State.NOT_FOUND_SAFE,
+        State.TERMINAL_OBSERVED,
+        State.FETCHING_RESULT,
+        State.RECONCILIATION_REQUIRED,
+    }
+)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -137,6 +149,9 @@ class Engine:
         self._token_held: set[tuple[str, str]] = set()
         self._in_flight: set[tuple[str, str]] = set()
         self._deferred: set[tuple[str, str]] = set()
+        self._last_poll_at: dict[str, float] = {}
+        """When each operation's last poll left: a push never polls sooner than the
+        server's interval after it (X3 rule 1)."""
         self._seq = itertools.count()
         self._buckets: dict[str, TokenBucket] = {}
         self._windows: dict[str, WindowLimit] = {}
@@ -239,6 +254,7 @@ class Engine:
         for node in [n for n in self.records if n not in versions]:
             self.records.pop(node)
             self._forget_timers(node)
+            self._last_poll_at.pop(node, None)
         return changed
 
     # --- local intents (X4, X5, X7) --------------------------------------------------
@@ -318,6 +334,8 @@ class Engine:
                     continue
             self._token_held.discard((node, kind))
             del self._pending[(node, kind)]
+            if kind == "Poll":
+                self._last_poll_at[node] = now
             self._in_flight.add((node, kind))
             self.breakers[server] = breaker.on_request(now)
             self.stats["requests"] += 1
@@ -328,10 +346,27 @@ class Engine:
 
     def wake(self, call_node_id: str, *, now: float) -> None:
         """A push notification says something changed: poll soon (X3: "listen for
-        speed"); the poll, not the notification, is the truth."""
+        speed"), but not sooner than the server's interval after the previous poll of
+        this process, and not during a failure backoff; the poll, not the
+        notification, is the truth."""
         planned = self._pending.get((call_node_id, "Poll"))
-        if planned is not None and planned[0] > now:
-            self._push(call_node_id, "Poll", planned[2], now)
+        record = self.records.get(call_node_id)
+        if planned is None or record is None or record.failed_attempts > 0:
+            # After a failure the backoff and any Retry-After stand (X3, X9).
+            return
+        at = now
+        last = self._last_poll_at.get(call_node_id)
+        if last is not None:
+            # X3 rule 1: the server's interval is the floor between two polls, pushed or not.
+            floor_s = poll_delay_s(
+                self.policy.poll,
+                server_interval_s=record.poll_interval_s,
+                backoff_step=0,
+                jitter=0.0,
+            )
+            at = max(now, last + floor_s)
+        if planned[0] > at:
+            self._push(call_node_id, "Poll", planned[2], at)
 
     # --- replies ---------------------------------------------------------------------
 
@@ -462,6 +497,11 @@ class Engine:
         if record.is_terminal:
             self.records.pop(record.call_node_id, None)
             self._forget_timers(record.call_node_id)
+        elif record.state in _NOT_POLLING or (
+            record.state is State.INPUT_REQUIRED and record.input_keys_pending
+        ):
+            self._pending.pop((record.call_node_id, "Poll"), None)
+            self._token_held.discard((record.call_node_id, "Poll"))
         for command in commands:
             if isinstance(command, _REQUEST_COMMANDS):
                 at = getattr(command, "at", now)
