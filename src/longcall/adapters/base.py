@@ -9,6 +9,10 @@ reset connection or a malformed body becomes an event (``RequestFailed``,
 raise only :class:`AdapterError` subclasses for our own misuse or an impossible
 negotiation.
 
+An adapter may also offer push (:meth:`Adapter.listen`): it reports that the server
+said an operation changed, and nothing more; the runtime answers with an early poll,
+never with a state change (X3: "poll for truth, listen for speed").
+
 Protocol words (``working``, ``done``, ``SUCCEEDED``, JSON-RPC codes) live in the
 adapter modules; each owns its table from wire errors to core failure kinds.
 """
@@ -17,7 +21,7 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal
 
 from longcall.core import LongcallError, OperationRecord
@@ -70,6 +74,10 @@ class Outcome:
 ProgressSink = Callable[[str, float | None, str | None], None]
 """(call node id, progress, status message): how adapters surface progress (X11)."""
 
+PushSink = Callable[[str, str | None], None]
+"""(operation id, the status the server pushed, as its wire word, or None): a hint that
+the operation changed (X3). It wakes the poller; it is never a state change."""
+
 
 class Adapter(abc.ABC):
     """One protocol version at one server."""
@@ -106,6 +114,14 @@ class Adapter(abc.ABC):
         self, record: OperationRecord, answers: Mapping[str, Any]
     ) -> Outcome | None:
         """Deliver answers for input keys; None when the delivery itself is the outcome."""
+
+    async def listen(  # noqa: B027 - optional capability: no push by default
+        self, operation_ids: Collection[str], on_change: PushSink
+    ) -> None:
+        """Report pushed status changes of ``operation_ids`` through ``on_change`` until
+        cancelled (X3, S7). Returning means no (more) push for this set: the server
+        offers none, refused it for good, or ended the stream because every operation is
+        terminal. The default offers no push and returns at once."""
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections."""

@@ -8,7 +8,10 @@ and routing headers; 2025-11-25 plain), the tool descriptor digest and binding, 
 checks every result passes before it becomes a ``ResultFetched``, and the readings
 both task adapters make alike: request and create failures classified by the caller's
 JSON-RPC table (X2, X9), the not-found answer to ``tasks/*`` (X7), the submission-key
-lookup (X2), the cancelled-status evidence and the status-message progress (X11).
+lookup (X2), the cancelled-status evidence and the status-message progress (X11);
+and the push half of X3/S7: a long-lived event stream (:meth:`RpcSession.open_stream`)
+kept open with backoff by :func:`keep_listening`, whose status notifications only
+report "this task changed" (:func:`push_hook`).
 
 Must not: decide protocol semantics (which wire status means what event, what a cancel
 answer proves: that is each adapter's, as are the JSON-RPC tables), import
@@ -26,6 +29,7 @@ import email.utils
 import itertools
 import json
 import math
+import random
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -34,7 +38,14 @@ import anyio
 import httpx
 import jsonschema
 
-from longcall.adapters.base import AdapterError, Outcome, ProgressSink, ToolBinding, UnknownTool
+from longcall.adapters.base import (
+    AdapterError,
+    Outcome,
+    ProgressSink,
+    PushSink,
+    ToolBinding,
+    UnknownTool,
+)
 from longcall.core.events import (
     CancellationObserved,
     OperationNotFound,
@@ -48,7 +59,13 @@ from longcall.core.events import (
 )
 from longcall.core.keys import canonical_json, digest_bytes, digest_json
 from longcall.core.record import OperationRecord, ResultKind, ServerStatus
-from longcall.core.retry import FailureKind, RequestKind
+from longcall.core.retry import (
+    FailureKind,
+    RequestKind,
+    RetryPolicy,
+    backoff_delay_s,
+    is_retryable,
+)
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
@@ -228,6 +245,7 @@ class RpcSession:
         self.url = url
         self.token = token
         self.timeout_s = timeout_s
+        self.connect_timeout_s = connect_timeout_s
         self._owns_http = http is None
         self.http = http or httpx.AsyncClient(
             timeout=httpx.Timeout(timeout_s, connect=connect_timeout_s)
@@ -330,9 +348,101 @@ class RpcSession:
         except httpx.HTTPError as exc:
             return failure_of_exception(exc)
 
+    async def open_stream(
+        self,
+        method: str | None,
+        params: Mapping[str, Any] | None,
+        *,
+        headers: Mapping[str, str] = {},
+        on_message: MessageHook,
+        on_open: Callable[[], None],
+    ) -> RpcAnswer | WireFailure:
+        """Hold one push stream open: a POSTed request whose answer is an event stream
+        (``method``), or the standalone GET stream (``method`` None). Every notification
+        goes to ``on_message``; ``on_open`` runs once the server accepted the stream.
+        Returns the request's final answer (the server ended the stream gracefully) or
+        the failure that broke it. No read timeout: an idle stream is not a dead one."""
+        timeout = httpx.Timeout(None, connect=self.connect_timeout_s)
+        request_id = 0  # the GET stream answers no request of ours
+        content: str | None = None
+        if method is not None:
+            request_id = self.next_id()
+            body: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+            if params is not None:
+                body["params"] = dict(params)
+            content = json.dumps(body, separators=(",", ":"))
+        accept = "text/event-stream" if method is None else "application/json, text/event-stream"
+        try:
+            async with self.http.stream(
+                "GET" if method is None else "POST",
+                self.url,
+                content=content,
+                headers=self._headers(headers, accept),
+                timeout=timeout,
+            ) as reply:
+                status = reply.status_code
+                if not reply.headers.get("content-type", "").startswith("text/event-stream"):
+                    raw = await reply.aread()
+                    if status >= 400 and method is None:
+                        return _status_failure(status, reply.headers, raw)
+                    return _json_answer(raw, request_id, status, reply.headers)
+                on_open()
+                return await _read_event_stream(reply, request_id, on_message, anyio.CancelScope())
+        except httpx.HTTPError as exc:
+            return failure_of_exception(exc)
+
     async def aclose(self) -> None:
         if self._owns_http:
             await self.http.aclose()
+
+
+PUSH_RETRY = RetryPolicy(base_s=0.5, cap_s=30.0)
+"""Reconnect backoff of a broken push stream (X3, X9): full jitter, capped."""
+
+StreamOpener = Callable[[Callable[[], None]], Awaitable[RpcAnswer | WireFailure]]
+"""Opens one push stream, calling its argument once the server accepted it."""
+
+
+async def keep_listening(
+    open_once: StreamOpener,
+    *,
+    retry: RetryPolicy = PUSH_RETRY,
+    jitter: Callable[[], float] = random.random,
+) -> None:
+    """Reopen a push stream with backoff whenever it breaks (X3). Returns when the
+    server ends it gracefully or refuses it for good (a JSON-RPC error, a 4xx): from
+    then on polling alone carries the operations, as it always could."""
+    attempt = 0
+    while True:
+        opened = False
+
+        def note_open() -> None:
+            nonlocal opened
+            opened = True
+
+        outcome = await open_once(note_open)
+        if isinstance(outcome, RpcAnswer) or not is_retryable(outcome.kind):
+            return
+        attempt = 1 if opened else attempt + 1
+        await anyio.sleep(backoff_delay_s(retry, attempt, jitter()))
+
+
+def push_hook(method: str, on_change: PushSink) -> MessageHook:
+    """Report each ``method`` notification as (task id, wire status); never stops the
+    stream, and never reads more into it than "this task changed" (X3)."""
+
+    def hook(message: dict[str, Any]) -> bool:
+        if message.get("method") != method:
+            return False
+        params = message.get("params")
+        if not isinstance(params, Mapping):
+            return False
+        task_id, status = params.get("taskId"), params.get("status")
+        if isinstance(task_id, str) and task_id:
+            on_change(task_id, status if isinstance(status, str) else None)
+        return False
+
+    return hook
 
 
 def _status_failure(status: int, headers: Mapping[str, str], raw: bytes) -> WireFailure:

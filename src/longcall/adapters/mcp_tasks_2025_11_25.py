@@ -7,7 +7,9 @@ whose ``execution.taskSupport`` is ``optional``/``required``, the nested
 ``elicitation/create`` requests on that stream become ``InputRequestObserved``;
 ``send_input`` answers them as JSON-RPC responses with the related-task ``_meta``),
 ``tasks/cancel`` whose success is proof of the cancelled terminal and whose -32602 on
-a terminal task is a refusal (X5), and :data:`JSONRPC_FAILURES` (X9).
+a terminal task is a refusal (X5), the standalone GET stream whose
+``notifications/tasks/status`` only wake the poller (X3, S7), and
+:data:`JSONRPC_FAILURES` (X9).
 
 Must not: call ``tasks/result`` before the task is terminal except to open the input
 side channel, treat a ``working`` status as completion, or raise for a remote failure.
@@ -15,7 +17,7 @@ side channel, treat a ``working`` status as completion, or raise for a remote fa
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import anyio
@@ -25,6 +27,7 @@ from longcall.adapters.base import (
     Adapter,
     Outcome,
     ProgressSink,
+    PushSink,
     ToolBinding,
 )
 from longcall.adapters.mcp_common import (
@@ -38,6 +41,7 @@ from longcall.adapters.mcp_common import (
     binding_or_none,
     cancellation_observed,
     fetch_failure,
+    keep_listening,
     listed_tool,
     lookup_answer,
     lookup_unsupported,
@@ -45,6 +49,7 @@ from longcall.adapters.mcp_common import (
     no_task_id,
     progress_hook,
     protocol_error_result,
+    push_hook,
     raw_failure_detail,
     report_status_message,
     submission_lookup_of,
@@ -379,6 +384,25 @@ class McpTasks20251125Adapter(Adapter):
             # X5: a successful 2025-11-25 cancel is proof of the cancelled terminal.
             return cancellation_observed(task, "cancelled")
         return Outcome(event=CancelAcknowledged(cancel_generation=record.cancel_generation))
+
+    async def listen(self, operation_ids: Collection[str], on_change: PushSink) -> None:
+        """The standalone GET stream: ``notifications/tasks/status`` for every task of our
+        principal (ids we do not hold are the caller's to ignore); reopened with backoff
+        when it breaks, given up on a 4xx such as 405 (no stream offered) (X3, S7)."""
+        if not operation_ids:
+            return
+        hook = push_hook("notifications/tasks/status", on_change)
+
+        async def open_once(on_open: Callable[[], None]) -> RpcAnswer | WireFailure:
+            return await self.session.open_stream(
+                None,
+                None,
+                headers=self.dialect.headers("GET", None),
+                on_message=hook,
+                on_open=on_open,
+            )
+
+        await keep_listening(open_once)
 
     async def aclose(self) -> None:
         await self.session.aclose()

@@ -4,7 +4,9 @@
 Owns: the wire ⇄ event mapping of this version — the per-request ``_meta`` consent,
 ``Mcp-Method``/``Mcp-Name`` on ``tasks/*``, dispatch on the polymorphic ``resultType``,
 ``tasks/get`` with inlined ``result``/``error``/``inputRequests``, ``tasks/update``,
-``tasks/cancel`` (an ack, never a terminal: X5), the ``dev.longcall/submissionKey``
+``tasks/cancel`` (an ack, never a terminal: X5), ``subscriptions/listen`` for the
+tasks we hold, whose ``notifications/tasks`` only wake the poller (X3, S7), the
+``dev.longcall/submissionKey``
 extension and its lookup (X2), and :data:`JSONRPC_FAILURES`, this adapter's one table
 from JSON-RPC codes to core failure kinds (X9).
 
@@ -15,7 +17,7 @@ Must not: decide what happens next (the core does), keep state the ledger does n
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from longcall.adapters import mcp_common
@@ -23,6 +25,7 @@ from longcall.adapters.base import (
     Adapter,
     Outcome,
     ProgressSink,
+    PushSink,
     ToolBinding,
 )
 from longcall.adapters.mcp_common import (
@@ -36,6 +39,7 @@ from longcall.adapters.mcp_common import (
     cancellation_observed,
     failure_detail,
     fetch_failure,
+    keep_listening,
     listed_tool,
     lookup_answer,
     lookup_unsupported,
@@ -43,6 +47,7 @@ from longcall.adapters.mcp_common import (
     no_task_id,
     progress_hook,
     protocol_error_result,
+    push_hook,
     report_status_message,
     submission_lookup_of,
     task_request_failed,
@@ -379,6 +384,28 @@ class McpTasks20260728Adapter(Adapter):
             # -32602 here may be an unknown task or a malformed answer: never retried (X9).
             return request_failed(RequestKind.INPUT, answer)
         return None
+
+    async def listen(self, operation_ids: Collection[str], on_change: PushSink) -> None:
+        """``subscriptions/listen`` for exactly these task ids (the server acks the ids it
+        accepts, sends a snapshot of each, then ``notifications/tasks``, and ends the
+        stream once all are terminal); reopened with backoff when it breaks (X3, S7)."""
+        task_ids = sorted(operation_ids)
+        if not task_ids:
+            return
+        method = "subscriptions/listen"
+        hook = push_hook("notifications/tasks", on_change)
+
+        async def open_once(on_open: Callable[[], None]) -> RpcAnswer | WireFailure:
+            params = self._params(method, {"notifications": {"taskIds": task_ids}})
+            return await self.session.open_stream(
+                method,
+                params,
+                headers=self.dialect.headers(method, None),
+                on_message=hook,
+                on_open=on_open,
+            )
+
+        await keep_listening(open_once)
 
     async def aclose(self) -> None:
         await self.session.aclose()

@@ -7,6 +7,13 @@ action through the adapter of the operation's server and protocol, and hands the
 reply back. Nothing here decides a state: a crash of this process loses no decision,
 because the engine committed each one to the ledger before the action existed.
 
+Push (X3: "poll for truth, listen for speed"): while it holds operations on a server,
+one listener per (server, protocol) keeps the adapter's push stream open
+(:meth:`~longcall.adapters.base.Adapter.listen`); a pushed change of a status we have
+not yet seen only asks the engine to poll that operation soon (:meth:`Executor.notify`),
+never sooner than the server's interval after the previous poll. A missing or broken
+stream costs speed, never correctness: the planned polls go on regardless.
+
 Time is wall-clock seconds since the epoch (``time.time()``): records outlive the
 process, and a monotonic clock does not survive a restart (docs/design/time-in-the-core.md).
 A client going away only stops local waiting; it never cancels (X8).
@@ -23,7 +30,7 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from longcall.adapters.base import Adapter, AdapterError, Outcome, ToolBinding
-from longcall.core import OperationRecord, TerminalReceipt
+from longcall.core import OperationRecord, State, TerminalReceipt
 from longcall.core import events as e
 from longcall.core.commands import (
     FetchResult,
@@ -91,6 +98,11 @@ class Executor:
         self._escalated: dict[str, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._changed = asyncio.Event()
+        self._listeners: dict[tuple[str, str], tuple[frozenset[str], asyncio.Task[None]]] = {}
+        """(server, protocol) → the operation ids its push stream covers, and its task."""
+        self._push_nodes: dict[tuple[str, str], str] = {}
+        """(server, operation id) → call node, for the operations a listener covers."""
+        self._listen_dirty = True
         self.engine = Engine(
             ledger,
             rng=rng or random.Random(),
@@ -132,6 +144,7 @@ class Executor:
     def resume_all(self) -> int:
         """Take over every open operation in the ledger (run this once at start)."""
         count = self.engine.resume_all(now=self.clock())
+        self._listen_dirty = True
         self._wakeup.set()
         return count
 
@@ -176,6 +189,9 @@ class Executor:
                 if now >= next_refresh:
                     self.engine.refresh(now=now, adopt_new=self.adopt_new)
                     next_refresh = now + self.refresh_interval_s
+                    self._listen_dirty = True
+                if self._listen_dirty:
+                    self._sync_listeners()
                 # A bounded number of requests in flight: memory stays flat and servers
                 # are not flooded when thousands of operations fall due at once.
                 capacity = max(0, self.in_flight_max - len(self._tasks))
@@ -205,10 +221,59 @@ class Executor:
                 waiter.cancel()
 
     async def _drain(self) -> None:
-        for task in list(self._tasks):
+        listeners = [task for _ids, task in self._listeners.values()]
+        self._listeners.clear()
+        self._listen_dirty = True
+        for task in [*self._tasks, *listeners]:
             task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._tasks or listeners:
+            await asyncio.gather(*self._tasks, *listeners, return_exceptions=True)
+
+    # --- push (X3: listen for speed) -------------------------------------------------
+
+    def _sync_listeners(self) -> None:
+        """Keep one push listener per (server, protocol) holding open operations; reopen
+        it when an operation it does not cover appears, stop it when none is left."""
+        self._listen_dirty = False
+        wanted: dict[tuple[str, str], set[str]] = {}
+        nodes: dict[tuple[str, str], str] = {}
+        for node, record in self.engine.records.items():
+            if record.operation_id is None or record.state is State.RECONCILIATION_REQUIRED:
+                continue
+            wanted.setdefault((record.server, record.protocol), set()).add(record.operation_id)
+            nodes[(record.server, record.operation_id)] = node
+        self._push_nodes = nodes
+        for key in [k for k in self._listeners if k not in wanted]:
+            self._listeners.pop(key)[1].cancel()
+        for key, ids in wanted.items():
+            adapter = self._adapters.get(key)
+            if adapter is None:
+                continue  # made by the first request; a later sync starts its listener
+            current = self._listeners.get(key)
+            # A listener that returned (no push, or all its operations ended) stays
+            # recorded, so it is not reopened until a new operation appears.
+            if current is not None and ids <= current[0]:
+                continue
+            if current is not None:
+                current[1].cancel()
+            covered = frozenset(ids)
+            task = asyncio.create_task(self._listen(key[0], adapter, covered))
+            self._listeners[key] = (covered, task)
+
+    async def _listen(self, server: str, adapter: Adapter, operation_ids: frozenset[str]) -> None:
+        def on_change(operation_id: str, status: str | None) -> None:
+            node = self._push_nodes.get((server, operation_id))
+            record = self.engine.records.get(node) if node is not None else None
+            if node is None or record is None:
+                return  # not ours, or no longer open
+            if status is not None and status == record.server_status_raw:
+                return  # nothing we have not polled already (a snapshot, a progress tick)
+            self.notify(node)
+
+        try:
+            await adapter.listen(operation_ids, on_change)
+        except Exception:  # a push bug must not stop anything: polling carries on (X3)
+            log.exception("push listener failed at %s", server)
 
     async def aclose(self) -> None:
         await self._drain()
@@ -237,6 +302,8 @@ class Executor:
             self.engine.finish(action)
         else:
             self.engine.complete(action, outcome, now=self.clock())
+            if isinstance(outcome.event, (e.SubmitAcknowledged, e.SubmissionFound)):
+                self._listen_dirty = True  # a new operation id to listen for (X3)
             if outcome.progress is not None or isinstance(outcome.event, e.WorkingObserved):
                 self._report_progress(action.call_node_id, outcome)
         self._signal_change()
