@@ -497,6 +497,7 @@ class Engine:
         if record.is_terminal:
             self.records.pop(record.call_node_id, None)
             self._forget_timers(record.call_node_id)
+            self._last_poll_at.pop(record.call_node_id, None)
         elif record.state in _NOT_POLLING or (
             record.state is State.INPUT_REQUIRED and record.input_keys_pending
         ):
