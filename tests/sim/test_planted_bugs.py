@@ -2,7 +2,7 @@
 
 Every bug is planted outside ``core`` and ``runtime`` (tests/sim/planted.py). The
 permutation counts are the smallest that catch each bug with seed 0 (first caught
-at permutation 5, 1, 3, 4 and 1), plus a small margin; all are far below the
+at permutation 5, 1, 7, 47 and 1), plus a small margin; all are far below the
 10,000 of a release run.
 """
 
@@ -53,7 +53,7 @@ def test_cancel_ack_as_terminal_is_caught() -> None:
 
 def test_fresh_key_after_lost_create_is_caught() -> None:
     """A resubmission under a fresh key creates a second remote operation."""
-    report = _run(10, adapter_factory=planted.FreshKeyAdapter)
+    report = _run(60, adapter_factory=planted.FreshKeyAdapter)
     assert report.duplicate_operations > 0
     assert not report.gates()["duplicate_operations = 0"]
 
@@ -78,7 +78,7 @@ def test_ignoring_the_poll_interval_is_caught() -> None:
 )
 def test_a_planted_bug_names_a_replayable_seed(parts: dict[str, Callable[..., object]]) -> None:
     """Every failure carries its seed and a one-line replay command."""
-    report = _run(10, **parts)
+    report = _run(60, **parts)
     assert report.failures
     for failure in report.failures:
         assert failure["replay"] == f"longcall sim --replay {failure['seed']}"

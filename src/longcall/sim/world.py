@@ -30,7 +30,7 @@ from collections.abc import Callable
 from typing import Any
 
 from longcall.adapters.base import Outcome, ToolBinding
-from longcall.core import LongcallError, OperationRecord, State
+from longcall.core import IllegalTransition, LongcallError, OperationRecord, StaleEvent, State
 from longcall.core import commands as c
 from longcall.core import events as e
 from longcall.core.keys import digest_bytes
@@ -120,6 +120,9 @@ class Config:
     budgets: dict[str, float]
     """Call nodes with a total wait budget (X3); the others wait as long as it takes."""
     repeat_cancel: bool
+    human_gate: bool
+    """Input is answered by a person through ``Engine.answer`` after a while (X4),
+    not by a policy hook at once."""
     """The caller asks to cancel a second time (a new cancel generation, X5)."""
 
     @classmethod
@@ -197,6 +200,7 @@ class Config:
             plans=plans,
             budgets=budgets,
             repeat_cancel=rng.random() < 0.3,
+            human_gate=rng.random() < 0.3,
         )
 
 
@@ -308,7 +312,7 @@ class World:
             self.ledger,
             rng=self.rng,
             poll_qps_max=POLL_QPS_LIMIT,
-            input_policy=_answer_everything,
+            input_policy=self._human_gate if self.config.human_gate else _answer_everything,
         )
         self.engines[next(self._engine_ids)] = engine
         return engine
@@ -333,7 +337,7 @@ class World:
             f"servers={[dataclasses.astuple(s) for s in cfg.servers]} nodes={cfg.nodes} "
             f"cancels={cfg.cancels} crashes={cfg.crashes} race_at={cfg.race_at} "
             f"crash_on_action={cfg.crash_on_action} budgets={cfg.budgets} "
-            f"repeat_cancel={cfg.repeat_cancel} "
+            f"repeat_cancel={cfg.repeat_cancel} human_gate={cfg.human_gate} "
             f"file_ledger={cfg.file_ledger} net={dataclasses.astuple(cfg.net)} "
             f"server_faults={dataclasses.astuple(cfg.server_faults)} latency={cfg.latency_s}",
         )
@@ -603,6 +607,26 @@ class World:
         eid = self._engine_id(self.newest)
         count = self._call(self.newest, lambda en: en.resume_all(now=self.now))
         self.log(f"e{eid}", f"race: claimed {count}")
+
+    def _human_gate(self, record: OperationRecord, command: c.AskInput) -> None:
+        """The approval gate shows the request to a person, who answers later (X4)."""
+        delay = self.rng.uniform(1.0, 30.0)
+        self.at(self.now + delay, "answer", record.call_node_id, command.input_round, command.keys)
+        return None
+
+    def _on_answer(self, node: str, input_round: int, keys: tuple[str, ...]) -> None:
+        answers = {key: {"approved": True} for key in keys}
+        try:
+            record = self.newest.answer(node, answers, now=self.now)
+        except (StaleEvent, IllegalTransition) as exc:
+            # The round moved on (answered, replayed, restarted) or the operation left
+            # the input state (reconciliation, cancel): a typed refusal, as X4 wants.
+            self.log("caller", f"answer {node} round {input_round} refused: {exc}")
+            return
+        except LongcallError as exc:
+            self.checker.fail(f"engine raised {type(exc).__name__} on an answer: {exc}")
+            return
+        self.log("caller", f"answer {node} round {record.input_round} keys={list(keys)}")
 
     def _on_heal(self) -> None:
         self.config.net.heal()
