@@ -277,3 +277,26 @@ def test_manual_answer_when_no_policy(ledger: Ledger) -> None:
     assert record.input_keys_answered == ("k",)
     kinds = [a.kind for a in engine.due(100.0)]
     assert kinds == ["SendInputResponse", "Poll"]
+
+
+def test_refused_answer_stores_nothing(ledger: Ledger) -> None:
+    """An answer the machine refuses (operation no longer waiting) writes no answer blob (X4)."""
+    from longcall.core import IllegalTransition
+    from longcall.runtime.engine import record_answers
+
+    engine = Engine(ledger, rng=random.Random(1))
+    engine.start_call(CallSpec(call_node_id="n", binding=binding(), arguments={}), now=0.0)
+    (submit,) = engine.due(0.0)
+    engine.complete(submit, Outcome(event=e.SubmitAcknowledged(operation_id="op")), now=0.1)
+    (poll,) = engine.due(10.0)
+    engine.complete(poll, Outcome(event=e.InputRequestObserved(keys=("k",))), now=10.1)
+    escalated = engine.records["n"]
+    from longcall.runtime.step import apply_event
+
+    escalated = apply_event(
+        ledger, escalated, e.ReconciliationEscalated(reason="test"), now=11.0, jitter=0.5
+    ).record
+    assert escalated.input_keys_pending == ("k",)
+    with pytest.raises(IllegalTransition):
+        record_answers(ledger, escalated, {"k": 1}, now=12.0, jitter=0.5)
+    assert ledger.blob("n", "input:k") is None

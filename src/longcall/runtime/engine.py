@@ -628,10 +628,11 @@ def record_answers(
             f"{record.call_node_id!r}: keys {unknown or sorted(answers)} are not pending "
             f"(pending: {list(record.input_keys_pending)})"
         )
+    event = e.InputAnswered(input_round=record.input_round, keys=keys)
+    # Decide first (pure): an answer the machine refuses stores nothing.
+    transition = handle(record, event, now=now, jitter=jitter)
     for key in keys:
         ledger.put_blob(record.call_node_id, INPUT_BLOB_PREFIX + key, canonical_json(answers[key]))
-    event = e.InputAnswered(input_round=record.input_round, keys=keys)
-    transition = handle(record, event, now=now, jitter=jitter)
     commit(ledger, record, transition, event=event.name)
     return transition
 
