@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from longcall.adapters.aip151 import request_id_for
 from longcall.adapters.base import Outcome
 from longcall.core import OperationRecord, ResultKind, ServerStatus, TerminalReceipt
 from longcall.core import commands as c
@@ -16,9 +17,18 @@ from longcall.core.keys import digest_bytes
 from longcall.core.record import evolve
 from longcall.ledger import codec
 from longcall.runtime.engine import Action
-from longcall.sim.adapter import Request, SimAdapter
+from longcall.sim.adapter import AdapterFactory, Aip151SimAdapter, Request, SimAdapter, sim_adapter
 from longcall.sim.checks import ObservedLedger
-from longcall.sim.server import MODERN, Reply
+from longcall.sim.server import MCP_PROTOCOLS, MODERN, Reply
+
+
+def mcp_only(planted: type[SimAdapter]) -> AdapterFactory:
+    """A factory planting an MCP adapter bug; AIP-151 and Apify servers get the sound one."""
+
+    def factory(protocol: str) -> SimAdapter:
+        return planted(protocol) if protocol in MCP_PROTOCOLS else sim_adapter(protocol)
+
+    return factory
 
 
 class NoCasLedger(ObservedLedger):
@@ -109,3 +119,22 @@ class IgnoreIntervalAdapter(SimAdapter):
 
     def outcome(self, action: Action, reply: Reply) -> Outcome | None:
         return super().outcome(action, dataclasses.replace(reply, poll_interval_s=None))
+
+
+class FreshRequestIdAdapter(Aip151SimAdapter):
+    """Bug: after a lost start, the resend (lookup or resubmit) uses a fresh AIP-155
+    ``requestId`` instead of the one derived from the submission key (X2)."""
+
+    def __init__(self, protocol: str = "aip-151") -> None:
+        super().__init__(protocol)
+        self.sends: dict[str, int] = {}
+
+    def request_id(self, action: Action, key: str) -> str:
+        sent = self.sends.get(key, 0)
+        self.sends[key] = sent + 1
+        return request_id_for(key if sent == 0 else f"{key}#{sent}")
+
+
+def fresh_request_id(protocol: str) -> SimAdapter:
+    """The AIP-151 sim adapter with the fresh-requestId bug; other protocols are sound."""
+    return FreshRequestIdAdapter(protocol) if protocol == "aip-151" else sim_adapter(protocol)

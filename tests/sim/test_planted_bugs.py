@@ -39,40 +39,48 @@ def test_accept_without_cas_is_caught_with_the_executor_race() -> None:
 
 def test_accept_before_fetch_is_caught() -> None:
     """A completed status accepted with a fabricated digest, never fetched, is reported."""
-    report = _run(3, adapter_factory=planted.FabricatingAdapter)
+    report = _run(3, adapter_factory=planted.mcp_only(planted.FabricatingAdapter))
     assert not report.ok
     assert any("without fetching it" in v for v in _violations(report))
 
 
 def test_cancel_ack_as_terminal_is_caught() -> None:
     """Taking a 2026-07-28 cancel ack for the cancelled terminal diverges from the truth."""
-    report = _run(10, adapter_factory=planted.AckIsCancelAdapter)
+    report = _run(10, adapter_factory=planted.mcp_only(planted.AckIsCancelAdapter))
     assert report.terminal_divergence > 0
     assert not report.gates()["terminal_divergence = 0"]
 
 
 def test_fresh_key_after_lost_create_is_caught() -> None:
     """A resubmission under a fresh key creates a second remote operation."""
-    report = _run(60, adapter_factory=planted.FreshKeyAdapter)
+    report = _run(60, adapter_factory=planted.mcp_only(planted.FreshKeyAdapter))
     assert report.duplicate_operations > 0
     assert not report.gates()["duplicate_operations = 0"]
 
 
 def test_ignoring_the_poll_interval_is_caught() -> None:
     """Dropping the server's interval polls sooner than it asked."""
-    report = _run(3, adapter_factory=planted.IgnoreIntervalAdapter)
+    report = _run(3, adapter_factory=planted.mcp_only(planted.IgnoreIntervalAdapter))
     assert report.poll_interval_violations > 0
     assert not report.gates()["poll interval respected"]
+
+
+def test_fresh_request_id_after_lost_aip151_start_is_caught() -> None:
+    """An AIP-151 resend under a fresh requestId creates a second operation (X2, P3)."""
+    report = _run(150, adapter_factory=planted.fresh_request_id)
+    assert report.fault_counts["aip151_start_response_lost"] > 0
+    assert report.duplicate_operations > 0
+    assert not report.gates()["duplicate_operations = 0"]
 
 
 @pytest.mark.parametrize(
     "parts",
     [
         {"ledger_factory": planted.NoCasLedger},
-        {"adapter_factory": planted.FabricatingAdapter},
-        {"adapter_factory": planted.AckIsCancelAdapter},
-        {"adapter_factory": planted.FreshKeyAdapter},
-        {"adapter_factory": planted.IgnoreIntervalAdapter},
+        {"adapter_factory": planted.mcp_only(planted.FabricatingAdapter)},
+        {"adapter_factory": planted.mcp_only(planted.AckIsCancelAdapter)},
+        {"adapter_factory": planted.mcp_only(planted.FreshKeyAdapter)},
+        {"adapter_factory": planted.mcp_only(planted.IgnoreIntervalAdapter)},
     ],
     ids=["no-cas", "fabricate", "ack-is-cancel", "fresh-key", "ignore-interval"],
 )

@@ -1,8 +1,12 @@
-"""Simulated task servers that keep the authoritative truth (SPEC F1, F3).
+"""Simulated task servers that keep the authoritative truth (SPEC F1, F3, P3, P4).
 
 A :class:`SimServer` speaks either MCP task version (``2026-07-28`` extension
 semantics or ``2025-11-25`` semantics) in a normalised form: requests are small
-tuples, replies are :class:`Reply` values. It keeps what no client can see: every
+tuples, replies are :class:`Reply` values. :class:`Aip151Server` (SPEC P3) and
+:class:`ApifyServer` (SPEC P4) keep the same truth and answer with the wire bodies
+of their protocols (a ``google.longrunning.Operation``; an Apify run view and dataset
+pages) in :attr:`Reply.body`, which the sim adapters map with the real adapters'
+rules. It keeps what no client can see: every
 task ever created (also after expiry), the request it was created for, its true
 terminal and payload, and every poll it received. The gates compare the ledger with
 this truth.
@@ -18,11 +22,17 @@ from __future__ import annotations
 import dataclasses
 import random
 from collections.abc import Callable
+from typing import Any
 
+from longcall.adapters import aip151 as real_aip151
+from longcall.adapters import apify as real_apify
 from longcall.core.keys import canonical_json
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
+AIP151 = real_aip151.PROTOCOL
+APIFY = real_apify.PROTOCOL
+MCP_PROTOCOLS = (MODERN, LEGACY)
 
 WORKING = "working"
 INPUT_REQUIRED = "input_required"
@@ -54,13 +64,27 @@ class Task:
     polls: list[float] = dataclasses.field(default_factory=list)
 
     ttl_s: float = 3600.0
+    protocol: str = MODERN
+    items: int = 0
+    """Apify: the items of the run's default dataset when it succeeds (P4)."""
+    cancel_graceful: bool = False
+    """Apify: a graceful abort was asked for and has not taken effect yet (ABORTING)."""
 
     @property
     def expires_at(self) -> float:
         return self.created_at + self.ttl_s
 
     def payload(self) -> bytes:
-        """The true result bytes (completed value or tool error), or cancel evidence."""
+        """The true result bytes (completed value or tool error), or cancel evidence.
+
+        AIP-151 and Apify tasks answer the bytes their real adapter builds from the wire
+        (the ``response`` Any or the ``google.rpc.Status``; ``{run, items, usage}``)."""
+        if self.protocol == AIP151:
+            return canonical_json(aip151_result(self))
+        if self.protocol == APIFY:
+            if self.status == CANCELLED:
+                return canonical_json(apify_run(self))
+            return apify_payload(self)
         if self.status == CANCELLED:
             return canonical_json({"taskId": self.task_id, "status": CANCELLED})
         body = {"isError": self.outcome == FAILED, "request": self.request, "task": self.task_id}
@@ -116,6 +140,12 @@ class Reply:
     payload: bytes | None = None
     content_length: int | None = None
     found: bool = False
+    body: dict[str, Any] | None = None
+    """AIP-151 and Apify: the wire body (an ``Operation``; a run view)."""
+    pages: tuple[dict[str, Any] | None, ...] = ()
+    usage: dict[str, Any] | None = None
+    """Apify: the usage ``_meta`` (``com.apify/ActorRun``) of a run answer."""
+    """Apify: the dataset pages of a result read, in order (None: lost on the wire)."""
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -128,6 +158,12 @@ class ServerFaults:
     unavailable: float = 0.0
     input_replay: float = 0.0
     cancel_completion_tie: float = 0.0
+    page_loss: float = 0.0
+    """Apify: a dataset page's response is lost on the wire (P4)."""
+    page_contradict: float = 0.0
+    """Apify: a dataset page whose items contradict its ``itemCount`` (P4, X6)."""
+    zero_items: float = 0.0
+    """Apify: a run that succeeds with an empty default dataset (P4)."""
 
     def heal(self) -> None:
         for field in dataclasses.fields(self):
@@ -343,3 +379,355 @@ class SimServer:
         if INPUT_KEY in keys and task.answered_at is None and task.status == INPUT_REQUIRED:
             task.answered_at = now
         return Reply(task_id=task.task_id)
+
+
+# --- AIP-151 (SPEC P3) --------------------------------------------------------------------
+
+AIP151_METADATA_TYPE = "type.googleapis.com/longcall.v1.OperationMetadata"
+AIP151_RESPONSE_TYPE = "type.googleapis.com/google.protobuf.Struct"
+AIP151_ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+
+
+def aip151_result(task: Task) -> dict[str, Any]:
+    """The ``response`` Any of a done operation, or its ``google.rpc.Status``."""
+    if task.status == CANCELLED:
+        return {"code": real_aip151.CANCELLED_CODE, "message": "the operation was cancelled"}
+    if task.status == FAILED:
+        return {
+            "code": 2,
+            "message": f"the tool failed on {task.request}",
+            "details": [{"@type": AIP151_ERROR_INFO_TYPE, "reason": real_aip151.TOOL_ERROR_REASON}],
+        }
+    return {
+        "@type": AIP151_RESPONSE_TYPE,
+        "value": {"request": task.request, "operation": task.task_id},
+    }
+
+
+class Aip151Server(SimServer):
+    """One simulated AIP-151 server (+ AIP-155 ``requestId`` deduplication), P3.
+
+    Starts are deduplicated by ``requestId`` only (AIP-155): a resend with the same id
+    answers the operation it already holds, a fresh id creates another one. Cancel is a
+    request (200, then the operation ends cooperatively; a completion that wins stays
+    completed, X5). Operations are purged after their retention (``ttl_s``), which the
+    client is never told: later requests get 404. Operations take no input.
+    """
+
+    def __init__(self, name: str, **kwargs: Any) -> None:
+        super().__init__(name, protocol=AIP151, **kwargs)
+        self.by_request_id: dict[str, Task] = {}
+
+    def _operation(self, task: Task) -> dict[str, Any]:
+        metadata = {"pollIntervalMs": self.poll_interval_s * 1000.0}
+        body: dict[str, Any] = {
+            "name": task.task_id,
+            "metadata": {"@type": AIP151_METADATA_TYPE, "value": metadata},
+        }
+        if task.status not in TERMINAL:
+            body["done"] = False
+            return body
+        body["done"] = True
+        result = aip151_result(task)
+        body["error" if task.status in (FAILED, CANCELLED) else "response"] = result
+        return body
+
+    def _reply(self, task: Task, *, found: bool = False) -> Reply:
+        body = self._operation(task)
+        payload = None
+        if task.status in (COMPLETED, FAILED):
+            payload = task.payload()
+        return Reply(
+            task_id=task.task_id,
+            status=task.status,
+            poll_interval_s=real_aip151._poll_interval_s(body),
+            payload=payload,
+            body=body,
+            found=found,
+        )
+
+    def start(self, request_id: str, key: str, request: str, now: float) -> Reply:
+        """``POST /v1/tools/work:start``; an AIP-155 ``requestId`` seen before answers
+        the operation it created (S3, X2)."""
+        task = self.by_request_id.get(request_id)
+        if task is None:
+            self.creates += 1
+            duration, outcome, _input_at = self.plans[request]
+            task = Task(
+                task_id=f"{real_aip151.COLLECTION}{self.name}-t{self.creates}",
+                key=key,
+                request=request,
+                created_at=now,
+                duration_s=duration,
+                outcome=outcome,
+                input_at_s=None,
+                ttl_s=self.ttl_s,
+                protocol=AIP151,
+            )
+            self.tasks.append(task)
+            self.by_id[task.task_id] = task
+            self.by_key.setdefault(key, task)
+            self.by_request_id[request_id] = task
+        task.advance(now)
+        return self._reply(task, found=True)
+
+    def list_request(self, request_id: str, now: float) -> Reply:
+        """``GET /v1/operations?filter=requestId=…``: proves an operation without creating."""
+        task = self.by_request_id.get(request_id)
+        if task is None:
+            return Reply(found=False)
+        task.advance(now)
+        return dataclasses.replace(self._reply(task, found=True), poll_interval_s=None)
+
+    def _live(self, task_id: str, now: float) -> Task | None:
+        task = self.by_id.get(task_id)
+        if task is None:
+            return None
+        if now >= task.expires_at:
+            self._count("not_found_after_retention")
+            return None
+        return task
+
+    def get(self, task_id: str, now: float) -> Reply:
+        """``GetOperation``."""
+        if self.rng.random() < self.faults.rate_limited:
+            self._count("poll_429")
+            return Reply(error="429", retry_after_s=self.rng.choice((None, 5.0)))
+        if self.rng.random() < self.faults.unavailable:
+            self._count("poll_503")
+            return Reply(error="503", retry_after_s=self.rng.choice((None, 5.0)))
+        return self.result(task_id, now)
+
+    def result(self, task_id: str, now: float) -> Reply:
+        """``GetOperation`` for the result (the fetch after a restart re-reads, X6)."""
+        task = self._live(task_id, now)
+        if task is None:
+            return Reply(error="404")
+        if self.rng.random() < self.faults.not_found_early:
+            self._count("not_found_before_expiry")
+            return Reply(error="404")
+        task.polls.append(now)
+        task.advance(now)
+        return self._reply(task)
+
+    def cancel(self, task_id: str, now: float, cooperative_s: float) -> Reply:
+        """``CancelOperation``: 200 and a cooperative cancel; never a terminal (X5)."""
+        task = self._live(task_id, now)
+        if task is None:
+            return Reply(error="404")
+        task.advance(now)
+        if task.status in TERMINAL:
+            if task.status != CANCELLED:
+                self._count("aip151_cancel_races_completion")
+            return Reply(task_id=task.task_id)
+        effective = now + cooperative_s
+        if task.cancel_effective_at is None or effective < task.cancel_effective_at:
+            task.cancel_effective_at = effective
+        if self.rng.random() < self.faults.cancel_completion_tie:
+            # The operation completes exactly when the cancel would take effect: the
+            # server's truth decides, and a completion that wins stays completed (X5).
+            self._count("aip151_cancel_races_completion")
+            task.forced_done_at = task.cancel_effective_at
+            task.cancel_wins_tie = self.rng.random() < 0.5
+        return Reply(task_id=task.task_id)
+
+    def answer(self, task_id: str, keys: tuple[str, ...], now: float) -> Reply:
+        raise ValueError("AIP-151 operations take no input")
+
+
+# --- Apify-style (SPEC P4) ----------------------------------------------------------------
+
+APIFY_STATUS = {WORKING: "RUNNING", COMPLETED: "SUCCEEDED", FAILED: "FAILED", CANCELLED: "ABORTED"}
+APIFY_USAGE = {"usageTotalUsd": 0.0125, "usageUsd": {"ACTOR_COMPUTE_UNITS": 0.0125}}
+
+
+def apify_run(task: Task) -> dict[str, Any]:
+    """The run view (``structuredContent`` of ``get-actor-run``), without model text."""
+    status = APIFY_STATUS[task.status]
+    if task.status == WORKING and task.cancel_graceful:
+        status = "ABORTING"
+    count = task.items if task.status == COMPLETED else 0
+    return {
+        "runId": task.task_id,
+        "actId": "work",
+        "status": status,
+        "storages": {"datasets": {"default": {"id": f"ds-{task.task_id}", "itemCount": count}}},
+    }
+
+
+def apify_items(task: Task) -> list[dict[str, Any]]:
+    count = task.items if task.status == COMPLETED else 0
+    return [{"request": task.request, "run": task.task_id, "n": n} for n in range(count)]
+
+
+def apify_payload(task: Task) -> bytes:
+    """What the real adapter accepts for a finished run: ``{run, items, usage}``."""
+    return canonical_json(
+        {"run": apify_run(task), "items": apify_items(task), "usage": APIFY_USAGE}
+    )
+
+
+class ApifyServer(SimServer):
+    """One simulated Apify-style MCP server (direct Actor tool + helpers), P4.
+
+    The start and ``get-actor-run`` long-poll: the world holds their answer until the
+    run's status changes or ``waitSecs`` ends (:meth:`release_at`). There is no lookup
+    by key; creates are deduplicated by the submission key when the server advertises
+    the ``dev.longcall/submissionKey`` extension (``lookup`` in the config), or when the
+    tool is idempotent (as in the MCP worlds). ``abort-actor-run`` aborts at once, or
+    gracefully (ABORTING, then ABORTED). Runs are purged after ``ttl_s``: "not found".
+    """
+
+    def __init__(self, name: str, *, graceful: bool, **kwargs: Any) -> None:
+        super().__init__(name, protocol=APIFY, **kwargs)
+        self.graceful = graceful
+
+    def _reply(self, task: Task) -> Reply:
+        return Reply(
+            task_id=task.task_id,
+            status=task.status,
+            poll_interval_s=real_apify.POLL_INTERVAL_S,
+            body=apify_run(task),
+            usage=dict(APIFY_USAGE),
+        )
+
+    def create(self, key: str, request: str, now: float) -> Reply:
+        if (self.lookup_offered or self.idempotent) and key in self.by_key:
+            task = self.by_key[key]
+            task.advance(now)
+            return self._reply(task)
+        self.creates += 1
+        duration, outcome, _input_at = self.plans[request]
+        items = self.rng.randint(1, 250)
+        if outcome == COMPLETED and self.rng.random() < self.faults.zero_items:
+            self._count("apify_zero_items")
+            items = 0
+        task = Task(
+            task_id=f"{self.name}-run{self.creates}",
+            key=key,
+            request=request,
+            created_at=now,
+            duration_s=duration,
+            outcome=outcome,
+            input_at_s=None,
+            ttl_s=self.ttl_s,
+            protocol=APIFY,
+            items=items,
+        )
+        self.tasks.append(task)
+        self.by_id[task.task_id] = task
+        self.by_key.setdefault(key, task)
+        return self._reply(task)
+
+    def release_at(self, task_id: str, now: float, wait_s: float) -> float:
+        """When a long-poll of ``wait_s`` answers: at the run's next change, or the end."""
+        task = self.by_id.get(task_id)
+        end = now + wait_s
+        if task is None:
+            return now
+        task.advance(now)
+        if task.status in TERMINAL:
+            return now
+        changes = [task.done_at(), task.expires_at]
+        if task.cancel_effective_at is not None:
+            changes.append(task.cancel_effective_at)
+        later = [t for t in changes if t > now]
+        return min([end, *later])
+
+    def _live(self, task_id: str, now: float) -> Task | None:
+        task = self.by_id.get(task_id)
+        if task is None:
+            return None
+        if now >= task.expires_at:
+            self._count("not_found_after_retention")
+            return None
+        return task
+
+    def view(self, task_id: str, now: float) -> Reply:
+        """The run as it is now (the held start's early return)."""
+        task = self.by_id[task_id]
+        task.advance(now)
+        return self._reply(task)
+
+    def get(self, task_id: str, now: float) -> Reply:
+        """``get-actor-run`` (its wait already served by the world)."""
+        if self.rng.random() < self.faults.rate_limited:
+            self._count("poll_429")
+            return Reply(error="429", retry_after_s=self.rng.choice((None, 5.0)))
+        if self.rng.random() < self.faults.unavailable:
+            self._count("poll_503")
+            return Reply(error="503", retry_after_s=self.rng.choice((None, 5.0)))
+        task = self._live(task_id, now)
+        if task is None:
+            return Reply(error="404")
+        if self.rng.random() < self.faults.not_found_early:
+            self._count("not_found_before_expiry")
+            return Reply(error="404")
+        task.polls.append(now)
+        task.advance(now)
+        return self._reply(task)
+
+    def result(self, task_id: str, now: float) -> Reply:
+        """The run and its default dataset, page by page (``get-dataset-items``, X6).
+
+        A lost page is ``None``; a contradicting page says one item more than it holds.
+        ``payload`` is the true accepted body, sent only when every page is intact."""
+        task = self._live(task_id, now)
+        if task is None:
+            return Reply(error="404")
+        task.advance(now)
+        reply = self._reply(task)
+        if task.status not in TERMINAL:
+            return reply
+        items = apify_items(task)
+        limit = real_apify.PAGE_LIMIT_DEFAULT
+        pages: list[dict[str, Any] | None] = []
+        intact = True
+        for offset in range(0, max(1, len(items)), limit):
+            chunk = items[offset : offset + limit]
+            page: dict[str, Any] | None = {
+                "items": chunk,
+                "offset": offset,
+                "itemCount": len(chunk),
+                "totalItemCount": len(items),
+            }
+            if self.rng.random() < self.faults.page_loss:
+                self._count("apify_page_lost")
+                pages.append(None)
+                intact = False
+                break
+            if self.rng.random() < self.faults.page_contradict:
+                self._count("apify_page_contradicts")
+                assert page is not None
+                page["itemCount"] = len(chunk) + 1
+                intact = False
+            pages.append(page)
+        payload = task.payload() if intact and task.status != CANCELLED else None
+        return dataclasses.replace(reply, pages=tuple(pages), payload=payload)
+
+    def cancel(self, task_id: str, now: float, cooperative_s: float) -> Reply:
+        """``abort-actor-run``: at once (ABORTED) or gracefully (ABORTING), X5."""
+        task = self._live(task_id, now)
+        if task is None:
+            return Reply(error="404")
+        task.advance(now)
+        if task.status not in TERMINAL:
+            effective = now + cooperative_s if self.graceful else now
+            if task.cancel_effective_at is None or effective < task.cancel_effective_at:
+                task.cancel_effective_at = effective
+            task.cancel_graceful = self.graceful
+            if self.rng.random() < self.faults.cancel_completion_tie:
+                # The run ends exactly when the abort lands: the truth's coin decides.
+                task.forced_done_at = task.cancel_effective_at
+                task.cancel_wins_tie = self.rng.random() < 0.5
+            task.advance(now)
+        if task.status in (COMPLETED, FAILED):
+            # The abort came after the run ended: the run keeps its terminal (X5).
+            self._count("apify_abort_races_completion")
+        reply = self._reply(task)
+        if task.status == CANCELLED:
+            reply = dataclasses.replace(reply, payload=task.payload())
+        return reply
+
+    def answer(self, task_id: str, keys: tuple[str, ...], now: float) -> Reply:
+        raise ValueError("Apify-style runs take no input")

@@ -36,9 +36,21 @@ from longcall.core import events as e
 from longcall.core.keys import digest_bytes
 from longcall.runtime.engine import Action, CallSpec, Engine
 from longcall.runtime.step import apply_event
-from longcall.sim.adapter import SimAdapter
+from longcall.sim.adapter import AdapterFactory, Request, SimAdapter, sim_adapter
 from longcall.sim.checks import Checker, ObservedLedger, audit
-from longcall.sim.server import LEGACY, MODERN, TERMINAL, Reply, ServerFaults, SimServer
+from longcall.sim.server import (
+    AIP151,
+    APIFY,
+    LEGACY,
+    MCP_PROTOCOLS,
+    MODERN,
+    TERMINAL,
+    Aip151Server,
+    ApifyServer,
+    Reply,
+    ServerFaults,
+    SimServer,
+)
 
 FAULT_CLASSES: tuple[str, ...] = (
     "create_response_lost",
@@ -55,8 +67,18 @@ FAULT_CLASSES: tuple[str, ...] = (
     "poll_503",
     "executor_crash",
     "executor_race",
+    "aip151_start_response_lost",
+    "aip151_cancel_races_completion",
+    "apify_page_lost",
+    "apify_page_contradicts",
+    "apify_zero_items",
+    "apify_abort_races_completion",
+    "not_found_after_retention",
 )
-"""Every fault class of SPEC F1, each with its own counter in the report."""
+"""Every fault class of SPEC F1, each with its own counter in the report (the last
+seven belong to the AIP-151 and Apify-style worlds, SPEC P3, P4)."""
+PROTOCOL_SHARES = ((0.15, AIP151), (0.30, APIFY))
+"""A world is AIP-151 below 0.15 of its draw, Apify-style below 0.30, else MCP (70 %)."""
 
 POLL_QPS_LIMIT = 2.0
 """The configured per-server poll QPS of every simulated executor (X3, F3)."""
@@ -71,7 +93,6 @@ OPERATOR = "sim-operator"
 OPERATOR_NOTE = "resolved from the simulated server's truth"
 
 LedgerFactory = Callable[[str], ObservedLedger]
-AdapterFactory = Callable[[str], SimAdapter]
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -97,6 +118,8 @@ class ServerConfig:
     idempotent: bool
     poll_interval_s: float
     ttl_s: float
+    graceful: bool = False
+    """Apify: ``abort-actor-run`` aborts gracefully (ABORTING first)."""
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -185,6 +208,18 @@ class Config:
             input_replay=pick(0.3, (0.2, 0.5)),
             cancel_completion_tie=pick(0.3, (0.5, 1.0)),
         )
+        # SPEC P3, P4: the world's protocol, drawn last so the MCP draws above keep
+        # their shape; a world is all MCP, all AIP-151 or all Apify-style.
+        family = rng.random()
+        protocol = next((p for share, p in PROTOCOL_SHARES if family < share), None)
+        if protocol is not None:
+            for server in servers:
+                server.protocol = protocol
+                server.graceful = protocol == APIFY and rng.random() < 0.5
+            if protocol == APIFY:
+                faults.page_loss = pick(0.4, (0.1, 0.3))
+                faults.page_contradict = pick(0.2, (0.05, 0.2))
+                faults.zero_items = pick(0.4, (0.3, 1.0))
         return cls(
             servers=servers,
             nodes=nodes,
@@ -239,7 +274,7 @@ class World:
         seed: int | None = None,
         trace: bool = False,
         ledger_factory: LedgerFactory = ObservedLedger,
-        adapter_factory: AdapterFactory = SimAdapter,
+        adapter_factory: AdapterFactory = sim_adapter,
     ) -> None:
         self.rng = rng
         self.seed = seed
@@ -254,21 +289,27 @@ class World:
         )
         self.ledger = self._open_ledger()
         self.servers: dict[str, SimServer] = {}
-        self.adapters: dict[str, SimAdapter] = {}
+        self.adapters: dict[tuple[int, str], SimAdapter] = {}
+        """One sim adapter per executor process and server (a restart forgets, P3)."""
+        self._adapter_factory = adapter_factory
         for sc in self.config.servers:
-            server = SimServer(
-                sc.name,
-                protocol=sc.protocol,
-                lookup=sc.lookup,
-                idempotent=sc.idempotent,
-                poll_interval_s=sc.poll_interval_s,
-                ttl_s=sc.ttl_s,
-                rng=rng,
-                faults=self.config.server_faults,
-                count=self.count,
-            )
+            server: SimServer
+            common: dict[str, Any] = {
+                "lookup": sc.lookup,
+                "idempotent": sc.idempotent,
+                "poll_interval_s": sc.poll_interval_s,
+                "ttl_s": sc.ttl_s,
+                "rng": rng,
+                "faults": self.config.server_faults,
+                "count": self.count,
+            }
+            if sc.protocol == AIP151:
+                server = Aip151Server(sc.name, **common)
+            elif sc.protocol == APIFY:
+                server = ApifyServer(sc.name, graceful=sc.graceful, **common)
+            else:
+                server = SimServer(sc.name, protocol=sc.protocol, **common)
             self.servers[sc.name] = server
-            self.adapters[sc.name] = adapter_factory(sc.protocol)
         self.node_server = {node: server for node, server, _ in self.config.nodes}
         self.request_of: dict[str, str] = {}
         self.now = 0.0
@@ -316,6 +357,13 @@ class World:
         )
         self.engines[next(self._engine_ids)] = engine
         return engine
+
+    def _adapter(self, eid: int, server: str) -> SimAdapter:
+        adapter = self.adapters.get((eid, server))
+        if adapter is None:
+            adapter = self._adapter_factory(self.servers[server].protocol)
+            self.adapters[(eid, server)] = adapter
+        return adapter
 
     def _engine_id(self, engine: Engine) -> int:
         for eid, candidate in self.engines.items():
@@ -417,7 +465,7 @@ class World:
 
     def _send(self, eid: int, engine: Engine, action: Action) -> None:
         node = action.call_node_id
-        adapter = self.adapters[action.server]
+        adapter = self._adapter(eid, action.server)
         self.log(f"e{eid}", f"send {action.kind} {node} {_detail(action.command)}")
         if isinstance(action.command, c.Poll):
             self._note_poll(eid, action)
@@ -425,19 +473,37 @@ class World:
         if shortcut is not None:
             self.at(self.now, "deliver", eid, action, shortcut, None)
             return
-        request = adapter.request(action, action.record.request_digest)
+        request = adapter.request_at(action, action.record.request_digest, self.now)
         net = self.config.net
         lo, hi = self.config.latency_s
         if self.rng.random() < net.request_loss:
             self.log("net", f"request lost {action.kind} {node}")
-            self.at(self.now + REQUEST_TIMEOUT_S, "timeout", eid, action)
+            self.at(self.now + adapter.timeout_s(request), "timeout", eid, action)
             return
         self.at(self.now + self.rng.uniform(lo, hi), "arrive", eid, action, request, self.now)
 
-    def _on_arrive(self, eid: int, action: Action, request: Any, sent_at: float) -> None:
+    def _on_arrive(
+        self, eid: int, action: Action, request: Request, sent_at: float, held: bool = False
+    ) -> None:
         server = self.servers[action.server]
-        reply = self._serve(server, action, request)
         node = action.call_node_id
+        if isinstance(server, ApifyServer) and request.wait_s > 0:
+            # P4: the start and get-actor-run long-poll; the answer leaves when the run
+            # changes or waitSecs ends (the run is created on arrival).
+            if request.method == "create":
+                created = self._serve(server, action, request)
+                run_id = created.task_id or ""
+            else:
+                run_id = request.task_id
+            release = server.release_at(run_id, self.now, request.wait_s)
+            if release > self.now:
+                later = dataclasses.replace(request, wait_s=0.0, task_id=run_id)
+                self.log("server", f"{server.name} holds {request.method} {node} to {release:.4f}")
+                self.at(release, "arrive", eid, action, later, sent_at, True)
+                return
+            if request.method == "create":
+                request = dataclasses.replace(request, wait_s=0.0, task_id=run_id)
+        reply = self._serve(server, action, request)
         self.log("server", f"{server.name} {request.method} {node} -> {_reply_text(reply)}")
         net = self.config.net
         lo, hi = self.config.latency_s
@@ -448,17 +514,21 @@ class World:
             loss = max(loss, net.create_response_loss)
         if self.rng.random() < loss:
             fault = {
-                "create": "create_response_lost",
+                "create": "aip151_start_response_lost"
+                if server.protocol == AIP151
+                else "create_response_lost",
                 "cancel": "cancel_ack_lost",
                 "result": "result_lost_or_truncated",
             }.get(request.method)
             if fault is not None:
                 self.count(fault)
             self.log("net", f"response lost {action.kind} {node}")
-            self.at(sent_at + REQUEST_TIMEOUT_S, "timeout", eid, action)
+            timeout_s = self._adapter(eid, action.server).timeout_s(request)
+            self.at((self.now if held else sent_at) + timeout_s, "timeout", eid, action)
             return
         if (
-            request.method == "result"
+            server.protocol in MCP_PROTOCOLS
+            and request.method == "result"
             and reply.payload is not None
             and self.rng.random() < net.truncate
         ):
@@ -468,13 +538,23 @@ class World:
         if self.rng.random() < net.reorder:
             self.count("replies_reordered")
             delay += self.rng.uniform(2.0, 12.0)
-        if request.method == "result" and reply.payload is not None and reply.error is None:
+        fetched = request.method == "result" or server.protocol == AIP151
+        if fetched and reply.payload is not None and reply.error is None:
             ok = reply.content_length is None or len(reply.payload) == reply.content_length
             if ok and reply.status in TERMINAL:
                 self.checker.fetched.setdefault(node, set()).add(digest_bytes(reply.payload))
         self.at(self.now + delay, "deliver", eid, action, None, reply)
 
-    def _serve(self, server: SimServer, action: Action, request: Any) -> Reply:
+    def _serve(self, server: SimServer, action: Action, request: Request) -> Reply:
+        if isinstance(server, Aip151Server) and request.method in ("create", "restart"):
+            # P3: a start, or the lookup's resend of it; the requestId deduplicates.
+            self.request_of[action.call_node_id] = request.request
+            server.plans.setdefault(request.request, self.config.plans[action.call_node_id])
+            return server.start(request.request_id, request.key, request.request, self.now)
+        if isinstance(server, Aip151Server) and request.method == "list":
+            return server.list_request(request.request_id, self.now)
+        if isinstance(server, ApifyServer) and request.method == "create" and request.task_id:
+            return server.view(request.task_id, self.now)
         match request.method:
             case "create":
                 self.request_of[action.call_node_id] = request.request
@@ -493,7 +573,7 @@ class World:
         raise ValueError(request.method)
 
     def _on_timeout(self, eid: int, action: Action) -> None:
-        outcome = self.adapters[action.server].timeout(action)
+        outcome = self._adapter(eid, action.server).timeout(action)
         self._deliver(eid, action, outcome)
 
     def _on_deliver(
@@ -508,7 +588,7 @@ class World:
                 self.servers[action.server].handed.add(reply.task_id)
             if alive and reply.poll_interval_s is not None and reply.error is None:
                 self.told_interval[action.call_node_id] = reply.poll_interval_s
-            outcome = self.adapters[action.server].outcome(action, reply)
+            outcome = self._adapter(eid, action.server).outcome(action, reply)
             if outcome is None:
                 engine = self.engines.get(eid)
                 if engine is not None:
@@ -549,15 +629,25 @@ class World:
 
     def _on_start(self, node: str) -> None:
         server = self.servers[self.node_server[node]]
+        idempotent, lookup = server.idempotent, server.lookup_offered
+        protocol = f"mcp-{server.protocol}"
+        if server.protocol == AIP151:
+            # P3: AIP-155 proves a start by requestId, so a lost start is looked up.
+            protocol, lookup = AIP151, True
+        elif server.protocol == APIFY:
+            # P4: no lookup by key; a resend is safe when the server advertises the
+            # submission-key extension (``lookup`` here) or the tool is idempotent.
+            protocol, lookup = APIFY, False
+            idempotent = server.lookup_offered or server.idempotent
         binding = ToolBinding(
             server=server.name,
             tool_name="work",
-            protocol=f"mcp-{server.protocol}",
+            protocol=protocol,
             adapter_version="sim",
             descriptor_digest=digest_bytes(b"work"),
             task_support="required",
-            idempotent=server.idempotent,
-            submission_lookup=server.lookup_offered,
+            idempotent=idempotent,
+            submission_lookup=lookup,
         )
         spec = CallSpec(
             call_node_id=node,
@@ -816,7 +906,7 @@ def run_one(
     *,
     trace: bool = False,
     ledger_factory: LedgerFactory = ObservedLedger,
-    adapter_factory: AdapterFactory = SimAdapter,
+    adapter_factory: AdapterFactory = sim_adapter,
 ) -> Result:
     """Run the permutation of ``seed``."""
     world = World(
