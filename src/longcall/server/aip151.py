@@ -44,7 +44,7 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from longcall.server.app import LongcallServer
-from longcall.server.errors import InvalidParams, TaskNotFound
+from longcall.server.errors import InvalidParams, LongcallServerError, TaskNotFound
 from longcall.server.model import Principal, ProtocolVersion, TaskRecord, TaskStatus
 from longcall.server.options import CreateFaultPlan
 
@@ -84,7 +84,7 @@ JSONRPC_TO_RPC_CODE = {-32602: INVALID_ARGUMENT, -32601: 12}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)s$")
 
 
-class ApiError(Exception):
+class ApiError(LongcallServerError):
     """An error answered in the AIP-193 envelope with the matching HTTP status."""
 
     def __init__(self, code: int, message: str, reason: str | None = None) -> None:

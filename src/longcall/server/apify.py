@@ -48,7 +48,7 @@ from starlette.routing import Route
 
 from longcall import __version__
 from longcall.server.app import LongcallServer
-from longcall.server.errors import InvalidParams, JsonRpcError, TaskNotFound
+from longcall.server.errors import InvalidParams, JsonRpcError, LongcallServerError, TaskNotFound
 from longcall.server.model import (
     ACTIVE_STATUSES,
     Principal,
@@ -242,7 +242,7 @@ RUN_OUTPUT_SCHEMA: dict[str, Any] = {
 }
 
 
-class ToolCallError(Exception):
+class ToolCallError(LongcallServerError):
     """A tool-side failure answered as a tool result with ``isError: true``."""
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from longcall.core.errors import LongcallError
+
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
@@ -19,12 +21,12 @@ MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
 UNSUPPORTED_PROTOCOL_VERSION = -32022
 
 
-class LongcallServerError(Exception):
-    """Root of every error raised by ``longcall.server``."""
+class LongcallServerError(LongcallError):
+    """Root of every error raised by ``longcall.server`` (a branch of the one tree)."""
 
 
-class JsonRpcError(LongcallServerError):
-    """A request that must be answered with a JSON-RPC error object."""
+class _WireErrorShape(LongcallServerError):
+    """``code``, ``message`` and ``data`` of a JSON-RPC error object, and its wire form."""
 
     def __init__(self, code: int, message: str, data: Any = None) -> None:
         super().__init__(message)
@@ -38,6 +40,10 @@ class JsonRpcError(LongcallServerError):
         if self.data is not None:
             error["data"] = self.data
         return error
+
+
+class JsonRpcError(_WireErrorShape):
+    """A request that must be answered with a JSON-RPC error object."""
 
 
 class InvalidParams(JsonRpcError):
@@ -77,21 +83,12 @@ class ToolError(LongcallServerError):
     """Raised by a tool body: the call ends as a tool error (``isError: true``)."""
 
 
-class ToolProtocolError(LongcallServerError):
-    """Raised by a tool body: the call ends as a JSON-RPC error (task ``failed``)."""
+class ToolProtocolError(_WireErrorShape):
+    """Raised by a tool body: the call ends as a JSON-RPC error (task ``failed``).
 
-    def __init__(self, code: int, message: str, data: Any = None) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.data = data
-
-    def to_wire(self) -> dict[str, Any]:
-        """The JSON-RPC error object stored as the task's outcome."""
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
-        if self.data is not None:
-            error["data"] = self.data
-        return error
+    Not a :class:`JsonRpcError`: it is the task's stored outcome, never the answer to
+    the request being served.
+    """
 
 
 class InputDeclined(LongcallServerError):
