@@ -171,14 +171,15 @@ def is_tool_error(status: Mapping[str, Any]) -> bool:
     )
 
 
-def _status_message(operation: Mapping[str, Any]) -> str | None:
+def status_message_of(operation: Mapping[str, Any]) -> str | None:
+    """The server's ``metadata.value.statusMessage``, if it sent one (X11)."""
     metadata = operation.get("metadata")
     value = metadata.get("value") if isinstance(metadata, Mapping) else None
     message = value.get("statusMessage") if isinstance(value, Mapping) else None
     return message if isinstance(message, str) else None
 
 
-def _poll_interval_s(operation: Mapping[str, Any]) -> float | None:
+def poll_interval_hint_s(operation: Mapping[str, Any]) -> float | None:
     """The server's polling hint ``metadata.value.pollIntervalMs`` (a longcall convention)."""
     metadata = operation.get("metadata")
     value = metadata.get("value") if isinstance(metadata, Mapping) else None
@@ -294,9 +295,9 @@ class Aip151Adapter(Adapter):
             return Outcome(
                 event=SubmitAcknowledged(
                     operation_id=operation["name"],
-                    server_status_raw=_raw(operation),
-                    status_message=_status_message(operation),
-                    poll_interval_s=_poll_interval_s(operation),
+                    server_status_raw=raw_status(operation),
+                    status_message=status_message_of(operation),
+                    poll_interval_s=poll_interval_hint_s(operation),
                 )
             )
         if reply.status_code in REJECTING_STATUSES:
@@ -344,8 +345,8 @@ class Aip151Adapter(Adapter):
         return Outcome(
             event=SubmissionFound(
                 operation_id=operation["name"],
-                server_status_raw=_raw(operation),
-                poll_interval_s=_poll_interval_s(operation),
+                server_status_raw=raw_status(operation),
+                poll_interval_s=poll_interval_hint_s(operation),
             )
         )
 
@@ -378,7 +379,7 @@ class Aip151Adapter(Adapter):
             )
         return Outcome(
             event=SubmissionFound(
-                operation_id=operations[0]["name"], server_status_raw=_raw(operations[0])
+                operation_id=operations[0]["name"], server_status_raw=raw_status(operations[0])
             )
         )
 
@@ -419,14 +420,14 @@ class Aip151Adapter(Adapter):
 
     def map_operation(self, record: OperationRecord, operation: Mapping[str, Any]) -> Outcome:
         """One checked ``Operation`` as an event (see the module's table)."""
-        raw = _raw(operation)
-        message = _status_message(operation)
+        raw = raw_status(operation)
+        message = status_message_of(operation)
         if not operation.get("done", False):
             return Outcome(
                 event=WorkingObserved(
                     server_status_raw=raw,
                     status_message=message,
-                    poll_interval_s=_poll_interval_s(operation),
+                    poll_interval_s=poll_interval_hint_s(operation),
                     progressed=message is not None and message != record.status_message,
                 )
             )
@@ -498,7 +499,7 @@ class Aip151Adapter(Adapter):
                 status=ServerStatus.COMPLETED,
                 result_kind=ResultKind.VALUE,
                 result_digest=digest_bytes(payload),
-                empty=_is_empty(value),
+                empty=is_empty_result(value),
                 operation_id=str(operation["name"]),
             ),
             payload=payload,
@@ -538,7 +539,7 @@ class Aip151Adapter(Adapter):
             await self.http.aclose()
 
 
-def _raw(operation: Mapping[str, Any]) -> str:
+def raw_status(operation: Mapping[str, Any]) -> str:
     """The protocol's own status words, kept beside the normalised status (L3)."""
     if not operation.get("done", False):
         return "done=false"
@@ -562,7 +563,8 @@ def schema_violation(value: Any, schema: Mapping[str, Any]) -> str | None:
     return f"the response violates the output schema at {where}: {error.message}"
 
 
-def _is_empty(value: Any) -> bool:
+def is_empty_result(value: Any) -> bool:
+    """Nothing in it, or only empty collections: the zero-item warning outcome (X6)."""
     if isinstance(value, Mapping):
         collections = [v for v in value.values() if isinstance(v, list | dict)]
         return not value or (bool(collections) and not any(collections))

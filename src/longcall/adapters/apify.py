@@ -425,7 +425,7 @@ class ApifyAdapter(Adapter):
                 )
             )
         if status == "ABORTED":
-            payload = canonical_json(_stable_run(run))
+            payload = canonical_json(stable_run(run))
             return Outcome(
                 event=CancellationObserved(
                     result_digest=digest_bytes(payload), server_status_raw=status
@@ -483,7 +483,7 @@ class ApifyAdapter(Adapter):
             if isinstance(paged, Outcome):
                 return paged
             items = paged
-        payload = canonical_json({"run": _stable_run(run), "items": items, "usage": usage})
+        payload = canonical_json({"run": stable_run(run), "items": items, "usage": usage})
         succeeded = status == "SUCCEEDED"
         return Outcome(
             event=ResultFetched(
@@ -514,7 +514,7 @@ class ApifyAdapter(Adapter):
                     event=ResultFetchFailed(reason=_text_of(result)[:300], retryable=True)
                 )
             page = result.get("structuredContent")
-            problem = _page_problem(page, offset=len(items), expected=expected)
+            problem = page_problem(page, offset=len(items), expected=expected)
             if problem is not None:
                 return Outcome(
                     event=ResultFetchFailed(reason=f"dataset {dataset}: {problem}", retryable=False)
@@ -581,7 +581,8 @@ class ApifyAdapter(Adapter):
             await self.http.aclose()
 
 
-def _page_problem(page: Any, *, offset: int, expected: int) -> str | None:
+def page_problem(page: Any, *, offset: int, expected: int) -> str | None:
+    """Why a dataset page contradicts the run (shape, offset, count), or None (P4, X6)."""
     if not isinstance(page, Mapping) or not isinstance(page.get("items"), list):
         return "the page has no items list"
     count = page.get("itemCount")
@@ -597,7 +598,7 @@ def _page_problem(page: Any, *, offset: int, expected: int) -> str | None:
     return None
 
 
-def _stable_run(run: Mapping[str, Any]) -> dict[str, Any]:
+def stable_run(run: Mapping[str, Any]) -> dict[str, Any]:
     """The run without its model-facing text (kept out of digests; it is derived)."""
     return {key: value for key, value in run.items() if key not in RUN_VOLATILE_KEYS}
 

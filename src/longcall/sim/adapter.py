@@ -333,9 +333,9 @@ class Aip151SimAdapter(SimAdapter):
                 return Outcome(
                     event=e.SubmitAcknowledged(
                         operation_id=operation["name"],
-                        server_status_raw=real_aip151._raw(operation),
-                        status_message=real_aip151._status_message(operation),
-                        poll_interval_s=real_aip151._poll_interval_s(operation),
+                        server_status_raw=real_aip151.raw_status(operation),
+                        status_message=real_aip151.status_message_of(operation),
+                        poll_interval_s=real_aip151.poll_interval_hint_s(operation),
                     )
                 )
             case c.LookupSubmission():
@@ -346,8 +346,10 @@ class Aip151SimAdapter(SimAdapter):
                 return Outcome(
                     event=e.SubmissionFound(
                         operation_id=operation["name"],
-                        server_status_raw=real_aip151._raw(operation),
-                        poll_interval_s=None if listed else real_aip151._poll_interval_s(operation),
+                        server_status_raw=real_aip151.raw_status(operation),
+                        poll_interval_s=None
+                        if listed
+                        else real_aip151.poll_interval_hint_s(operation),
                     )
                 )
             case c.Poll(operation_id=name):
@@ -364,13 +366,13 @@ class Aip151SimAdapter(SimAdapter):
 
     def map_operation(self, operation: Mapping[str, Any]) -> Outcome:
         """``Aip151Adapter.map_operation`` (progress flags aside: the sim sends no text)."""
-        raw = real_aip151._raw(operation)
+        raw = real_aip151.raw_status(operation)
         if not operation.get("done", False):
             return Outcome(
                 event=e.WorkingObserved(
                     server_status_raw=raw,
-                    status_message=real_aip151._status_message(operation),
-                    poll_interval_s=real_aip151._poll_interval_s(operation),
+                    status_message=real_aip151.status_message_of(operation),
+                    poll_interval_s=real_aip151.poll_interval_hint_s(operation),
                 )
             )
         error = operation.get("error")
@@ -425,7 +427,7 @@ class Aip151SimAdapter(SimAdapter):
                 status=ServerStatus.COMPLETED,
                 result_kind=ResultKind.VALUE,
                 result_digest=digest_bytes(payload),
-                empty=real_aip151._is_empty(response.get("value")),
+                empty=real_aip151.is_empty_result(response.get("value")),
                 operation_id=str(operation["name"]),
             ),
             payload=payload,
@@ -518,7 +520,7 @@ class ApifySimAdapter(SimAdapter):
                 )
             )
         if status == "ABORTED":
-            payload = canonical_json(real_apify._stable_run(run))
+            payload = canonical_json(real_apify.stable_run(run))
             return Outcome(
                 event=e.CancellationObserved(
                     result_digest=digest_bytes(payload), server_status_raw=status
@@ -571,7 +573,7 @@ class ApifySimAdapter(SimAdapter):
                         detail="get-dataset-items: the response was lost",
                     )
                 )
-            problem = real_apify._page_problem(page, offset=len(items), expected=expected)
+            problem = real_apify.page_problem(page, offset=len(items), expected=expected)
             if problem is not None:
                 return Outcome(
                     event=e.ResultFetchFailed(reason=f"dataset: {problem}", retryable=False)
@@ -587,7 +589,7 @@ class ApifySimAdapter(SimAdapter):
                 )
             )
         payload = canonical_json(
-            {"run": real_apify._stable_run(run), "items": items, "usage": usage}
+            {"run": real_apify.stable_run(run), "items": items, "usage": usage}
         )
         succeeded = status == "SUCCEEDED"
         return Outcome(

@@ -440,7 +440,7 @@ class Aip151Server(SimServer):
         return Reply(
             task_id=task.task_id,
             status=task.status,
-            poll_interval_s=real_aip151._poll_interval_s(body),
+            poll_interval_s=real_aip151.poll_interval_hint_s(body),
             payload=payload,
             body=body,
             found=found,
