@@ -86,7 +86,6 @@ HEAL_AT_S = 900.0
 """Faults stop here; the liveness phase follows (virtual seconds)."""
 LIVENESS_BOUND_S = 1800.0
 """After healing, every node must be terminal within this much virtual time."""
-REQUEST_TIMEOUT_S = 15.0
 POLL_INTERVAL_EPSILON_S = 1e-6
 OPERATOR_TICK_S = 10.0
 OPERATOR = "sim-operator"
