@@ -509,3 +509,15 @@ def test_poll_backoff_does_not_use_up_the_retry_budget() -> None:
     t = step(r, timeout)
     assert t.record.state is State.RECONCILIATION_REQUIRED
     assert "retries exhausted" in (t.record.reconciliation_reason or "")
+
+
+def test_manual_resume_keeps_the_known_expiry() -> None:
+    """A resume by an operator (no ttl in hand) keeps the expiry the server gave (X7)."""
+    record = step(new_record(), e.SubmitAcknowledged(operation_id=OP_ID, ttl_s=3600.0)).record
+    assert record.expires_at is not None
+    escalated = step(record, e.ReconciliationEscalated(reason="check")).record
+    resumed = step(
+        escalated,
+        e.ReconciledManually(resolution=e.Resolution.RESUME, actor="ops", note="still running"),
+    ).record
+    assert resumed.expires_at == record.expires_at

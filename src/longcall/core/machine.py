@@ -241,7 +241,8 @@ def _start_polling(
         server_status_raw=status_raw,
         status_message=message,
         poll_interval_s=interval_s,
-        expires_at=None if ttl_s is None else x.now + ttl_s,
+        # A reply without a ttl says nothing new about expiry: keep what we knew (X7).
+        expires_at=r.expires_at if ttl_s is None else x.now + ttl_s,
         backoff_step=0,
         failed_attempts=0,
     )
