@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import operator
 from typing import Any
 
 from longcall.core import OperationRecord, ResultKind, ServerStatus, State, TerminalReceipt
@@ -33,16 +34,20 @@ _FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {
 }
 
 
+_GET_ALL: dict[type[Any], operator.attrgetter[Any]] = {
+    cls: operator.attrgetter(*names) for cls, names in _FIELD_NAMES.items()
+}
+
+
 def to_dict(value: OperationRecord | TerminalReceipt) -> dict[str, Any]:
     """Plain JSON types: enums by value, tuples as lists."""
-    out: dict[str, Any] = {}
-    for name in _FIELD_NAMES[type(value)]:
-        item = getattr(value, name)
-        if name in _ENUM_FIELDS and item is not None:
-            item = item.value
-        elif name in _TUPLE_FIELDS:
-            item = list(item)
-        out[name] = item
+    cls = type(value)
+    out = dict(zip(_FIELD_NAMES[cls], _GET_ALL[cls](value), strict=True))
+    for name in _ENUM_FIELDS.keys() & out.keys():
+        if out[name] is not None:
+            out[name] = out[name].value
+    for name in _TUPLE_FIELDS & out.keys():
+        out[name] = list(out[name])
     return out
 
 
