@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
 import uvicorn
 
@@ -30,15 +28,6 @@ async def serve(server: LongcallServer) -> AsyncIterator[str]:
     """Serve ``server`` and yield its base URL (helper for tests building their own server)."""
     async with running_server(server) as url:
         yield url.removesuffix("/mcp")
-
-
-async def wait_until(condition: Callable[[], bool], *, timeout_s: float = 10.0) -> None:
-    """Bounded polling of a real condition (no sleep-and-hope): fails after ``timeout_s``."""
-    with anyio.fail_after(timeout_s):
-        for _ in itertools.count():
-            if condition():
-                return
-            await anyio.sleep(0.02)
 
 
 @contextlib.asynccontextmanager

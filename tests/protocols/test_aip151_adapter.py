@@ -9,7 +9,6 @@ from typing import Any
 
 import anyio
 import pytest
-from tests.protocols.conftest import wait_until
 
 from longcall.adapters.aip151 import Aip151Adapter, request_id_for
 from longcall.adapters.base import Adapter
@@ -54,7 +53,7 @@ async def run_call(
             try:
                 with anyio.fail_after(CALL_TIMEOUT_S):
                     if cancel:
-                        await wait_until(lambda: ledger.get("node-1").state is State.WORKING)
+                        await executor.wait_for("node-1", lambda r: r.state is State.WORKING)
                         executor.cancel("node-1")
                     record = await executor.wait_terminal("node-1")
             finally:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -24,18 +25,24 @@ pytestmark = pytest.mark.anyio
 SCALE = 0.01
 
 
+class ManualClock:
+    """A wall clock the test moves by hand (expiry without waiting for it)."""
+
+    def __init__(self) -> None:
+        self.now = time.time()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds
+
+
 @pytest.fixture
 async def base(tmp_path: Path) -> AsyncIterator[str]:
-    """Reference tools plus a short-lived tool, on both facades (time-scaled Apify)."""
+    """Reference tools on both facades (time-scaled Apify)."""
     server = LongcallServer(store=str(tmp_path / "tasks.db"))
     register_reference_tools(server)
-
-    @server.tool(task="required", ttl_ms=300, poll_interval_ms=50)
-    async def brief(text: str) -> dict[str, Any]:
-        """Return at once; the operation expires 300 ms after its creation."""
-        await asyncio.sleep(0)
-        return {"text": text}
-
     mount_aip151(server)
     mount_apify(server, time_scale=SCALE)
     async with running_server(server) as url:
@@ -80,21 +87,30 @@ async def test_other_principal_reads_not_found_and_wait_is_bounded(base: str) ->
     assert bad.json()["error"]["status"] == "INVALID_ARGUMENT"
 
 
-async def test_expired_operation_polls_as_not_found(base: str) -> None:
+async def test_expired_operation_polls_as_not_found(tmp_path: Path) -> None:
     """X7: after its ttl the operation reads 404 → OperationNotFound for the core to classify."""
-    adapter = Aip151Adapter(base + "/v1")
-    await adapter.bind("brief")
-    started = await adapter.submit(_record(None, tool="brief"), {"text": "hi"})
-    assert isinstance(started.event, e.SubmitAcknowledged)
-    record = _record(started.event.operation_id, tool="brief")
-    outcome = await adapter.poll(record)
-    for _ in range(200):
-        if isinstance(outcome.event, e.OperationNotFound):
-            break
-        await asyncio.sleep(0.02)  # bounded: the ttl is 300 ms
-        outcome = await adapter.poll(record)
-    await adapter.aclose()
-    assert isinstance(outcome.event, e.OperationNotFound)
+    clock = ManualClock()
+    server = LongcallServer(store=str(tmp_path / "expiry.db"), clock=clock)
+
+    @server.tool(task="required", ttl_ms=300, poll_interval_ms=50)
+    async def brief(text: str) -> dict[str, Any]:
+        """Return at once; the operation expires 300 ms after its creation."""
+        await asyncio.sleep(0)
+        return {"text": text}
+
+    mount_aip151(server)
+    async with running_server(server) as url:
+        adapter = Aip151Adapter(url.removesuffix("/mcp") + "/v1")
+        await adapter.bind("brief")
+        started = await adapter.submit(_record(None, tool="brief"), {"text": "hi"})
+        assert isinstance(started.event, e.SubmitAcknowledged)
+        record = _record(started.event.operation_id, tool="brief")
+        before = await adapter.poll(record)
+        assert not isinstance(before.event, e.OperationNotFound)
+        clock.advance(0.301)  # past the ttl, without waiting for it
+        after = await adapter.poll(record)
+        await adapter.aclose()
+    assert isinstance(after.event, e.OperationNotFound)
 
 
 async def test_key_value_store_record_and_unknown_storages(base: str) -> None:
