@@ -47,6 +47,11 @@ from longcall.runtime.engine import Action, CallSpec, CancelOutcome, Engine, Inp
 
 log = logging.getLogger("longcall.executor")
 
+LISTEN_EAGER_MAX = 256
+"""Up to this many open operations, push listeners follow every new operation at once."""
+LISTEN_RESYNC_S = 1.0
+"""Beyond that, they are re-synced with the open operations at most this often."""
+
 AdapterFactory = Callable[[str, str], Awaitable[Adapter]]
 """(server URL, protocol name) → a connected adapter for that protocol version."""
 
@@ -103,6 +108,7 @@ class Executor:
         self._push_nodes: dict[tuple[str, str], str] = {}
         """(server, operation id) → call node, for the operations a listener covers."""
         self._listen_dirty = True
+        self._next_listen_sync = 0.0
         self.engine = Engine(
             ledger,
             rng=rng or random.Random(),
@@ -190,8 +196,14 @@ class Executor:
                     self.engine.refresh(now=now, adopt_new=self.adopt_new)
                     next_refresh = now + self.refresh_interval_s
                     self._listen_dirty = True
-                if self._listen_dirty:
+                if self._listen_dirty and (
+                    now >= self._next_listen_sync or len(self.engine.records) <= LISTEN_EAGER_MAX
+                ):
+                    # With many operations, re-syncing on every create would reopen a
+                    # stream per create with every id in it; once in a while is enough,
+                    # since polling covers the gap (X3).
                     self._sync_listeners()
+                    self._next_listen_sync = now + LISTEN_RESYNC_S
                 # A bounded number of requests in flight: memory stays flat and servers
                 # are not flooded when thousands of operations fall due at once.
                 capacity = max(0, self.in_flight_max - len(self._tasks))
