@@ -23,7 +23,6 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 from rich.table import Table
 
 from longcall.core import (
-    TERMINAL_STATES,
     LongcallError,
     OperationRecord,
     ResultKind,
@@ -143,18 +142,18 @@ def call(
     try:
         view = asyncio.run(
             _call(
-                url,
-                tool,
-                arguments,
-                node,
-                ledger_url,
-                wait,
-                protocol,
-                budget_s,
-                qps,
-                auto,
-                console,
-                as_json,
+                url=url,
+                tool=tool,
+                arguments=arguments,
+                node=node,
+                ledger_url=ledger_url,
+                wait=wait,
+                protocol=protocol,
+                budget_s=budget_s,
+                qps=qps,
+                auto=auto,
+                console=console,
+                quiet=as_json,
             )
         )
     except LongcallError as exc:
@@ -166,6 +165,7 @@ def call(
 
 
 async def _call(
+    *,
     url: str,
     tool: str,
     arguments: dict[str, Any],
@@ -516,4 +516,4 @@ def _get(ledger: Ledger, node: str) -> OperationRecord:
     return record
 
 
-__all__ = ["TERMINAL_STATES", "call", "ops", "worker"]
+__all__ = ["call", "ops", "worker"]
