@@ -281,25 +281,37 @@ class SimServer:
             found=True, task_id=task.task_id, poll_interval_s=self.poll_interval_s, ttl_s=None
         )
 
+    # --- the path every status read shares (F1 faults of the poll) --------------------
+
+    expired_counter = "not_found_after_expiry"
+    """The fault counter of a read after the task is gone (its name per protocol)."""
+
+    def _retry_after_s(self) -> float | None:
+        """The ``Retry-After`` of a 429/503: absent, or a few seconds."""
+        return self.rng.choice((None, self.rng.uniform(1.0, 10.0)))
+
     def _live(self, task_id: str, now: float) -> Task | None:
         task = self.by_id.get(task_id)
         if task is None:
             return None
         if now >= task.expires_at:
-            self._count("not_found_after_expiry")
+            self._count(self.expired_counter)
             return None
         return task
 
-    def get(self, task_id: str, now: float) -> Reply:
-        """``tasks/get``: status (and, in 2026-07-28, the inlined result)."""
-        if self.rng.random() < self.faults.rate_limited:
-            self._count("poll_429")
-            retry = self.rng.choice((None, self.rng.uniform(1.0, 10.0)))
-            return Reply(error="429", retry_after_s=retry)
-        if self.rng.random() < self.faults.unavailable:
-            self._count("poll_503")
-            retry = self.rng.choice((None, self.rng.uniform(1.0, 10.0)))
-            return Reply(error="503", retry_after_s=retry)
+    def _throttled(self) -> Reply | None:
+        """A 429 or 503 instead of an answer, when the dice say so (F1)."""
+        for error, rate, counter in (
+            ("429", self.faults.rate_limited, "poll_429"),
+            ("503", self.faults.unavailable, "poll_503"),
+        ):
+            if self.rng.random() < rate:
+                self._count(counter)
+                return Reply(error=error, retry_after_s=self._retry_after_s())
+        return None
+
+    def _observe(self, task_id: str, now: float) -> Task | Reply:
+        """The task as one read sees it (recorded as a poll), or a 404 (F1)."""
         task = self._live(task_id, now)
         if task is None:
             return Reply(error="404")
@@ -308,6 +320,16 @@ class SimServer:
             return Reply(error="404")
         task.polls.append(now)
         task.advance(now)
+        return task
+
+    def get(self, task_id: str, now: float) -> Reply:
+        """``tasks/get``: status (and, in 2026-07-28, the inlined result)."""
+        refused = self._throttled()
+        if refused is not None:
+            return refused
+        task = self._observe(task_id, now)
+        if isinstance(task, Reply):
+            return task
         status = task.status
         keys: tuple[str, ...] = (INPUT_KEY,) if status == INPUT_REQUIRED else ()
         if (
@@ -479,36 +501,20 @@ class Aip151Server(SimServer):
         task.advance(now)
         return dataclasses.replace(self._reply(task, found=True), poll_interval_s=None)
 
-    def _live(self, task_id: str, now: float) -> Task | None:
-        task = self.by_id.get(task_id)
-        if task is None:
-            return None
-        if now >= task.expires_at:
-            self._count("not_found_after_retention")
-            return None
-        return task
+    expired_counter = "not_found_after_retention"
+
+    def _retry_after_s(self) -> float | None:
+        return self.rng.choice((None, 5.0))
 
     def get(self, task_id: str, now: float) -> Reply:
         """``GetOperation``."""
-        if self.rng.random() < self.faults.rate_limited:
-            self._count("poll_429")
-            return Reply(error="429", retry_after_s=self.rng.choice((None, 5.0)))
-        if self.rng.random() < self.faults.unavailable:
-            self._count("poll_503")
-            return Reply(error="503", retry_after_s=self.rng.choice((None, 5.0)))
-        return self.result(task_id, now)
+        refused = self._throttled()
+        return refused if refused is not None else self.result(task_id, now)
 
     def result(self, task_id: str, now: float) -> Reply:
         """``GetOperation`` for the result (the fetch after a restart re-reads, X6)."""
-        task = self._live(task_id, now)
-        if task is None:
-            return Reply(error="404")
-        if self.rng.random() < self.faults.not_found_early:
-            self._count("not_found_before_expiry")
-            return Reply(error="404")
-        task.polls.append(now)
-        task.advance(now)
-        return self._reply(task)
+        task = self._observe(task_id, now)
+        return task if isinstance(task, Reply) else self._reply(task)
 
     def cancel(self, task_id: str, now: float, cooperative_s: float) -> Reply:
         """``CancelOperation``: 200 and a cooperative cancel; never a terminal (X5)."""
@@ -634,14 +640,10 @@ class ApifyServer(SimServer):
         later = [t for t in changes if t > now]
         return min([end, *later])
 
-    def _live(self, task_id: str, now: float) -> Task | None:
-        task = self.by_id.get(task_id)
-        if task is None:
-            return None
-        if now >= task.expires_at:
-            self._count("not_found_after_retention")
-            return None
-        return task
+    expired_counter = "not_found_after_retention"
+
+    def _retry_after_s(self) -> float | None:
+        return self.rng.choice((None, 5.0))
 
     def view(self, task_id: str, now: float) -> Reply:
         """The run as it is now (the held start's early return)."""
@@ -651,21 +653,11 @@ class ApifyServer(SimServer):
 
     def get(self, task_id: str, now: float) -> Reply:
         """``get-actor-run`` (its wait already served by the world)."""
-        if self.rng.random() < self.faults.rate_limited:
-            self._count("poll_429")
-            return Reply(error="429", retry_after_s=self.rng.choice((None, 5.0)))
-        if self.rng.random() < self.faults.unavailable:
-            self._count("poll_503")
-            return Reply(error="503", retry_after_s=self.rng.choice((None, 5.0)))
-        task = self._live(task_id, now)
-        if task is None:
-            return Reply(error="404")
-        if self.rng.random() < self.faults.not_found_early:
-            self._count("not_found_before_expiry")
-            return Reply(error="404")
-        task.polls.append(now)
-        task.advance(now)
-        return self._reply(task)
+        refused = self._throttled()
+        if refused is not None:
+            return refused
+        task = self._observe(task_id, now)
+        return task if isinstance(task, Reply) else self._reply(task)
 
     def result(self, task_id: str, now: float) -> Reply:
         """The run and its default dataset, page by page (``get-dataset-items``, X6).
