@@ -13,9 +13,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import pydantic
-from mcp_types import methods as sdk_methods
-
 from longcall.server.errors import (
     INVALID_PARAMS,
     InvalidParams,
@@ -36,14 +33,15 @@ from longcall.server.wire import (
     Streamed,
     error_response,
     iso8601,
+    lookup_result,
     notification,
     request_meta,
     require_string,
     response,
     submission_key,
     tool_arguments,
+    validate_core_params,
     validate_elicit_result,
-    validation_details,
 )
 
 VERSION = ProtocolVersion.LEGACY
@@ -117,16 +115,8 @@ class LegacyProtocol:
             LOOKUP_METHOD: self._lookup,
         }
 
-    def _validate_core(self, request: RpcRequest) -> None:
-        try:
-            sdk_methods.validate_client_request(request.method, VERSION.value, request.params)
-        except pydantic.ValidationError as exc:
-            raise InvalidParams(
-                f"invalid params for {request.method}", validation_details(exc)
-            ) from exc
-
     async def _initialize(self, request: RpcRequest) -> Reply:
-        self._validate_core(request)
+        validate_core_params(request, VERSION.value)
         return Reply(
             result={
                 "protocolVersion": VERSION.value,
@@ -143,12 +133,12 @@ class LegacyProtocol:
         return Reply(result={})
 
     async def _tools_list(self, request: RpcRequest) -> Reply:
-        self._validate_core(request)
+        validate_core_params(request, VERSION.value)
         tools = [spec.tool_definition(with_execution=True) for spec in self._manager.registry]
         return Reply(result={"tools": tools})
 
     async def _tools_call(self, request: RpcRequest) -> Reply:
-        self._validate_core(request)
+        validate_core_params(request, VERSION.value)
         spec = self._manager.registry.require(request.params.get("name"))
         arguments = tool_arguments(request.params, self._options.max_argument_bytes)
         augmented, ttl = requested_ttl(request.params)
@@ -222,10 +212,7 @@ class LegacyProtocol:
     async def _lookup(self, request: RpcRequest) -> Reply:
         key = require_string(request.params, "submissionKey")
         found = await self._manager.lookup_submission(request.principal, key)
-        if found is None:
-            return Reply(result={"found": False})
-        task_id, expired = found
-        return Reply(result={"found": True, "taskId": task_id, "expired": expired})
+        return Reply(result=lookup_result(found))
 
     async def _tasks_result(self, request: RpcRequest) -> Reply | Streamed:
         record = await self._task(request)

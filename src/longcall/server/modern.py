@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
-import pydantic
 from mcp.shared.inbound import (
     MCP_NAME_HEADER,
     InboundLadderRejection,
@@ -21,7 +20,6 @@ from mcp.shared.inbound import (
     decode_header_value,
 )
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY
-from mcp_types import methods as sdk_methods
 
 from longcall.server.errors import (
     HEADER_MISMATCH,
@@ -42,14 +40,15 @@ from longcall.server.wire import (
     RpcRequest,
     Streamed,
     iso8601,
+    lookup_result,
     notification,
     request_meta,
     require_string,
     response,
     submission_key,
     tool_arguments,
+    validate_core_params,
     validate_elicit_result,
-    validation_details,
 )
 
 VERSION = ProtocolVersion.MODERN
@@ -146,14 +145,6 @@ class ModernProtocol:
             LOOKUP_METHOD: self._lookup,
         }
 
-    def _validate_core(self, request: RpcRequest) -> None:
-        try:
-            sdk_methods.validate_client_request(request.method, VERSION.value, request.params)
-        except pydantic.ValidationError as exc:
-            raise InvalidParams(
-                f"invalid params for {request.method}", validation_details(exc)
-            ) from exc
-
     async def _discover(self, request: RpcRequest) -> Reply:
         return Reply(
             result={
@@ -180,12 +171,12 @@ class ModernProtocol:
         return Reply(result=dict(COMPLETE))
 
     async def _tools_list(self, request: RpcRequest) -> Reply:
-        self._validate_core(request)
+        validate_core_params(request, VERSION.value)
         tools = [spec.tool_definition(with_execution=False) for spec in self._manager.registry]
         return Reply(result={"tools": tools, **NOT_CACHEABLE, **COMPLETE})
 
     async def _tools_call(self, request: RpcRequest) -> Reply:
-        self._validate_core(request)
+        validate_core_params(request, VERSION.value)
         spec = self._manager.registry.require(request.params.get("name"))
         arguments = tool_arguments(request.params, self._options.max_argument_bytes)
         consent = declares_tasks(request.params)
@@ -239,13 +230,10 @@ class ModernProtocol:
     async def _lookup(self, request: RpcRequest) -> Reply:
         key = require_string(request.params, "submissionKey")
         found = await self._manager.lookup_submission(request.principal, key)
-        if found is None:
-            return Reply(result={"found": False, **COMPLETE})
-        task_id, expired = found
-        return Reply(result={"found": True, "taskId": task_id, "expired": expired, **COMPLETE})
+        return Reply(result={**lookup_result(found), **COMPLETE})
 
     async def _subscriptions_listen(self, request: RpcRequest) -> Streamed:
-        self._validate_core(request)
+        validate_core_params(request, VERSION.value)
         filters = request.params.get("notifications")
         task_ids = filters.get("taskIds") if isinstance(filters, Mapping) else None
         if task_ids is not None:

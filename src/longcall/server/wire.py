@@ -14,6 +14,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pydantic
+from mcp_types import methods as sdk_methods
 
 from longcall.server.errors import InvalidParams
 from longcall.server.model import Principal
@@ -129,6 +130,24 @@ def validation_details(exc: pydantic.ValidationError) -> list[dict[str, Any]]:
         {"loc": [str(part) for part in err["loc"]], "msg": err["msg"]}
         for err in exc.errors(include_url=False, include_input=False, include_context=False)
     ]
+
+
+def validate_core_params(request: RpcRequest, version: str) -> None:
+    """Check a core MCP request's params against the SDK's own schema for ``version``."""
+    try:
+        sdk_methods.validate_client_request(request.method, version, request.params)
+    except pydantic.ValidationError as exc:
+        raise InvalidParams(
+            f"invalid params for {request.method}", validation_details(exc)
+        ) from exc
+
+
+def lookup_result(found: tuple[str, bool] | None) -> dict[str, Any]:
+    """The answer of the submission-key lookup (S3): "exists: id" or "never created"."""
+    if found is None:
+        return {"found": False}
+    task_id, expired = found
+    return {"found": True, "taskId": task_id, "expired": expired}
 
 
 def validate_elicit_result(key: str, value: Any) -> dict[str, Any]:
