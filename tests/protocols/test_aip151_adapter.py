@@ -2,21 +2,17 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import pytest
+from tests.protocols.conftest import run_call as shared_run_call
 
 from longcall.adapters.aip151 import Aip151Adapter, request_id_for
 from longcall.adapters.base import Adapter
 from longcall.core import ResultKind, ServerStatus, State
 from longcall.core import events as e
-from longcall.ledger import open_ledger
-from longcall.runtime.engine import CallSpec
-from longcall.runtime.executor import Executor
 from longcall.server import LongcallServer, running_server
 from longcall.server.aip151 import mount_aip151
 from longcall.server.examples import register_reference_tools
@@ -43,25 +39,11 @@ async def lossy(tmp_path: Path) -> AsyncIterator[tuple[str, LongcallServer]]:
 async def run_call(
     tmp_path: Path, url: str, tool: str, arguments: dict[str, Any], *, cancel: bool = False
 ) -> tuple[Any, bytes | None]:
-    with open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
-        executor = Executor(ledger, adapter_factory=aip_factory)
-        stop = asyncio.Event()
-        try:
-            binding = await executor.bind(url, tool)
-            executor.call(CallSpec(call_node_id="node-1", binding=binding, arguments=arguments))
-            runner = asyncio.create_task(executor.run(stop=stop))
-            try:
-                with anyio.fail_after(CALL_TIMEOUT_S):
-                    if cancel:
-                        await executor.wait_for("node-1", lambda r: r.state is State.WORKING)
-                        executor.cancel("node-1")
-                    record = await executor.wait_terminal("node-1")
-            finally:
-                stop.set()
-                await runner
-        finally:
-            await executor.aclose()
-        return record, ledger.result_payload("node-1")
+    """The shared executor driver, with the AIP-151 adapter bound directly."""
+    return await shared_run_call(
+        tmp_path, url, tool, arguments, cancel=cancel, adapter_factory=aip_factory,
+        timeout_s=CALL_TIMEOUT_S,
+    )  # fmt: skip
 
 
 async def test_completion_is_accepted_with_the_response(

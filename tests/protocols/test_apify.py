@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import itertools
 import json
 import re
@@ -10,17 +9,12 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import anyio
 import httpx
 import pytest
+from tests.protocols.conftest import run_call as shared_run_call
 
 from longcall.adapters.apify import ApifyAdapter, model_text
-from longcall.adapters.base import Adapter
-from longcall.adapters.routing import connect_any
 from longcall.core import ResultKind, ServerStatus, State
-from longcall.ledger import open_ledger
-from longcall.runtime.engine import CallSpec
-from longcall.runtime.executor import Executor
 from longcall.server import LongcallServer, running_server
 from longcall.server.apify import ApifyFacade, mount_apify
 from longcall.server.examples import register_reference_tools
@@ -73,35 +67,12 @@ class Model:
 
 
 async def run_call(
-    tmp_path: Path,
-    url: str,
-    tool: str,
-    arguments: dict[str, Any],
-    *,
-    cancel: bool = False,
+    tmp_path: Path, url: str, tool: str, arguments: dict[str, Any], *, cancel: bool = False
 ) -> tuple[Any, bytes | None]:
-    async def factory(server: str, protocol: str) -> Adapter:
-        return await connect_any(server, protocol or None)
-
-    with open_ledger(f"sqlite:///{tmp_path / 'ledger.db'}") as ledger:
-        executor = Executor(ledger, adapter_factory=factory)
-        stop = asyncio.Event()
-        try:
-            binding = await executor.bind(url, tool)
-            executor.call(CallSpec(call_node_id="node-1", binding=binding, arguments=arguments))
-            runner = asyncio.create_task(executor.run(stop=stop))
-            try:
-                with anyio.fail_after(CALL_TIMEOUT_S):
-                    if cancel:
-                        await executor.wait_for("node-1", lambda r: r.state is State.WORKING)
-                        executor.cancel("node-1")
-                    record = await executor.wait_terminal("node-1")
-            finally:
-                stop.set()
-                await runner
-        finally:
-            await executor.aclose()
-        return record, ledger.result_payload("node-1")
+    """The shared executor driver (the protocol is routed from the URL)."""
+    return await shared_run_call(
+        tmp_path, url, tool, arguments, cancel=cancel, timeout_s=CALL_TIMEOUT_S
+    )
 
 
 async def test_early_return_then_the_text_part_names_each_next_call(
