@@ -195,26 +195,13 @@ async def _call(
             adopt_new=False,
         )
         try:
-            existing = ledger.find(node)
-            if existing is None:
+            record = executor.attach(node, tool, arguments)
+            if record is None:
                 binding = await executor.bind(url, tool, protocol=protocol)
-                record = executor.call(
-                    CallSpec(
-                        call_node_id=node, binding=binding, arguments=arguments, budget_s=budget_s
-                    )
+                spec = CallSpec(
+                    call_node_id=node, binding=binding, arguments=arguments, budget_s=budget_s
                 )
-            else:
-                binding_digest = request_digest(tool, arguments)
-                if existing.request_digest != binding_digest:
-                    from longcall.core import RequestDigestMismatch
-
-                    raise RequestDigestMismatch(
-                        f"call node {node!r} already holds a different request; "
-                        "a call node is one request (use another --node)"
-                    )
-                record = existing
-                if not existing.is_terminal:
-                    executor.engine.adopt(existing, now=time.time())
+                record = executor.call(spec)
             if wait and not record.is_terminal:
                 record = await _drive_until_terminal(executor, node, console, quiet)
             elif record.state in _SUBMISSION_STATES:

@@ -165,17 +165,10 @@ class Engine:
 
         The record and its arguments are committed before any request is planned.
         """
+        attached = self.attach(spec.call_node_id, spec.binding.tool_name, spec.arguments, now=now)
+        if attached is not None:
+            return attached
         digest = request_digest(spec.binding.tool_name, dict(spec.arguments))
-        existing = self.ledger.find(spec.call_node_id)
-        if existing is not None:
-            if existing.request_digest != digest:
-                raise RequestDigestMismatch(
-                    f"call node {spec.call_node_id!r} already holds a different request "
-                    f"({existing.request_digest} != {digest}); a call node is one request"
-                )
-            if spec.call_node_id not in self.records:
-                self.adopt(existing, now=now)
-            return self.records.get(spec.call_node_id, existing)
         binding = spec.binding
         transition = new_operation(
             call_node_id=spec.call_node_id,
@@ -197,6 +190,24 @@ class Engine:
         self.records[spec.call_node_id] = transition.record
         self._plan(transition.record, transition.commands, now=now)
         return transition.record
+
+    def attach(
+        self, call_node_id: str, tool_name: str, arguments: Mapping[str, Any], *, now: float
+    ) -> OperationRecord | None:
+        """The existing operation of this call node (taken over if open), or None when
+        the node is new. The same node with another request is refused (X2)."""
+        existing = self.ledger.find(call_node_id)
+        if existing is None:
+            return None
+        digest = request_digest(tool_name, dict(arguments))
+        if existing.request_digest != digest:
+            raise RequestDigestMismatch(
+                f"call node {call_node_id!r} already holds a different request "
+                f"({existing.request_digest} != {digest}); a call node is one request"
+            )
+        if not existing.is_terminal and call_node_id not in self.records:
+            self.adopt(existing, now=now)
+        return self.records.get(call_node_id, existing)
 
     def resume_all(self, *, now: float) -> int:
         """Take over every open operation in the ledger (SPEC L7): claim a higher

@@ -137,6 +137,14 @@ class Executor:
         self._wakeup.set()
         return record
 
+    def attach(
+        self, call_node_id: str, tool_name: str, arguments: Mapping[str, Any]
+    ) -> OperationRecord | None:
+        """Attach to the call node's existing operation (None if it has none), X2."""
+        record = self.engine.attach(call_node_id, tool_name, arguments, now=self.clock())
+        self._wakeup.set()
+        return record
+
     def cancel(self, call_node_id: str) -> CancelOutcome:
         outcome = self.engine.cancel(call_node_id, now=self.clock())
         self._wakeup.set()
