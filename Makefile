@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev test lint type bench demo docs sim clean
+.PHONY: dev interop test lint type bench demo docs sim clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -14,7 +14,16 @@ $(STAMP): pyproject.toml
 
 dev: $(STAMP)
 
-test: $(STAMP)
+# Peers we did not write (the official MCP TypeScript SDK and conformance suite), with
+# Node 22 from the npm package `node`; the interop tests need them.
+INTEROP_STAMP := interop/node_modules/.installed
+$(INTEROP_STAMP): interop/package.json interop/package-lock.json
+	cd interop && npm ci --no-audit --no-fund
+	touch $(INTEROP_STAMP)
+
+interop: $(INTEROP_STAMP)
+
+test: $(STAMP) $(INTEROP_STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
@@ -38,4 +47,4 @@ sim: $(STAMP)
 	$(BIN)/longcall sim --permutations 10000
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) interop/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
