@@ -16,11 +16,11 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, ru
 
 from longcall.core import commands as c
 from longcall.core import events as e
-from longcall.core.errors import IllegalTransition, StaleEpoch, StaleEvent
 from longcall.core.machine import Policy, handle, new_operation, resume
 from longcall.core.record import OperationRecord, ResultKind, ServerStatus, TerminalReceipt
 from longcall.core.retry import FailureKind, RequestKind, RetryPolicy
 from longcall.core.states import TERMINAL_STATES, TRANSITIONS, State
+from longcall.errors import IllegalTransition, StaleEpoch, StaleEvent
 
 KEYS = ("a", "b", "c")
 OP_IDS = ("op-1", "op-2")

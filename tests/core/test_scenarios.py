@@ -10,7 +10,6 @@ import pytest
 
 from longcall.core import commands as c
 from longcall.core import events as e
-from longcall.core.errors import StaleEpoch, StaleEvent
 from longcall.core.machine import (
     DEFAULT_POLICY,
     EMPTY_RESULT_WARNING,
@@ -23,6 +22,7 @@ from longcall.core.machine import (
 from longcall.core.record import ResultKind, ServerStatus, TerminalReceipt
 from longcall.core.retry import FailureKind, RequestKind
 from longcall.core.states import State
+from longcall.errors import StaleEpoch, StaleEvent
 
 from .builders import (
     CANCEL_DIGEST,

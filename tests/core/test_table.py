@@ -12,9 +12,9 @@ import pytest
 
 from longcall.core import events as e
 from longcall.core import machine
-from longcall.core.errors import IllegalTransition, StaleEpoch, StaleEvent
 from longcall.core.record import ServerStatus
 from longcall.core.states import TERMINAL_STATES, TRANSITIONS, State
+from longcall.errors import IllegalTransition, StaleEpoch, StaleEvent
 
 from .builders import event_for, record_in, step
 

@@ -283,7 +283,7 @@ def test_inline_result_accepts_from_submitting(ledger: Ledger) -> None:
 
 def test_blobs_are_write_once_and_created_atomically(ledger: Ledger) -> None:
     """Request blobs are stored with the record; a blob is written once (X2, X4)."""
-    from longcall.ledger.base import BlobConflict
+    from longcall.errors import BlobConflict
 
     ledger.create(fresh(), blobs={"request": b'{"a":1}'})
     assert ledger.blob("node-1", "request") == b'{"a":1}'

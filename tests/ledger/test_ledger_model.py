@@ -23,6 +23,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 from longcall.core import (
     ConflictError,
+    IntegrityError,
     LongcallError,
     NotFoundError,
     OperationRecord,
@@ -30,6 +31,7 @@ from longcall.core import (
     ServerStatus,
     State,
     TerminalReceipt,
+    VersionConflict,
     handle,
 )
 from longcall.core import events as e
@@ -268,7 +270,11 @@ class LedgerModel(RuleBasedStateMachine):
         receipt = TerminalReceipt.for_record(record)
         if forgery == "receipt_digest":
             receipt = dataclasses.replace(receipt, result_digest=DIGESTS[1])
-        with pytest.raises(ConflictError):
+        # A stale version, or a row somebody accepted already, is a lost race; every
+        # other forgery is an integrity failure.
+        lost_race = forgery == "stale_version" or row.is_terminal
+        error = VersionConflict if lost_race else IntegrityError
+        with pytest.raises(error):
             self.ledger.accept_terminal(
                 record, receipt, expected_version=expected, result_payload=payload, event="Forged"
             )

@@ -24,22 +24,11 @@ import dataclasses
 from collections.abc import Callable, Collection, Mapping
 from typing import Any, Literal
 
-from longcall.core import LongcallError, OperationRecord
+from longcall.core import OperationRecord
 from longcall.core.events import Event
+from longcall.errors import AdapterError, TaskSupportMissing, UnknownTool
 
 TaskSupport = Literal["forbidden", "optional", "required"]
-
-
-class AdapterError(LongcallError):
-    """Negotiation failed or the adapter was misused."""
-
-
-class TaskSupportMissing(AdapterError):
-    """The call is declared long but neither the server nor the tool supports tasks (X1)."""
-
-
-class UnknownTool(AdapterError):
-    """The server does not list the tool."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -125,3 +114,16 @@ class Adapter(abc.ABC):
 
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections."""
+
+
+__all__ = [
+    "Adapter",
+    "AdapterError",
+    "Outcome",
+    "ProgressSink",
+    "PushSink",
+    "TaskSupport",
+    "TaskSupportMissing",
+    "ToolBinding",
+    "UnknownTool",
+]

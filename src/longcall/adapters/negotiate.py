@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from longcall.adapters.base import Adapter, AdapterError, ProgressSink
+from longcall.adapters.base import Adapter, ProgressSink
 from longcall.adapters.mcp_common import (
     CLIENT_INFO,
     DEFAULT_REQUEST_TIMEOUT_S,
@@ -29,14 +29,11 @@ from longcall.adapters.mcp_common import (
 from longcall.adapters.mcp_tasks_2025_11_25 import McpTasks20251125Adapter
 from longcall.adapters.mcp_tasks_2026_07_28 import McpTasks20260728Adapter
 from longcall.adapters.sync import SyncAdapter
+from longcall.errors import NegotiationFailed
 
 Preference = str
 """``"2026-07-28"``, ``"2025-11-25"``, ``"sync"`` or a bound protocol name such as
 ``"2025-11-25/sync"`` (a record's ``protocol``: P6 keeps serving its operations)."""
-
-
-class NegotiationFailed(AdapterError):
-    """The server answered neither ``server/discover`` nor ``initialize`` usably."""
 
 
 async def discover(session: RpcSession) -> Mapping[str, Any] | None:

@@ -3,22 +3,10 @@
 Nothing in this package reads a clock, draws a random number, awaits, or touches a
 file or socket (DESIGN.md; enforced by ruff's banned-api rule and import-linter).
 ``now`` and every random draw are arguments, so the simulator replays it exactly.
+The error types it raises live in :mod:`longcall.errors` (the one tree) and are
+re-exported here for the core's callers.
 """
 
-from longcall.core.errors import (
-    AcceptanceMismatch,
-    ConflictError,
-    DigestMismatch,
-    IllegalTransition,
-    LocalProtocolError,
-    LongcallError,
-    NotFoundError,
-    RemoteProtocolError,
-    RequestDigestMismatch,
-    StaleEpoch,
-    StaleEvent,
-    UnknownCallNode,
-)
 from longcall.core.machine import (
     DEFAULT_POLICY,
     Policy,
@@ -37,6 +25,22 @@ from longcall.core.record import (
     TerminalReceipt,
 )
 from longcall.core.states import TERMINAL_STATES, TRANSITIONS, State
+from longcall.errors import (
+    AcceptanceMismatch,
+    ConflictError,
+    DigestMismatch,
+    IllegalTransition,
+    IntegrityError,
+    LocalProtocolError,
+    LongcallError,
+    NotFoundError,
+    RemoteProtocolError,
+    RequestDigestMismatch,
+    StaleEpoch,
+    StaleEvent,
+    UnknownCallNode,
+    VersionConflict,
+)
 
 __all__ = [
     "DEFAULT_POLICY",
@@ -47,6 +51,7 @@ __all__ = [
     "ConflictError",
     "DigestMismatch",
     "IllegalTransition",
+    "IntegrityError",
     "LocalProtocolError",
     "LongcallError",
     "NotFoundError",
@@ -62,6 +67,7 @@ __all__ = [
     "TerminalReceipt",
     "Transition",
     "UnknownCallNode",
+    "VersionConflict",
     "handle",
     "new_operation",
     "next_deadline",

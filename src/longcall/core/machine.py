@@ -18,7 +18,6 @@ from typing import Any, TypeVar
 
 from longcall.core import commands as c
 from longcall.core import events as e
-from longcall.core.errors import IllegalTransition, LocalProtocolError, StaleEpoch, StaleEvent
 from longcall.core.keys import derive_submission_key
 from longcall.core.notfound import unknown_reason
 from longcall.core.record import (
@@ -31,6 +30,7 @@ from longcall.core.record import (
 from longcall.core.retry import RequestKind, RetryPolicy, backoff_delay_s, is_retryable
 from longcall.core.schedule import PollPolicy, cap_at_limits, poll_delay_s
 from longcall.core.states import TRANSITIONS, State
+from longcall.errors import IllegalTransition, LocalProtocolError, StaleEpoch, StaleEvent
 
 EMPTY_RESULT_WARNING = "empty_result"
 LATE_COMPLETION_WARNING = "late_completion_after_cancel"
@@ -163,9 +163,6 @@ def resume(record: OperationRecord, *, now: float) -> tuple[c.Command, ...]:
     match record.state:
         case State.SUBMISSION_UNKNOWN if record.submission_lookup:
             return (c.LookupSubmission(submission_key=record.submission_key, at=at),)
-        case State.SUBMISSION_UNKNOWN:
-            attempt = record.submit_attempts
-            return (c.SendSubmit(submission_key=record.submission_key, attempt=attempt, at=at),)
         case State.WORKING:
             return (c.Poll(operation_id=op, at=at),)
         case State.INPUT_REQUIRED:
@@ -188,9 +185,13 @@ def recovery_event(record: OperationRecord) -> e.Event | None:
     """The event a restarted executor applies before resuming, if any.
 
     A record found in SUBMITTING (or NOT_FOUND_SAFE) may have had its create sent
-    just before the crash: its outcome is unknown, never "not sent" (X2).
+    just before the crash: its outcome is unknown, never "not sent" (X2). So may a
+    record in SUBMISSION_UNKNOWN that resends an idempotent create (no lookup by key):
+    its planned resend may have left, so the next one is a new attempt, counted and
+    committed before it is sent — a restart never resends uncounted (X2, L7).
     """
-    if record.state in (State.SUBMITTING, State.NOT_FOUND_SAFE):
+    resends = record.state is State.SUBMISSION_UNKNOWN and not record.submission_lookup
+    if record.state in (State.SUBMITTING, State.NOT_FOUND_SAFE) or resends:
         return e.SubmitOutcomeLost(
             reason="executor restarted before the create response was recorded"
         )

@@ -27,6 +27,11 @@ class FailureKind(enum.Enum):
     FORBIDDEN = "forbidden"
     VALIDATION = "validation"
     MALFORMED_RESPONSE = "malformed_response"
+    TOO_LARGE = "too_large"
+    """The answer exceeded a size or line cap (C4): asking again would bring it again."""
+    FOREIGN_IDENTITY = "foreign_identity"
+    """The answer names another operation than the one asked about (C3): never trusted,
+    never retried into acceptance; an operator looks."""
 
     def __repr__(self) -> str:
         return f"FailureKind.{self.name}"

@@ -4,7 +4,7 @@ This file owns the rules; :mod:`longcall.core.machine` only looks them up, and
 ``scripts/gen_state_diagram.py`` draws ``docs/states.md`` from :data:`TRANSITIONS`.
 
 The table maps ``(state, event type name) -> allowed target states``. A pair that is
-not in the table is rejected with :class:`~longcall.core.errors.IllegalTransition`
+not in the table is rejected with :class:`~longcall.errors.IllegalTransition`
 and the record stays as it was. Where one event can lead to more than one target
 (for example a lost submission either waits for a lookup or goes straight to
 reconciliation, depending on what the protocol can prove), every target is listed

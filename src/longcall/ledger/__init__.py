@@ -12,15 +12,11 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
-from longcall.ledger.base import DuplicateCallNode, HistoryRow, Ledger, OutboxRow, SchemaTooNew
-from longcall.ledger.codec import CorruptRow
+from longcall.errors import CorruptRow, DuplicateCallNode, SchemaTooNew, UnsupportedLedgerURL
+from longcall.ledger.base import HistoryRow, Ledger, OutboxRow
 from longcall.ledger.sqlite import SQLiteLedger
 
 DEFAULT_LEDGER_URL = "sqlite:///longcall.db"
-
-
-class UnsupportedLedgerURL(ValueError):
-    """The ledger URL names no backend we have."""
 
 
 def open_ledger(url: str) -> Ledger:

@@ -17,16 +17,18 @@ from collections.abc import Mapping
 
 from longcall.core import (
     TERMINAL_STATES,
-    AcceptanceMismatch,
-    ConflictError,
-    DigestMismatch,
-    LocalProtocolError,
     OperationRecord,
     ServerStatus,
     State,
     TerminalReceipt,
 )
 from longcall.core.keys import digest_bytes
+from longcall.errors import (
+    AcceptanceMismatch,
+    DigestMismatch,
+    LocalProtocolError,
+    VersionConflict,
+)
 
 _STATES_WITH_OBSERVED_TERMINAL = (State.TERMINAL_OBSERVED, State.FETCHING_RESULT)
 
@@ -54,18 +56,6 @@ class HistoryRow:
     at_utc: str
 
 
-class DuplicateCallNode(ConflictError):
-    """An operation already exists for this call node id."""
-
-
-class BlobConflict(ConflictError):
-    """A write-once payload was written again with different bytes."""
-
-
-class SchemaTooNew(ConflictError):
-    """The store was written by a newer longcall; we do not downgrade it."""
-
-
 def utc_now_iso() -> str:
     """The wall-clock stamp every backend writes beside a row (never read by the core)."""
     return dt.datetime.now(dt.UTC).isoformat(timespec="microseconds")
@@ -86,7 +76,7 @@ class Ledger(abc.ABC):
         """Store a write-once payload of a call node (an input answer, X4).
 
         True when written, False when the same bytes were already there; different
-        bytes under the same name raise ConflictError (an answer is given once).
+        bytes under the same name raise BlobConflict (an answer is given once).
         """
 
     @abc.abstractmethod
@@ -125,7 +115,7 @@ class Ledger(abc.ABC):
         """Store ``record`` if the row is still at ``expected_version`` (L4).
 
         ``record.version`` must be ``expected_version + 1``. A lost race raises
-        ConflictError and writes nothing. Entering a terminal state is not an update:
+        VersionConflict and writes nothing. Entering a terminal state is not an update:
         that is :meth:`accept_terminal`.
         """
 
@@ -204,7 +194,7 @@ def check_acceptance(
     """The eight matching fields of L5, and the payload's digest, against the row."""
     _check_version(row, record, expected_version)
     if row.state in TERMINAL_STATES:
-        raise ConflictError(f"operation {row.call_node_id!r} is already accepted ({row.state})")
+        raise VersionConflict(f"operation {row.call_node_id!r} is already accepted ({row.state})")
     if record.state not in TERMINAL_STATES:
         raise LocalProtocolError(f"accept_terminal needs a terminal record, got {record.state}")
     _check_identity(row, record)
@@ -253,7 +243,7 @@ def check_acceptance(
 
 def _check_version(row: OperationRecord, record: OperationRecord, expected_version: int) -> None:
     if row.version != expected_version:
-        raise ConflictError(
+        raise VersionConflict(
             f"operation {row.call_node_id!r}: row is at version {row.version}, "
             f"expected {expected_version}"
         )

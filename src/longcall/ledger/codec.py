@@ -13,7 +13,7 @@ import operator
 from typing import Any
 
 from longcall.core import OperationRecord, ResultKind, ServerStatus, State, TerminalReceipt
-from longcall.core.errors import RemoteProtocolError
+from longcall.errors import CorruptRow
 
 _TUPLE_FIELDS = {"input_keys_pending", "input_keys_answered", "warnings"}
 _ENUM_FIELDS: dict[str, type[Any]] = {
@@ -22,10 +22,6 @@ _ENUM_FIELDS: dict[str, type[Any]] = {
     "result_kind": ResultKind,
     "terminal_status": ServerStatus,
 }
-
-
-class CorruptRow(RemoteProtocolError):
-    """A stored row does not decode into a record (damaged or written by a newer schema)."""
 
 
 _FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {

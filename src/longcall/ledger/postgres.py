@@ -121,7 +121,7 @@ class PostgresLedger(SqlLedger):
     migrations = MIGRATIONS
     creation_order = "seq"
     # FOR UPDATE: a concurrent writer of this row waits for our commit, then reads the
-    # version we wrote, so its check raises ConflictError (L4).
+    # version we wrote, so its check raises VersionConflict (L4).
     row_lock = " FOR UPDATE"
     duplicate_errors = (psycopg.errors.UniqueViolation,)
     integrity_errors = (psycopg.errors.IntegrityError,)

@@ -28,21 +28,18 @@ from typing import Any, ClassVar
 
 from longcall.core import (
     TERMINAL_STATES,
-    ConflictError,
     NotFoundError,
     OperationRecord,
     State,
     TerminalReceipt,
     UnknownCallNode,
 )
+from longcall.errors import BlobConflict, DuplicateCallNode, SchemaTooNew, VersionConflict
 from longcall.ledger import codec
 from longcall.ledger.base import (
-    BlobConflict,
-    DuplicateCallNode,
     HistoryRow,
     Ledger,
     OutboxRow,
-    SchemaTooNew,
     check_acceptance,
 )
 
@@ -321,7 +318,7 @@ class SqlLedger(Ledger):
                 )
                 self._history(conn, record, event, now_utc)
         except self.integrity_errors as exc:
-            raise ConflictError(
+            raise VersionConflict(
                 f"operation {record.call_node_id!r}: a receipt or outbox row already exists"
             ) from exc
         return receipt_id
@@ -352,7 +349,7 @@ class SqlLedger(Ledger):
             ),
         )
         if cursor.rowcount != 1:  # the SQL-level CAS (L4), beside the checked one
-            raise ConflictError(f"operation {record.call_node_id!r}: version moved")
+            raise VersionConflict(f"operation {record.call_node_id!r}: version moved")
 
     def _history(self, conn: Any, record: OperationRecord, event: str, now_utc: str) -> None:
         self._execute(

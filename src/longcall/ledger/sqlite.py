@@ -22,7 +22,8 @@ import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
-from longcall.core import TERMINAL_STATES, ConflictError, OperationRecord, TerminalReceipt
+from longcall.core import TERMINAL_STATES, OperationRecord, TerminalReceipt
+from longcall.errors import VersionConflict
 from longcall.ledger import codec
 from longcall.ledger.base import check_update, utc_now_iso
 from longcall.ledger.sql import TERMINAL_VALUES, Params, SqlLedger, marks
@@ -217,5 +218,5 @@ class SQLiteLedger(SqlLedger):
             )
             if cursor.rowcount != 1:
                 check_update(self._locked_row(conn, record.call_node_id), record, expected_version)
-                raise ConflictError(f"operation {record.call_node_id!r}: version moved")
+                raise VersionConflict(f"operation {record.call_node_id!r}: version moved")
             self._history(conn, record, event, now_utc)

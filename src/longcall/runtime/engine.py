@@ -28,28 +28,35 @@ from longcall.adapters.base import Outcome, ToolBinding
 from longcall.core import (
     DEFAULT_POLICY,
     TERMINAL_STATES,
-    ConflictError,
-    IllegalTransition,
     OperationRecord,
     Policy,
-    RequestDigestMismatch,
     ServerStatus,
-    StaleEvent,
     State,
     Transition,
     handle,
     new_operation,
     recovery_event,
+    resume,
 )
 from longcall.core import commands as c
 from longcall.core import events as e
 from longcall.core.keys import canonical_json, request_digest
 from longcall.core.retry import CircuitBreaker
 from longcall.core.schedule import TokenBucket, WindowLimit, poll_delay_s
+from longcall.errors import (
+    ConflictError,
+    IllegalTransition,
+    IntegrityError,
+    MissingPayload,
+    RequestDigestMismatch,
+    StaleEvent,
+)
 from longcall.ledger import Ledger
 from longcall.runtime.step import commit
 
 REQUEST_BLOB = "request"
+LOST_RACE_RETRIES = 3
+"""How often one event is decided again after losing a compare-and-set race (L4)."""
 INPUT_BLOB_PREFIX = "input:"
 
 # Commands that become a request to the server, in the order a tie is served.
@@ -156,7 +163,12 @@ class Engine:
         self._buckets: dict[str, TokenBucket] = {}
         self._windows: dict[str, WindowLimit] = {}
         self.breakers: dict[str, CircuitBreaker] = {}
-        self.stats: dict[str, int] = {"stale_replies": 0, "conflicts": 0, "requests": 0}
+        self.stats: dict[str, int] = {
+            "stale_replies": 0,
+            "conflicts": 0,
+            "integrity_failures": 0,
+            "requests": 0,
+        }
 
     # --- intake ----------------------------------------------------------------------
 
@@ -445,7 +457,7 @@ class Engine:
     def request_payload(self, call_node_id: str) -> dict[str, Any]:
         payload = self.ledger.blob(call_node_id, REQUEST_BLOB)
         if payload is None:
-            raise ConflictError(f"{call_node_id!r}: the request arguments are not stored")
+            raise MissingPayload(f"{call_node_id!r}: the request arguments are not stored")
         data = json.loads(payload)
         assert isinstance(data, dict)
         return data
@@ -468,8 +480,17 @@ class Engine:
         now: float,
         payload: bytes | None = None,
     ) -> Transition | None:
-        """Machine then ledger; a refused or stale event changes nothing (None)."""
-        for _attempt in range(3):
+        """Machine then ledger; a refused or stale event changes nothing (None).
+
+        The two ways a commit can fail are told apart (``longcall.errors``): a lost
+        race (ConflictError) means somebody else wrote the row — another process's
+        cancel, answer or reconciliation — so the row is re-read, whatever it now needs
+        is planned, and the event is decided again against it (L4). An integrity
+        failure (IntegrityError: a digest or acceptance mismatch, a foreign identity)
+        cannot be cured by retrying: the operation goes to reconciliation with the
+        reason, never into a silent retry loop (X7).
+        """
+        for _attempt in range(LOST_RACE_RETRIES):
             try:
                 transition = handle(
                     record, event, now=now, jitter=self.rng.random(), policy=self.policy
@@ -480,22 +501,50 @@ class Engine:
             try:
                 commit(self.ledger, record, transition, event=event.name, result_payload=payload)
             except ConflictError:
-                # Somebody else wrote the row: reread it and decide again (L4).
                 self.stats["conflicts"] += 1
-                fresh = self.ledger.find(record.call_node_id)
+                fresh = self._redecide(record, now=now)
                 if fresh is None:
                     return None
-                if fresh.execution_epoch != record.execution_epoch:
-                    # Another executor took it over: this one lets go (fencing).
-                    self.records.pop(record.call_node_id, None)
-                    self._forget_timers(record.call_node_id)
-                    return None
                 record = fresh
-                self.records[record.call_node_id] = record
                 continue
+            except IntegrityError as exc:
+                self.stats["integrity_failures"] += 1
+                if not isinstance(event, e.ReconciliationEscalated):
+                    self._escalate(record, f"{type(exc).__name__}: {exc}", now=now)
+                return None
             self.records[record.call_node_id] = transition.record
             return transition
+        # Still losing after re-reading each time: the row is busy elsewhere. The
+        # re-read record is held and planned (above), so nothing is lost; the event
+        # is dropped as stale.
+        self.stats["stale_replies"] += 1
         return None
+
+    def _redecide(self, lost: OperationRecord, *, now: float) -> OperationRecord | None:
+        """After a lost race: re-read the row, let it go when another executor took it
+        over (fencing, D1), else hold the fresh record and plan what ITS state needs —
+        a cancel or an answer written by another process must be sent (X4, X5) — and
+        return it so the event is decided again. None: nothing left to decide."""
+        fresh = self.ledger.find(lost.call_node_id)
+        if fresh is None or fresh.execution_epoch != lost.execution_epoch:
+            self.records.pop(lost.call_node_id, None)
+            self._forget_timers(lost.call_node_id)
+            return None
+        self.records[fresh.call_node_id] = fresh
+        if fresh.is_terminal:
+            self._plan(fresh, (), now=now)
+            return None
+        self._plan(fresh, resume(fresh, now=now), now=now)
+        return fresh
+
+    def _escalate(self, record: OperationRecord, reason: str, *, now: float) -> None:
+        """Hand an operation whose data contradicts itself to an operator (X7), from the
+        stored row (whoever holds it in memory)."""
+        fresh = self.ledger.find(record.call_node_id)
+        if fresh is None or fresh.is_terminal or fresh.state is State.RECONCILIATION_REQUIRED:
+            return
+        self._forget_timers(fresh.call_node_id)
+        self._apply_and_plan(fresh, e.ReconciliationEscalated(reason=reason), now=now)
 
     def _apply_and_plan(self, record: OperationRecord, event: e.Event, *, now: float) -> None:
         transition = self._apply(record, event, now=now)

@@ -40,8 +40,8 @@ from longcall.core.commands import (
     SendInputResponse,
     SendSubmit,
 )
-from longcall.core.errors import LongcallError
 from longcall.core.retry import FailureKind, RequestKind
+from longcall.errors import AdapterDisabled
 from longcall.ledger import Ledger
 from longcall.runtime.engine import Action, CallSpec, CancelOutcome, Engine, InputPolicy
 
@@ -54,10 +54,6 @@ LISTEN_RESYNC_S = 1.0
 
 AdapterFactory = Callable[[str, str], Awaitable[Adapter]]
 """(server URL, protocol name) → a connected adapter for that protocol version."""
-
-
-class AdapterDisabled(LongcallError):
-    """New operations on this protocol adapter are switched off (SPEC P6)."""
 
 
 async def default_adapter_factory(server: str, protocol: str) -> Adapter:

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from longcall.core import DEFAULT_POLICY, OperationRecord, Policy, Transition, handle
 from longcall.core.commands import AcceptTerminal
-from longcall.core.errors import LocalProtocolError
 from longcall.core.events import Event
+from longcall.errors import LocalProtocolError
 from longcall.ledger import Ledger
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from longcall.core.errors import LongcallError
+from longcall.errors import LongcallError
 
 PARSE_ERROR = -32700
 INVALID_REQUEST = -32600

@@ -1,0 +1,220 @@
+"""Every exception longcall raises on purpose: one tree, defined and documented here.
+
+Owns: the exception types of the caller side (core, ledger, adapters, runtime, client,
+CLI) and the rule each branch stands for. The server library's errors are one more
+branch of the same root (:mod:`longcall.server.errors`, ``LongcallServerError``).
+Must not: import anything (the pure core imports it) or carry behaviour beyond
+messages and the few fields a handler reads.
+
+The tree, and what a handler does with each branch::
+
+    LongcallError
+    ├── UsageError               the caller asked for something our rules refuse: say so
+    │   ├── UnsupportedLedgerURL    the ledger URL names no backend we have
+    │   └── RequestDigestMismatch   a call node asked again with another request (X2)
+    ├── LocalProtocolError       our own rules broken (a bug or a misuse here)
+    │   ├── IllegalTransition       no edge for (state, event) in the table (L2)
+    │   └── StaleEvent              older than what the record knows: drop it
+    │       └── StaleEpoch          from another execution epoch (fencing, D1, R3)
+    ├── ConflictError            a LOST RACE: somebody else wrote first (L4).
+    │   │                        Re-read the row and decide again; never an outcome.
+    │   ├── VersionConflict         the compare-and-set found another row version
+    │   └── DuplicateCallNode       the call node was created by someone else first
+    ├── IntegrityError           data that contradicts itself or what we hold. Never
+    │   │                        retried: the operation goes to reconciliation with
+    │   │                        this reason and a timer (X7).
+    │   ├── AcceptanceMismatch      accept_terminal found a field unlike the row (L5)
+    │   │   └── DigestMismatch      a payload does not hash to its claimed digest (X6)
+    │   ├── BlobConflict            a write-once payload written again, differently
+    │   ├── ForeignIdentity         a server answered for another operation (C3)
+    │   ├── MissingPayload          bytes a record points at are not stored
+    │   ├── CorruptRow              a stored row does not decode into a record
+    │   └── SchemaTooNew            the store was written by a newer longcall
+    ├── NotFoundError            the thing asked for does not exist locally
+    │   └── UnknownCallNode
+    └── AdapterError             a protocol adapter could not be set up or was misused
+        ├── NegotiationFailed       the server answered no negotiation usably (X1)
+        ├── TaskSupportMissing      a long call where no task support is declared (X1)
+        ├── UnknownTool             the server does not list the tool
+        └── AdapterDisabled         new operations on this adapter are switched off (P6)
+
+Remote failures (a 429, a reset, a malformed body, a JSON-RPC error) are not
+exceptions: adapters turn them into core events, so the runtime has one path for them.
+Foreign exceptions (httpx, sqlite3, psycopg) are translated once, where they enter.
+"""
+
+from __future__ import annotations
+
+
+class LongcallError(Exception):
+    """Root of every error longcall raises on purpose."""
+
+
+# --- refusals of what the caller asked -------------------------------------------------
+
+
+class UsageError(LongcallError):
+    """The caller asked for something longcall's rules refuse (nothing was changed)."""
+
+
+class UnsupportedLedgerURL(UsageError):
+    """The ledger URL names no backend we have."""
+
+
+class RequestDigestMismatch(UsageError):
+    """The same call node was asked for again with a different request (X2)."""
+
+
+# --- our own rules -----------------------------------------------------------------------
+
+
+class LocalProtocolError(LongcallError):
+    """We were asked to do something our own rules forbid (a bug or a misuse here)."""
+
+
+class RemoteProtocolError(LongcallError):
+    """A peer sent something malformed or contradictory."""
+
+
+class IllegalTransition(LocalProtocolError):
+    """The transition table has no edge for this (state, event) pair (L2).
+
+    The record is left unchanged by whoever raises this.
+    """
+
+    def __init__(self, state: object, event_type: str, call_node_id: str) -> None:
+        self.state = state
+        self.event_type = event_type
+        self.call_node_id = call_node_id
+        super().__init__(
+            f"operation {call_node_id!r}: event {event_type} is not allowed in state {state}"
+        )
+
+
+class StaleEvent(LocalProtocolError):
+    """The event is older than what the record already knows (a replay, a late answer).
+
+    Callers drop it; the record is unchanged.
+    """
+
+
+class StaleEpoch(StaleEvent):
+    """The event carries an execution epoch other than the record's (fencing, D1, R3)."""
+
+
+# --- lost races: re-read and decide again --------------------------------------------------
+
+
+class ConflictError(LongcallError):
+    """A lost race: somebody else wrote first (L4). Re-read the row and decide again."""
+
+
+class VersionConflict(ConflictError):
+    """A compare-and-set found the row at another version than expected."""
+
+
+class DuplicateCallNode(ConflictError):
+    """An operation already exists for this call node id."""
+
+
+# --- integrity: to an operator, never a retry ------------------------------------------------
+
+
+class IntegrityError(LongcallError):
+    """Data that contradicts itself or what we hold; retrying cannot help (X7).
+
+    The engine hands the operation to reconciliation with this message as the reason.
+    """
+
+
+class AcceptanceMismatch(IntegrityError):
+    """accept_terminal found a field that does not match the stored row (L5)."""
+
+
+class DigestMismatch(AcceptanceMismatch):
+    """A result payload does not hash to the digest claimed for it (L5, X6)."""
+
+
+class BlobConflict(IntegrityError):
+    """A write-once payload was written again with different bytes."""
+
+
+class ForeignIdentity(IntegrityError):
+    """A server's answer names another operation than the one asked about (C3)."""
+
+
+class MissingPayload(IntegrityError):
+    """Bytes a record depends on (its request arguments, an answer) are not stored."""
+
+
+class CorruptRow(IntegrityError):
+    """A stored row does not decode into a record (damaged or of a foreign schema)."""
+
+
+class SchemaTooNew(IntegrityError):
+    """The store was written by a newer longcall; we do not downgrade it."""
+
+
+# --- lookups ------------------------------------------------------------------------------
+
+
+class NotFoundError(LongcallError):
+    """The thing asked for does not exist (here: locally)."""
+
+
+class UnknownCallNode(NotFoundError):
+    """No operation is recorded for this call node id."""
+
+
+# --- adapters --------------------------------------------------------------------------------
+
+
+class AdapterError(LongcallError):
+    """A protocol adapter could not be set up, or was misused."""
+
+
+class NegotiationFailed(AdapterError):
+    """The server answered neither ``server/discover`` nor ``initialize`` usably (X1)."""
+
+
+class TaskSupportMissing(AdapterError):
+    """The call is declared long but neither the server nor the tool supports tasks (X1)."""
+
+
+class UnknownTool(AdapterError):
+    """The server does not list the tool."""
+
+
+class AdapterDisabled(AdapterError):
+    """New operations on this protocol adapter are switched off (P6)."""
+
+
+__all__ = [
+    "AcceptanceMismatch",
+    "AdapterDisabled",
+    "AdapterError",
+    "BlobConflict",
+    "ConflictError",
+    "CorruptRow",
+    "DigestMismatch",
+    "DuplicateCallNode",
+    "ForeignIdentity",
+    "IllegalTransition",
+    "IntegrityError",
+    "LocalProtocolError",
+    "LongcallError",
+    "MissingPayload",
+    "NegotiationFailed",
+    "NotFoundError",
+    "RemoteProtocolError",
+    "RequestDigestMismatch",
+    "SchemaTooNew",
+    "StaleEpoch",
+    "StaleEvent",
+    "TaskSupportMissing",
+    "UnknownCallNode",
+    "UnknownTool",
+    "UnsupportedLedgerURL",
+    "UsageError",
+    "VersionConflict",
+]
