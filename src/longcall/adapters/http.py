@@ -1,0 +1,296 @@
+"""The I/O shell every adapter shares: carry a mapping's requests over HTTP (httpx).
+
+Owns: :class:`HttpDriver` — it sends each :class:`~longcall.adapters.exchange.HttpRequest`
+of an exchange to the server, reads the reply within its bounds (the request's time
+budget, the response size cap, the event-stream line cap: C4), ends an event stream
+when the request's :class:`~longcall.adapters.exchange.StreamWatch` says so, hands
+each event to an observer as it arrives (progress, X11), adds the configured headers
+(credentials: C1), and translates httpx's exceptions into
+:class:`~longcall.adapters.exchange.TransportFailure` once, here, where they enter.
+
+Must not: read protocol bodies (the mappings do), decide what a reply means, or let a
+credential reach a failure's text.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import math
+from collections.abc import Callable, Mapping
+from datetime import UTC, datetime
+from typing import TypeVar
+
+import anyio
+import httpx
+
+from longcall.adapters.exchange import (
+    LINE_BYTES_MAX,
+    RESPONSE_BYTES_MAX,
+    Exchange,
+    HttpReply,
+    HttpRequest,
+    Reply,
+    SseEvent,
+    TransportFailure,
+    parse_retry_after,
+    status_failure,
+)
+from longcall.adapters.sse import LineTooLong, SseDecoder
+from longcall.core.retry import FailureKind
+
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+_T = TypeVar("_T")
+
+EventObserver = Callable[[SseEvent], None]
+"""Sees each event-stream event as it arrives (the adapter surfaces progress, X11)."""
+
+
+def failure_of_exception(exc: BaseException) -> TransportFailure:
+    """Translate an httpx exception once, at the boundary (DESIGN.md)."""
+    name = type(exc).__name__
+    detail = f"{name}: {exc}" if str(exc) else name
+    if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):
+        return TransportFailure(
+            kind=FailureKind.CONNECT_FAILED, detail=detail, processed_possible=False
+        )
+    if isinstance(exc, httpx.PoolTimeout):
+        return TransportFailure(kind=FailureKind.TIMEOUT, detail=detail, processed_possible=False)
+    if isinstance(exc, httpx.TimeoutException):
+        return TransportFailure(kind=FailureKind.TIMEOUT, detail=detail, processed_possible=True)
+    return TransportFailure(kind=FailureKind.TRANSPORT, detail=detail, processed_possible=True)
+
+
+class HttpDriver:
+    """Runs exchanges against one base URL (an MCP endpoint, an AIP-151 API root)."""
+
+    def __init__(
+        self,
+        base_url: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        auth: httpx.Auth | None = None,
+        http: httpx.AsyncClient | None = None,
+        connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
+        response_bytes_max: int = RESPONSE_BYTES_MAX,
+        line_bytes_max: int = LINE_BYTES_MAX,
+    ) -> None:
+        self.base_url = base_url.rstrip("/") if base_url.endswith("//") else base_url
+        self.headers = {k.lower(): v for k, v in (headers or {}).items()}
+        """Sent on every request (credentials, C1); a request's own headers win."""
+        self.auth = auth
+        self.connect_timeout_s = connect_timeout_s
+        self.response_bytes_max = response_bytes_max
+        self.line_bytes_max = line_bytes_max
+        self._owns_http = http is None
+        self.http = http or httpx.AsyncClient(
+            timeout=httpx.Timeout(None, connect=connect_timeout_s)
+        )
+
+    async def run(self, exchange: Exchange[_T], *, on_event: EventObserver | None = None) -> _T:
+        """Carry ``exchange`` to its result."""
+        try:
+            request = next(exchange)
+            while True:
+                reply = await self.send(request, on_event=on_event)
+                request = exchange.send(reply)
+        except StopIteration as stop:
+            result: _T = stop.value
+            return result
+
+    async def send(self, request: HttpRequest, *, on_event: EventObserver | None = None) -> Reply:
+        """One request, bounded by its time budget; never raises for a remote failure."""
+        if request.delay_s > 0:
+            await anyio.sleep(request.delay_s)
+        outcome: Reply | None = None
+        with anyio.move_on_after(request.timeout_s) as scope:
+            outcome = await self._send(request, on_event, scope)
+        if outcome is None:
+            return TransportFailure(
+                kind=FailureKind.TIMEOUT,
+                detail=f"no complete answer within {request.timeout_s:g} s",
+                processed_possible=True,
+            )
+        return outcome
+
+    async def _send(
+        self, request: HttpRequest, on_event: EventObserver | None, scope: anyio.CancelScope
+    ) -> Reply:
+        headers = {**self.headers, **request.headers}
+        try:
+            async with self.http.stream(
+                request.method,
+                self.base_url + request.path,
+                params=dict(request.query) or None,
+                content=request.body,
+                headers=headers,
+                auth=self.auth if self.auth is not None else httpx.USE_CLIENT_DEFAULT,
+            ) as response:
+                reply_headers = {k.lower(): v for k, v in response.headers.items()}
+                _normalise_retry_after(reply_headers)
+                content_type = reply_headers.get("content-type", "").split(";")[0].strip()
+                if content_type.lower() == "text/event-stream" and response.status_code < 400:
+                    return await self._stream(request, response, reply_headers, on_event, scope)
+                return await self._body(response, reply_headers)
+        except httpx.HTTPError as exc:
+            return failure_of_exception(exc)
+
+    async def _body(self, response: httpx.Response, headers: dict[str, str]) -> Reply:
+        declared = headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > self.response_bytes_max:
+            return self._too_large(response.status_code)
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in response.aiter_bytes():
+            size += len(chunk)
+            if size > self.response_bytes_max:
+                return self._too_large(response.status_code)
+            chunks.append(chunk)
+        return HttpReply(status=response.status_code, headers=headers, body=b"".join(chunks))
+
+    async def _stream(
+        self,
+        request: HttpRequest,
+        response: httpx.Response,
+        headers: dict[str, str],
+        on_event: EventObserver | None,
+        scope: anyio.CancelScope,
+    ) -> Reply:
+        decoder = SseDecoder(line_bytes_max=self.line_bytes_max)
+        events: list[SseEvent] = []
+        watch = request.watch
+        stopped = False
+        size = 0
+        with anyio.CancelScope() as watch_scope:
+            if watch is not None:
+                watch_scope.deadline = anyio.current_time() + watch.wait_s
+            try:
+                async for chunk in response.aiter_bytes():
+                    size += len(chunk)
+                    if size > self.response_bytes_max:
+                        return self._too_large(response.status_code)
+                    for event in decoder.feed(chunk):
+                        events.append(event)
+                        if on_event is not None:
+                            with contextlib.suppress(Exception):  # an observer never breaks I/O
+                                on_event(event)
+                        if watch is not None and _asks(event, watch.stop_on):
+                            # Gather the siblings sent with it, then stop (X4).
+                            watch_scope.deadline = anyio.current_time() + watch.gather_s
+            except LineTooLong as exc:
+                return TransportFailure(
+                    kind=FailureKind.TOO_LARGE,
+                    detail=str(exc),
+                    processed_possible=True,
+                    http_status=response.status_code,
+                )
+        if watch_scope.cancelled_caught:
+            stopped = True
+        if scope.cancel_called:
+            return TransportFailure(
+                kind=FailureKind.TIMEOUT,
+                detail=f"no complete answer within {request.timeout_s:g} s",
+                processed_possible=True,
+            )
+        return HttpReply(
+            status=response.status_code,
+            headers=headers,
+            events=tuple(events),
+            stopped=stopped,
+            last_event_id=decoder.last_event_id,
+            retry_ms=decoder.retry_ms,
+        )
+
+    async def listen(
+        self, request: HttpRequest, *, on_event: EventObserver, idle_s: float
+    ) -> Reply:
+        """Hold one push stream open, handing every event to ``on_event`` (X3). No total
+        time budget — an idle stream is not a dead one — but silence longer than
+        ``idle_s`` is (C4). Returns when the stream ends: an event-stream reply whose
+        ``events`` hold the final JSON-RPC answer if the server sent one (it ended the
+        stream on purpose), a refusal, or the failure that broke it. Events are not
+        kept: a stream may run for days."""
+        headers = {**self.headers, **request.headers}
+        timeout = httpx.Timeout(idle_s, connect=self.connect_timeout_s)
+        try:
+            async with self.http.stream(
+                request.method,
+                self.base_url + request.path,
+                content=request.body,
+                headers=headers,
+                timeout=timeout,
+                auth=self.auth if self.auth is not None else httpx.USE_CLIENT_DEFAULT,
+            ) as response:
+                reply_headers = {k.lower(): v for k, v in response.headers.items()}
+                _normalise_retry_after(reply_headers)
+                content_type = reply_headers.get("content-type", "").split(";")[0].strip()
+                if response.status_code >= 400 or content_type.lower() != "text/event-stream":
+                    body = await self._body(response, reply_headers)
+                    if isinstance(body, HttpReply) and body.status >= 400:
+                        return status_failure(body)
+                    return body
+                decoder = SseDecoder(line_bytes_max=self.line_bytes_max)
+                final: tuple[SseEvent, ...] = ()
+                async for chunk in response.aiter_bytes():
+                    for event in decoder.feed(chunk):
+                        with contextlib.suppress(Exception):  # an observer never breaks I/O
+                            on_event(event)
+                        if _is_response(event):
+                            final = (event,)
+                return HttpReply(status=response.status_code, headers=reply_headers, events=final)
+        except LineTooLong as exc:
+            return TransportFailure(
+                kind=FailureKind.TOO_LARGE, detail=str(exc), processed_possible=True
+            )
+        except httpx.HTTPError as exc:
+            return failure_of_exception(exc)
+
+    def _too_large(self, status: int) -> TransportFailure:
+        return TransportFailure(
+            kind=FailureKind.TOO_LARGE,
+            detail=f"the answer is larger than {self.response_bytes_max} bytes",
+            processed_possible=True,
+            http_status=status,
+        )
+
+    async def aclose(self) -> None:
+        if self._owns_http:
+            await self.http.aclose()
+
+
+def _asks(event: SseEvent, methods: frozenset[str]) -> bool:
+    """Whether an event carries a server request for one of ``methods``."""
+    try:
+        message = json.loads(event.data)
+    except ValueError:
+        return False
+    return isinstance(message, dict) and message.get("method") in methods and "id" in message
+
+
+def _is_response(event: SseEvent) -> bool:
+    """Whether an event carries a JSON-RPC response (the end of a POSTed stream)."""
+    try:
+        message = json.loads(event.data)
+    except ValueError:
+        return False
+    return (
+        isinstance(message, dict)
+        and "id" in message
+        and ("result" in message or "error" in message)
+    )
+
+
+def _normalise_retry_after(headers: dict[str, str]) -> None:
+    """An HTTP-date ``Retry-After`` becomes delta-seconds, read against this machine's
+    clock here, so the mappings (pure) never need one."""
+    value = headers.get("retry-after")
+    if value is None or value.strip().isdigit():
+        return
+    seconds = parse_retry_after(value, now=datetime.now(UTC))
+    if seconds is None:
+        del headers["retry-after"]
+    else:
+        headers["retry-after"] = str(math.ceil(seconds))
+
+
+__all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "EventObserver", "HttpDriver", "failure_of_exception"]

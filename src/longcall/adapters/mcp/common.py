@@ -1,0 +1,243 @@
+"""What both MCP task versions read alike (X2, X5, X7, X9, X11, C3).
+
+Owns: JSON-RPC errors classified by a caller's per-version table (the tables are each
+version's; only the reading around them is shared), the three outcomes of a failed
+create (lost, failed, rejected), the not-found answer to ``tasks/*``, the
+submission-key lookup, the identity check of every task body we read (C3), the
+cancelled-status evidence, progress from ``notifications/progress``, and the small
+readers of wire durations and strings.
+
+Must not: perform I/O, or decide what a status means (each version's mapping does).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from longcall.adapters.base import Outcome, ProgressSink
+from longcall.adapters.exchange import SseEvent, TransportFailure
+from longcall.adapters.mcp.results import error_body
+from longcall.adapters.mcp.rpc import DEFAULT_LOOKUP_METHOD, SUBMISSION_KEY_EXTENSION, RpcReply
+from longcall.adapters.outcomes import foreign_identity, submit_failed, unsupported
+from longcall.adapters.outcomes import request_failed as transport_request_failed
+from longcall.core.events import (
+    CancellationObserved,
+    OperationNotFound,
+    RequestFailed,
+    ResultFetchFailed,
+    SubmissionFound,
+    SubmissionNeverCreated,
+    SubmitOutcomeLost,
+    SubmitRejected,
+)
+from longcall.core.keys import canonical_json, digest_bytes
+from longcall.core.retry import FailureKind, RequestKind
+
+JsonRpcTable = Mapping[int, FailureKind]
+
+
+def jsonrpc_failure(failures: JsonRpcTable, code: Any) -> FailureKind:
+    """A JSON-RPC error code as a failure kind by ``failures``; an unknown or missing
+    code is not retried (BAD_REQUEST)."""
+    if not isinstance(code, int):
+        return FailureKind.BAD_REQUEST
+    return failures.get(code, FailureKind.BAD_REQUEST)
+
+
+def error_detail(error: Mapping[str, Any]) -> str:
+    """How a JSON-RPC error reads in an event's detail or reason."""
+    return f"JSON-RPC {error.get('code')}: {error.get('message')}"
+
+
+def request_failed(request: RequestKind, failure: RpcReply, failures: JsonRpcTable) -> Outcome:
+    """A request-level failure as ``RequestFailed`` (X9); a JSON-RPC error is classified
+    by the caller's table ``failures``."""
+    if isinstance(failure, TransportFailure):
+        return transport_request_failed(request, failure)
+    error = failure.error or {}
+    return Outcome(
+        event=RequestFailed(
+            request=request,
+            failure=jsonrpc_failure(failures, error.get("code")),
+            detail=error_detail(error),
+        )
+    )
+
+
+def fetch_failed(failure: TransportFailure, failures: JsonRpcTable) -> Outcome:
+    """A result fetch without an answer: a truncated or garbled body is
+    ``ResultFetchFailed`` (retryable, X6); any other failure is the request's (X9)."""
+    if failure.kind in (FailureKind.MALFORMED_RESPONSE, FailureKind.TRANSPORT):
+        return Outcome(
+            event=ResultFetchFailed(
+                reason=f"result truncated or malformed: {failure.detail}",
+                retryable=True,
+                retry_after_s=failure.retry_after_s,
+            )
+        )
+    return request_failed(RequestKind.FETCH, failure, failures)
+
+
+def may_have_created(code: Any) -> bool:
+    """An internal or implementation-defined server error may strike after the task was
+    created, so a create answered with one is ambiguous (X2)."""
+    return code == -32603 or (isinstance(code, int) and -32099 <= code <= -32000)
+
+
+def submit_failure(
+    failure: RpcReply, *, failures: JsonRpcTable, rejecting_codes: frozenset[int]
+) -> Outcome:
+    """X2: a failed create is lost (ambiguous), failed (proved unprocessed) or rejected
+    (a JSON-RPC error in ``rejecting_codes`` answering our create is the outcome: kept
+    as evidence)."""
+    if isinstance(failure, TransportFailure):
+        return submit_failed(failure)
+    error = failure.error or {}
+    code = error.get("code")
+    if code in rejecting_codes:
+        payload = canonical_json(error_body(error))
+        return Outcome(
+            event=SubmitRejected(reason=error_detail(error), result_digest=digest_bytes(payload)),
+            payload=payload,
+        )
+    if may_have_created(code):
+        return Outcome(event=SubmitOutcomeLost(reason=error_detail(error)))
+    return request_failed(RequestKind.SUBMIT, failure, failures)
+
+
+def task_request_failed(request: RequestKind, failure: RpcReply, failures: JsonRpcTable) -> Outcome:
+    """A failed ``tasks/*`` request. -32602 answering OUR request says the task is
+    unknown, expired or another principal's (all answered alike, X7) in both versions;
+    any other failure is the request's own (X9)."""
+    if not isinstance(failure, TransportFailure) and (failure.error or {}).get("code") == -32602:
+        return Outcome(event=OperationNotFound(detail=str((failure.error or {}).get("message"))))
+    return request_failed(request, failure, failures)
+
+
+def check_task_identity(
+    request: RequestKind, task: Mapping[str, Any], task_id: str, *, required: bool
+) -> Outcome | None:
+    """C3: a task body that names another task is not ours (never read as ours). With
+    ``required``, a body that names no task is refused too (2025-11-25 ``tasks/get``
+    answers always carry ``taskId``)."""
+    named = task.get("taskId")
+    if named is None and not required:
+        return None
+    if named != task_id:
+        return foreign_identity(
+            request, f"asked about task {task_id!r}, the server answered for {named!r}"
+        )
+    return None
+
+
+def submission_lookup_of(offered: Any) -> tuple[bool, str]:
+    """Whether a server's capability section (``extensions`` in 2026-07-28,
+    ``experimental`` in 2025-11-25) offers the submission-key lookup (X2, S3), and the
+    method to call for it."""
+    offered = offered if isinstance(offered, Mapping) else {}
+    submission = offered.get(SUBMISSION_KEY_EXTENSION)
+    if not isinstance(submission, Mapping):
+        return False, DEFAULT_LOOKUP_METHOD
+    method = submission.get("lookupMethod")
+    return True, method if isinstance(method, str) else DEFAULT_LOOKUP_METHOD
+
+
+def lookup_unsupported() -> Outcome:
+    """A lookup asked of a server that offers none: a refusal never worth retrying."""
+    return unsupported(RequestKind.LOOKUP, "the server offers no lookup by submission key")
+
+
+def lookup_answer(answer: RpcReply, failures: JsonRpcTable) -> Outcome:
+    """X2: what a submission-key lookup proves: the task exists (its id), it was never
+    created, or nothing (a failed or malformed answer)."""
+    if isinstance(answer, TransportFailure) or answer.error is not None:
+        return request_failed(RequestKind.LOOKUP, answer, failures)
+    result = answer.result or {}
+    if result.get("found") is True and isinstance(result.get("taskId"), str):
+        return Outcome(event=SubmissionFound(operation_id=result["taskId"]))
+    if result.get("found") is False:
+        return Outcome(event=SubmissionNeverCreated())
+    return Outcome(
+        event=RequestFailed(
+            request=RequestKind.LOOKUP,
+            failure=FailureKind.MALFORMED_RESPONSE,
+            detail="lookup result has no boolean 'found'",
+        )
+    )
+
+
+def ms_to_s(value: Any) -> float | None:
+    """A positive wire duration in milliseconds as seconds; None when absent or invalid."""
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value) / 1000.0
+    return None
+
+
+def text_or_none(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+STATUS_BODY_KEYS = ("taskId", "status", "statusMessage", "createdAt")
+"""What a task status body keeps as evidence; volatile keys (timestamps of the last
+update, poll intervals) stay out so the digest is stable."""
+
+
+def cancellation_observed(task: Mapping[str, Any], server_status_raw: str) -> Outcome:
+    """A cancelled task status as ``CancellationObserved``, its body kept as evidence."""
+    payload = canonical_json({k: v for k, v in task.items() if k in STATUS_BODY_KEYS})
+    return Outcome(
+        event=CancellationObserved(
+            result_digest=digest_bytes(payload), server_status_raw=server_status_raw
+        ),
+        payload=payload,
+    )
+
+
+def progress_of(message: Mapping[str, Any]) -> tuple[float | None, str | None] | None:
+    """``notifications/progress`` as (fraction in [0, 1] or None, message), else None (X11)."""
+    if message.get("method") != "notifications/progress":
+        return None
+    params = message.get("params")
+    params = params if isinstance(params, Mapping) else {}
+    progress, total = params.get("progress"), params.get("total")
+    fraction: float | None = None
+    numbers = all(isinstance(v, int | float) and not isinstance(v, bool) for v in (progress, total))
+    if numbers and total > 0:  # type: ignore[operator]
+        fraction = max(0.0, min(1.0, float(progress) / float(total)))  # type: ignore[arg-type]
+    text = params.get("message")
+    return fraction, text if isinstance(text, str) else None
+
+
+def last_progress(messages: tuple[dict[str, Any], ...]) -> float | None:
+    """The last progress fraction among messages seen on a request's stream (X11)."""
+    fractions = [p[0] for m in messages if (p := progress_of(m)) is not None and p[0] is not None]
+    return fractions[-1] if fractions else None
+
+
+def with_progress(outcome: Outcome, messages: tuple[dict[str, Any], ...]) -> Outcome:
+    """``outcome`` carrying the last progress the call reported, if any (X11)."""
+    fraction = last_progress(messages)
+    if fraction is None:
+        return outcome
+    return Outcome(event=outcome.event, payload=outcome.payload, progress=fraction)
+
+
+def progress_observer(sink: ProgressSink | None, call_node_id: str) -> Any:
+    """An event observer for the I/O shell: each ``notifications/progress`` on a stream
+    goes to ``sink`` as it arrives (X11). None when nobody listens."""
+    if sink is None:
+        return None
+
+    def observe(event: SseEvent) -> None:
+        try:
+            message = json.loads(event.data)
+        except ValueError:
+            return
+        if isinstance(message, Mapping):
+            progress = progress_of(message)
+            if progress is not None:
+                sink(call_node_id, progress[0], progress[1])
+
+    return observe

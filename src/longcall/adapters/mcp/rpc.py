@@ -1,0 +1,344 @@
+"""JSON-RPC over MCP Streamable HTTP, without I/O: frame a request, read its answer.
+
+Owns: the wire constants of MCP both versions; the two request dialects (2026-07-28:
+the per-request ``_meta`` envelope and the ``Mcp-Method``/``Mcp-Name`` headers;
+2025-11-25: plain, with the session's protocol-version header); :class:`RpcChannel`,
+the per-server framing state (request ids, the ``Mcp-Session-Id`` a stateful server
+issued); and :meth:`RpcChannel.read`, the one place that decides whether an HTTP reply
+is the answer to OUR request (C3):
+
+* only a JSON-RPC response whose ``id`` is our request's is an answer — a result or a
+  JSON-RPC error the operation may own;
+* a JSON-RPC error with ``id: null`` (the server could not read our request: a 406 for
+  the Accept header, a 415, a parse error) and any HTTP status that carries no answer
+  (401/403/406/429/5xx…) are transport failures, never an operation's outcome;
+* an event stream is read event by event: priming events (an id, no data) and
+  keep-alives are skipped, server requests and notifications are collected, and a
+  stream that ends before the answer is a transport failure.
+
+Every request accepts both ``application/json`` and ``text/event-stream``, as Streamable
+HTTP requires of a client.
+
+Must not: perform I/O, read a clock, or decide protocol semantics (what a result means
+is the version mappings').
+"""
+
+from __future__ import annotations
+
+import base64
+import dataclasses
+import itertools
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from longcall.adapters.exchange import (
+    DEFAULT_TIMEOUT_S,
+    Exchange,
+    HttpReply,
+    HttpRequest,
+    Reply,
+    StreamWatch,
+    TransportFailure,
+    http_status_failure,
+    malformed,
+    status_failure,
+)
+from longcall.adapters.sse import LineTooLong, decode_all
+from longcall.core.retry import FailureKind
+
+MODERN = "2026-07-28"
+LEGACY = "2025-11-25"
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+SUBMISSION_KEY_EXTENSION = "dev.longcall/submissionKey"
+"""The project's submission-key extension (S3): its id is also the request ``_meta`` key."""
+DEFAULT_LOOKUP_METHOD = "longcall/tasks/lookup"
+RELATED_TASK_META_KEY = "io.modelcontextprotocol/related-task"
+PROTOCOL_VERSION_META_KEY = "io.modelcontextprotocol/protocolVersion"
+CLIENT_CAPABILITIES_META_KEY = "io.modelcontextprotocol/clientCapabilities"
+CLIENT_INFO_META_KEY = "io.modelcontextprotocol/clientInfo"
+SYNC_TIMEOUT_META_KEY = "dev.longcall/syncTimeoutS"
+"""A tool may declare its synchronous limit in its descriptor ``_meta`` (X1, X10)."""
+SESSION_HEADER = "mcp-session-id"
+ACCEPT = "application/json, text/event-stream"
+"""Streamable HTTP: a client MUST accept both on every POST."""
+CLIENT_INFO = {"name": "longcall", "version": "0"}
+CLIENT_CAPABILITIES: Mapping[str, Any] = {"elicitation": {"form": {}}}
+"""What we answer (X4): form elicitation, through the approval gate. A server must not
+send input requests the client did not declare (2025-11-25 ``initialize``; 2026-07-28
+per-request capabilities, SEP-2322)."""
+
+
+class Dialect:
+    """How one protocol version frames a request: ``_meta`` and headers."""
+
+    version: str = LEGACY
+
+    def meta(self, method: str, *, consent: bool) -> dict[str, Any]:
+        return {}
+
+    def headers(self, method: str, name: str | None) -> dict[str, str]:
+        return {"mcp-protocol-version": self.version}
+
+
+class ModernDialect(Dialect):
+    """2026-07-28: the per-request envelope, ``Mcp-Method`` always, ``Mcp-Name`` where
+    required (tools/call: the tool; tasks/*: the task id; SEP-2663)."""
+
+    version = MODERN
+
+    def meta(self, method: str, *, consent: bool) -> dict[str, Any]:
+        capabilities: dict[str, Any] = {**CLIENT_CAPABILITIES}
+        if consent:
+            # P1: consent is per request, on every request that may return a task and on
+            # every tasks/* request ("Servers MUST NOT infer capabilities").
+            capabilities["extensions"] = {TASKS_EXTENSION: {}}
+        return {
+            PROTOCOL_VERSION_META_KEY: MODERN,
+            CLIENT_CAPABILITIES_META_KEY: capabilities,
+            CLIENT_INFO_META_KEY: dict(CLIENT_INFO),
+        }
+
+    def headers(self, method: str, name: str | None) -> dict[str, str]:
+        headers = {"mcp-protocol-version": MODERN, "mcp-method": method}
+        if name is not None:
+            headers["mcp-name"] = header_value(name)
+        return headers
+
+
+def header_value(value: str) -> str:
+    """A header-safe value: as is when printable ASCII, else the SEP-2663 base64 sentinel."""
+    if value.isascii() and value.isprintable() and value == value.strip():
+        return value
+    return "=?base64?" + base64.b64encode(value.encode()).decode() + "?="
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RpcAnswer:
+    """The answer to our request: exactly one of ``result`` / ``error`` is set, unless
+    ``stopped`` (the stream was ended by its watch before the answer came). ``messages``
+    are the server requests and notifications seen on the way, in order."""
+
+    result: dict[str, Any] | None = None
+    error: dict[str, Any] | None = None
+    messages: tuple[dict[str, Any], ...] = ()
+    stopped: bool = False
+    http_status: int = 200
+
+
+RpcReply = RpcAnswer | TransportFailure
+
+
+class RpcChannel:
+    """The JSON-RPC framing state of one client at one MCP endpoint (pure)."""
+
+    def __init__(self, dialect: Dialect | None = None) -> None:
+        self.dialect = dialect or Dialect()
+        self.session_id: str | None = None
+        """Issued by a stateful server (``Mcp-Session-Id``); sent back on every request."""
+        self._ids = itertools.count(1)
+
+    def _headers(self, extra: Mapping[str, str]) -> dict[str, str]:
+        headers = {"accept": ACCEPT, "content-type": "application/json"}
+        if self.session_id is not None:
+            headers[SESSION_HEADER] = self.session_id
+        headers.update(extra)
+        return headers
+
+    def request(
+        self,
+        method: str,
+        params: Mapping[str, Any] | None,
+        *,
+        name: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        watch: StreamWatch | None = None,
+    ) -> tuple[HttpRequest, int]:
+        """A request and its id; ``name`` goes to ``Mcp-Name`` (2026-07-28)."""
+        request_id = next(self._ids)
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": request_id, "method": method}
+        if params is not None:
+            body["params"] = dict(params)
+        framing = self.dialect.headers(method, name) if headers is None else headers
+        return self._post(body, framing, timeout_s=timeout_s, watch=watch), request_id
+
+    def notification(self, method: str, params: Mapping[str, Any] | None = None) -> HttpRequest:
+        body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
+        if params is not None:
+            body["params"] = dict(params)
+        return self._post(body, self.dialect.headers(method, None))
+
+    def response(self, request_id: Any, result: Mapping[str, Any]) -> HttpRequest:
+        """Our answer to a server request (the 2025-11-25 input side channel)."""
+        body = {"jsonrpc": "2.0", "id": request_id, "result": dict(result)}
+        return self._post(body, self.dialect.headers("", None))
+
+    def _post(
+        self,
+        body: dict[str, Any],
+        headers: Mapping[str, str],
+        *,
+        timeout_s: float = DEFAULT_TIMEOUT_S,
+        watch: StreamWatch | None = None,
+    ) -> HttpRequest:
+        return HttpRequest(
+            method="POST",
+            headers=self._headers(headers),
+            body=json.dumps(body, separators=(",", ":")).encode(),
+            json_body=body,
+            timeout_s=timeout_s,
+            watch=watch,
+        )
+
+    # --- reading ------------------------------------------------------------------------
+
+    def read(self, reply: Reply, request_id: int) -> RpcReply:
+        """The answer to request ``request_id`` in ``reply``, or why there is none (C3)."""
+        if isinstance(reply, TransportFailure):
+            return reply
+        session = reply.headers.get(SESSION_HEADER)
+        if session:
+            self.session_id = session
+        status = reply.status
+        if status == 429 or status >= 500 or status in (401, 403, 406, 408, 415):
+            return status_failure(reply)
+        if reply.is_event_stream:
+            return _read_stream(reply, request_id)
+        return _read_json(reply, request_id)
+
+    def accepted(self, reply: Reply) -> TransportFailure | None:
+        """Whether a posted notification or response was taken (None) or refused."""
+        if isinstance(reply, TransportFailure):
+            return reply
+        session = reply.headers.get(SESSION_HEADER)
+        if session:
+            self.session_id = session
+        if reply.status in (200, 202, 204):
+            return None
+        return status_failure(reply)
+
+
+def call(
+    channel: RpcChannel,
+    method: str,
+    params: Mapping[str, Any] | None,
+    *,
+    name: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+    watch: StreamWatch | None = None,
+) -> Exchange[RpcReply]:
+    """One JSON-RPC request and its answer, as an exchange."""
+    request, request_id = channel.request(
+        method, params, name=name, headers=headers, timeout_s=timeout_s, watch=watch
+    )
+    reply = yield request
+    return channel.read(reply, request_id)
+
+
+def post(channel: RpcChannel, request: HttpRequest) -> Exchange[TransportFailure | None]:
+    """Post a notification or a response; None when the server took it."""
+    reply = yield request
+    return channel.accepted(reply)
+
+
+def _read_json(reply: HttpReply, request_id: int) -> RpcReply:
+    try:
+        message = json.loads(reply.body)
+    except ValueError:
+        if reply.status >= 400:
+            return status_failure(reply)
+        return malformed(
+            f"HTTP {reply.status}: the body is not JSON ({len(reply.body)} bytes)",
+            http_status=reply.status,
+        )
+    answer = _answer_of(message, request_id, reply.status)
+    if answer is not None:
+        return answer
+    if reply.status >= 400:
+        return status_failure(reply)
+    return malformed(
+        f"HTTP {reply.status}: not a JSON-RPC answer to request {request_id}",
+        http_status=reply.status,
+    )
+
+
+def _read_stream(reply: HttpReply, request_id: int) -> RpcReply:
+    try:
+        events = reply.events or tuple(decode_all(reply.body))
+    except LineTooLong as exc:
+        return TransportFailure(
+            kind=FailureKind.TOO_LARGE, detail=str(exc), processed_possible=True
+        )
+    messages: list[dict[str, Any]] = []
+    for event in events:
+        if not event.data.strip():
+            continue  # a priming event or an empty keep-alive (SEP-1699)
+        try:
+            message = json.loads(event.data)
+        except ValueError:
+            return malformed("an event-stream message is not JSON", http_status=reply.status)
+        answer = _answer_of(message, request_id, reply.status)
+        if isinstance(answer, TransportFailure):
+            return answer
+        if answer is not None:
+            return dataclasses.replace(answer, messages=tuple(messages))
+        if isinstance(message, dict) and "method" in message:
+            messages.append(message)
+    if reply.stopped:
+        return RpcAnswer(stopped=True, messages=tuple(messages), http_status=reply.status)
+    return TransportFailure(
+        kind=FailureKind.TRANSPORT,
+        detail="the event stream ended before the answer",
+        processed_possible=True,
+        http_status=reply.status,
+    )
+
+
+def _answer_of(message: Any, request_id: int, status: int) -> RpcReply | None:
+    """The answer to ``request_id`` in ``message``, a transport failure when the message
+    is an error about no request of ours (``id: null``), or None when it is not one."""
+    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0" or "method" in message:
+        return None
+    error = message.get("error")
+    if isinstance(error, dict) and isinstance(error.get("code"), int):
+        if message.get("id") is None:
+            # C3: the server could not read our request; the error answers nothing.
+            kind, processed_possible = http_status_failure(status if status >= 400 else 400)
+            return TransportFailure(
+                kind=kind,
+                detail=f"HTTP {status}: the request was refused before it was read "
+                f"(JSON-RPC {error.get('code')}: {error.get('message')})",
+                processed_possible=processed_possible,
+                http_status=status,
+            )
+        if message.get("id") != request_id:
+            return None
+        return RpcAnswer(error=error, http_status=status)
+    if message.get("id") != request_id or not isinstance(message.get("result"), dict):
+        return None
+    return RpcAnswer(result=message["result"], http_status=status)
+
+
+__all__ = [
+    "ACCEPT",
+    "CLIENT_CAPABILITIES",
+    "CLIENT_INFO",
+    "DEFAULT_LOOKUP_METHOD",
+    "LEGACY",
+    "MODERN",
+    "RELATED_TASK_META_KEY",
+    "SESSION_HEADER",
+    "SUBMISSION_KEY_EXTENSION",
+    "SYNC_TIMEOUT_META_KEY",
+    "TASKS_EXTENSION",
+    "Dialect",
+    "ModernDialect",
+    "RpcAnswer",
+    "RpcChannel",
+    "RpcReply",
+    "call",
+    "header_value",
+    "post",
+]

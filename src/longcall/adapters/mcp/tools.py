@@ -1,0 +1,154 @@
+"""X1 for MCP: what a server lists about a tool, read once into a :class:`ToolBinding`.
+
+Owns: ``tools/list`` (cursor pagination, bounded) as an exchange, the descriptor
+digest (L1: a changed tool is another tool), the idempotency reading (X2:
+``idempotentHint``/``readOnlyHint`` or an idempotency argument), the declared
+synchronous limit and ``execution.taskSupport``. Must not: perform I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from longcall.adapters.base import ToolBinding
+from longcall.adapters.exchange import Exchange, TransportFailure, malformed
+from longcall.adapters.mcp.rpc import SYNC_TIMEOUT_META_KEY, RpcChannel, RpcReply, call
+from longcall.core.keys import digest_json
+from longcall.errors import AdapterError, UnknownTool
+
+PAGES_MAX = 50
+IDEMPOTENCY_ARGUMENTS = frozenset({"idempotencyKey", "idempotency_key", "requestId", "request_id"})
+
+
+def descriptor_digest(tool: Mapping[str, Any]) -> str:
+    """Digest of the tool descriptor as listed (L1): a changed tool is another tool."""
+    return digest_json(tool)
+
+
+def tool_idempotent(tool: Mapping[str, Any]) -> bool:
+    """idempotentHint / readOnlyHint, or an idempotency argument in the input schema (X2)."""
+    annotations = tool.get("annotations") or {}
+    if isinstance(annotations, Mapping) and (
+        annotations.get("idempotentHint") is True or annotations.get("readOnlyHint") is True
+    ):
+        return True
+    schema = tool.get("inputSchema") or {}
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    return isinstance(properties, Mapping) and bool(IDEMPOTENCY_ARGUMENTS & set(properties))
+
+
+def declared_sync_timeout_s(tool: Mapping[str, Any]) -> float | None:
+    """The tool's declared synchronous limit, if its descriptor ``_meta`` names one."""
+    meta = tool.get("_meta")
+    value = meta.get(SYNC_TIMEOUT_META_KEY) if isinstance(meta, Mapping) else None
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    return None
+
+
+def find_tool(tools: Sequence[Mapping[str, Any]], name: str) -> dict[str, Any] | None:
+    for tool in tools:
+        if tool.get("name") == name:
+            return dict(tool)
+    return None
+
+
+def task_support_of(tool: Mapping[str, Any]) -> str | None:
+    """``execution.taskSupport`` as listed (2025-11-25), or None when absent."""
+    execution = tool.get("execution")
+    value = execution.get("taskSupport") if isinstance(execution, Mapping) else None
+    return value if value in ("forbidden", "optional", "required") else None
+
+
+def describe_failure(failure: RpcReply) -> str:
+    """A failed request in words: the transport failure or the JSON-RPC code and message."""
+    if isinstance(failure, TransportFailure):
+        return failure.detail
+    error = failure.error or {}
+    return f"JSON-RPC {error.get('code')}: {error.get('message')}"
+
+
+def list_tools(
+    channel: RpcChannel, meta: Mapping[str, Any] | None
+) -> Exchange[list[dict[str, Any]] | RpcReply]:
+    """Every tool the server lists (cursor pagination, bounded); a failure as is."""
+    tools: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _page in range(PAGES_MAX):
+        params: dict[str, Any] = {}
+        if cursor is not None:
+            params["cursor"] = cursor
+        if meta:
+            params["_meta"] = dict(meta)
+        answer = yield from call(channel, "tools/list", params or None)
+        if isinstance(answer, TransportFailure) or answer.result is None:
+            return answer
+        listed = answer.result.get("tools")
+        if not isinstance(listed, list):
+            return malformed("tools/list result has no tools list")
+        tools.extend(tool for tool in listed if isinstance(tool, dict))
+        next_cursor = answer.result.get("nextCursor")
+        if not isinstance(next_cursor, str) or not next_cursor:
+            return tools
+        cursor = next_cursor
+    return tools
+
+
+def listed_tool(
+    channel: RpcChannel, meta: Mapping[str, Any] | None, tool_name: str, *, url: str
+) -> Exchange[dict[str, Any]]:
+    """The descriptor of ``tool_name`` as the server lists it (X1).
+
+    Raises :class:`AdapterError` when ``tools/list`` fails and :class:`UnknownTool`
+    when the server does not list the tool.
+    """
+    listed = yield from list_tools(channel, meta)
+    if not isinstance(listed, list):
+        raise AdapterError(f"tools/list failed at {url}: {describe_failure(listed)}")
+    tool = find_tool(listed, tool_name)
+    if tool is None:
+        raise UnknownTool(f"{url} does not list tool {tool_name!r}")
+    return tool
+
+
+def tool_binding(
+    server: str,
+    tool_name: str,
+    tool: Mapping[str, Any],
+    *,
+    protocol: str,
+    adapter_version: str,
+    task_support: str,
+    submission_lookup: bool,
+    sync_timeout_s: float | None = None,
+) -> ToolBinding:
+    """The binding of one listed tool (X1): its digest, idempotency and output schema."""
+    schema = tool.get("outputSchema")
+    return ToolBinding(
+        server=server,
+        tool_name=tool_name,
+        protocol=protocol,
+        adapter_version=adapter_version,
+        descriptor_digest=descriptor_digest(tool),
+        task_support=task_support,  # type: ignore[arg-type]
+        idempotent=tool_idempotent(tool),
+        submission_lookup=submission_lookup,
+        output_schema=schema if isinstance(schema, Mapping) else None,
+        sync_timeout_s=sync_timeout_s,
+    )
+
+
+__all__ = [
+    "IDEMPOTENCY_ARGUMENTS",
+    "PAGES_MAX",
+    "declared_sync_timeout_s",
+    "describe_failure",
+    "descriptor_digest",
+    "find_tool",
+    "list_tools",
+    "listed_tool",
+    "task_support_of",
+    "tool_binding",
+    "tool_idempotent",
+]

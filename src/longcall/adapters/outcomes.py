@@ -1,0 +1,86 @@
+"""What a transport failure means for each of our requests, in the core's words (X2, X9).
+
+Owns: the one classification every protocol mapping, the I/O shell and the executor use
+when a request produced no answer: a create whose failure does not prove it was not
+processed is *lost* (``SubmitOutcomeLost``: resolved by key, never by a blind resend);
+every other request *failed* (``RequestFailed``: retried or escalated by the core). A
+transport failure is never an operation's outcome (C3).
+
+Must not: perform I/O, or read protocol bodies (each mapping reads its own).
+"""
+
+from __future__ import annotations
+
+from longcall.adapters.base import Outcome
+from longcall.adapters.exchange import TransportFailure
+from longcall.core.events import RequestFailed, SubmitOutcomeLost
+from longcall.core.retry import FailureKind, RequestKind
+
+REQUEST_KINDS: dict[str, RequestKind] = {
+    "SendSubmit": RequestKind.SUBMIT,
+    "LookupSubmission": RequestKind.LOOKUP,
+    "Poll": RequestKind.POLL,
+    "FetchResult": RequestKind.FETCH,
+    "SendCancel": RequestKind.CANCEL,
+    "SendInputResponse": RequestKind.INPUT,
+}
+"""Engine command name → the request it sends."""
+
+
+def request_failed(request: RequestKind, failure: TransportFailure) -> Outcome:
+    """A failed request as ``RequestFailed`` (X9): the core retries or escalates it."""
+    return Outcome(
+        event=RequestFailed(
+            request=request,
+            failure=failure.kind,
+            retry_after_s=failure.retry_after_s,
+            detail=failure.detail,
+        )
+    )
+
+
+def submit_failed(failure: TransportFailure) -> Outcome:
+    """X2: a create that may have been processed is lost; one proven unprocessed failed."""
+    if failure.processed_possible:
+        return Outcome(event=SubmitOutcomeLost(reason=f"{failure.kind.value}: {failure.detail}"))
+    return request_failed(RequestKind.SUBMIT, failure)
+
+
+def failure_outcome(command: str, failure: TransportFailure) -> Outcome:
+    """The outcome of engine command ``command`` (its class name) when it got no answer."""
+    request = REQUEST_KINDS[command]
+    if request is RequestKind.SUBMIT:
+        return submit_failed(failure)
+    return request_failed(request, failure)
+
+
+def unsupported(request: RequestKind, detail: str) -> Outcome:
+    """A request this protocol cannot make (no lookup by key, no input): never retried."""
+    return request_failed(
+        request,
+        TransportFailure(kind=FailureKind.BAD_REQUEST, detail=detail, processed_possible=False),
+    )
+
+
+def no_operation_id(request: RequestKind) -> Outcome:
+    """A request about an operation whose id the record never learned: nothing to ask."""
+    return unsupported(request, "the record has no operation id")
+
+
+def foreign_identity(request: RequestKind, detail: str) -> Outcome:
+    """C3: an answer about another operation than ours is never read as ours."""
+    return request_failed(
+        request,
+        TransportFailure(kind=FailureKind.FOREIGN_IDENTITY, detail=detail, processed_possible=True),
+    )
+
+
+__all__ = [
+    "REQUEST_KINDS",
+    "failure_outcome",
+    "foreign_identity",
+    "no_operation_id",
+    "request_failed",
+    "submit_failed",
+    "unsupported",
+]

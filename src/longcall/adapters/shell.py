@@ -1,0 +1,107 @@
+"""The thin I/O shell around a pure protocol mapping: an :class:`Adapter` for the runtime.
+
+Owns: :class:`ProtocolMapping`, what every protocol's pure mapping offers (one exchange
+per adapter operation), and :class:`MappedAdapter`, which runs those exchanges through
+an :class:`~longcall.adapters.http.HttpDriver`. The executor talks to the adapter; the
+simulator runs the same mapping's exchanges over its simulated network. So the wire ⇄
+event mapping exists once, and both callers run it (F1–F3).
+
+Must not: read a reply or decide an event (the mapping does), or hold state of its own
+beyond the driver.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, Protocol
+
+from longcall.adapters.base import Adapter, Outcome, ProgressSink, ToolBinding
+from longcall.adapters.exchange import Exchange
+from longcall.adapters.http import EventObserver, HttpDriver
+from longcall.core import OperationRecord
+
+
+class ProtocolMapping(Protocol):
+    """One protocol version's pure mapping at one server (see ``adapters/mcp/modern.py``)."""
+
+    protocol: str
+    version: str
+
+    def bind(self, tool_name: str) -> Exchange[ToolBinding]: ...
+
+    def submit(
+        self, record: OperationRecord, arguments: Mapping[str, Any]
+    ) -> Exchange[Outcome]: ...
+
+    def lookup(self, record: OperationRecord) -> Exchange[Outcome]: ...
+
+    def poll(self, record: OperationRecord) -> Exchange[Outcome]: ...
+
+    def fetch_result(self, record: OperationRecord) -> Exchange[Outcome]: ...
+
+    def cancel(self, record: OperationRecord) -> Exchange[Outcome]: ...
+
+    def send_input(
+        self, record: OperationRecord, answers: Mapping[str, Any]
+    ) -> Exchange[Outcome | None]: ...
+
+
+class MappedAdapter(Adapter):
+    """An adapter that is nothing but a mapping run over HTTP."""
+
+    def __init__(
+        self,
+        mapping: ProtocolMapping,
+        driver: HttpDriver,
+        *,
+        progress: ProgressSink | None = None,
+    ) -> None:
+        self.mapping = mapping
+        self.driver = driver
+        self.progress = progress
+        self.protocol = mapping.protocol
+        self.version = mapping.version
+
+    def observer(self, record: OperationRecord) -> EventObserver | None:
+        """What sees a request's stream events as they arrive (none by default)."""
+        return None
+
+    async def _run(self, exchange: Exchange[Any], record: OperationRecord | None = None) -> Any:
+        observer = self.observer(record) if record is not None else None
+        return await self.driver.run(exchange, on_event=observer)
+
+    async def bind(self, tool_name: str) -> ToolBinding:
+        binding: ToolBinding = await self._run(self.mapping.bind(tool_name))
+        return binding
+
+    async def submit(self, record: OperationRecord, arguments: Mapping[str, Any]) -> Outcome:
+        outcome: Outcome = await self._run(self.mapping.submit(record, arguments), record)
+        return outcome
+
+    async def lookup(self, record: OperationRecord) -> Outcome:
+        outcome: Outcome = await self._run(self.mapping.lookup(record), record)
+        return outcome
+
+    async def poll(self, record: OperationRecord) -> Outcome:
+        outcome: Outcome = await self._run(self.mapping.poll(record), record)
+        return outcome
+
+    async def fetch_result(self, record: OperationRecord) -> Outcome:
+        outcome: Outcome = await self._run(self.mapping.fetch_result(record), record)
+        return outcome
+
+    async def cancel(self, record: OperationRecord) -> Outcome:
+        outcome: Outcome = await self._run(self.mapping.cancel(record), record)
+        return outcome
+
+    async def send_input(
+        self, record: OperationRecord, answers: Mapping[str, Any]
+    ) -> Outcome | None:
+        outcome: Outcome | None = await self._run(self.mapping.send_input(record, answers), record)
+        return outcome
+
+    async def aclose(self) -> None:
+        await self.driver.aclose()
+
+
+__all__ = ["MappedAdapter", "ProtocolMapping"]

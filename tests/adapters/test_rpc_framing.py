@@ -1,0 +1,165 @@
+"""Whether an HTTP reply is the answer to OUR request (C3), and the event-stream format.
+
+Regressions: a 406 (or any status that is not an answer) whose JSON-RPC error has
+``id: null`` was read as the task's own error and accepted; ``tasks/result`` went out
+accepting JSON only; an SSE priming event (an id, empty data) broke the client.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from longcall.adapters.exchange import HttpReply, TransportFailure
+from longcall.adapters.mcp.rpc import ACCEPT, RpcAnswer, RpcChannel
+from longcall.adapters.sse import LineTooLong, SseDecoder, decode_all, encode_event
+from longcall.core.retry import FailureKind
+
+
+def json_reply(message: object, *, status: int = 200, **headers: str) -> HttpReply:
+    return HttpReply(
+        status=status,
+        headers={"content-type": "application/json", **headers},
+        body=json.dumps(message).encode(),
+    )
+
+
+def sse_reply(*chunks: bytes, status: int = 200) -> HttpReply:
+    return HttpReply(
+        status=status, headers={"content-type": "text/event-stream"}, body=b"".join(chunks)
+    )
+
+
+def channel_and_id() -> tuple[RpcChannel, int]:
+    channel = RpcChannel()
+    request, request_id = channel.request("tasks/result", {"taskId": "t1"})
+    assert request.headers["accept"] == ACCEPT  # both, on every request
+    return channel, request_id
+
+
+def test_every_request_accepts_json_and_event_stream() -> None:
+    """Streamable HTTP: a client accepts both media types on every POST."""
+    channel = RpcChannel()
+    for method in ("tools/call", "tasks/get", "tasks/result", "tasks/cancel"):
+        request, _ = channel.request(method, {})
+        assert set(request.headers["accept"].split(", ")) == {
+            "application/json",
+            "text/event-stream",
+        }
+
+
+@pytest.mark.parametrize("status", [400, 406, 415, 200])
+def test_an_error_with_a_null_id_is_a_transport_failure(status: int) -> None:
+    """A JSON-RPC error about no request of ours is never an operation's outcome (C3)."""
+    channel, request_id = channel_and_id()
+    error = {"code": -32000, "message": "Not Acceptable: Client must accept both"}
+    reply = json_reply({"jsonrpc": "2.0", "id": None, "error": error}, status=status)
+    answer = channel.read(reply, request_id)
+    assert isinstance(answer, TransportFailure)
+    assert answer.kind is FailureKind.BAD_REQUEST
+    assert answer.processed_possible is False
+
+
+def test_an_error_answering_our_id_is_the_answer() -> None:
+    """The same error with our request's id is the answer (it may be the task's own)."""
+    channel, request_id = channel_and_id()
+    error = {"code": -32602, "message": "Task not found"}
+    answer = channel.read(json_reply({"jsonrpc": "2.0", "id": request_id, "error": error}), 1)
+    assert answer == RpcAnswer(error=error)
+
+
+def test_an_answer_to_another_request_is_not_ours() -> None:
+    """A result with another id is malformed, never read as ours."""
+    channel, request_id = channel_and_id()
+    reply = json_reply({"jsonrpc": "2.0", "id": request_id + 7, "result": {}})
+    answer = channel.read(reply, request_id)
+    assert isinstance(answer, TransportFailure)
+    assert answer.kind is FailureKind.MALFORMED_RESPONSE
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "processed"),
+    [
+        (401, FailureKind.UNAUTHORIZED, False),
+        (403, FailureKind.FORBIDDEN, False),
+        (406, FailureKind.BAD_REQUEST, False),
+        (429, FailureKind.RATE_LIMITED, False),
+        (500, FailureKind.SERVER_ERROR, True),
+        (503, FailureKind.UNAVAILABLE, True),
+    ],
+)
+def test_statuses_that_are_not_answers(status: int, kind: FailureKind, processed: bool) -> None:
+    """Whatever the body says, these statuses carry no answer (X9, C3)."""
+    channel, request_id = channel_and_id()
+    body = {"jsonrpc": "2.0", "id": request_id, "result": {"status": "failed"}}
+    answer = channel.read(json_reply(body, status=status, **{"retry-after": "3"}), request_id)
+    assert isinstance(answer, TransportFailure)
+    assert (answer.kind, answer.processed_possible, answer.http_status) == (kind, processed, status)
+    assert answer.retry_after_s == 3.0
+
+
+def test_priming_events_and_keepalives_are_skipped() -> None:
+    """SEP-1699: an event with an id and empty data primes the stream; it is no message."""
+    channel, request_id = channel_and_id()
+    body = {"jsonrpc": "2.0", "id": request_id, "result": {"content": []}}
+    reply = sse_reply(
+        b"id: prime-1\ndata:\n\n",
+        b": keep-alive\n\n",
+        b"retry: 1500\n\n",
+        encode_event(json.dumps({"jsonrpc": "2.0", "method": "notifications/progress"})),
+        encode_event(json.dumps(body), id="e-2"),
+    )
+    answer = channel.read(reply, request_id)
+    assert isinstance(answer, RpcAnswer)
+    assert answer.result == {"content": []}
+    assert [m["method"] for m in answer.messages] == ["notifications/progress"]
+
+
+def test_a_stream_that_ends_before_the_answer_is_a_transport_failure() -> None:
+    """No answer on a finished stream: the request may have been processed."""
+    channel, request_id = channel_and_id()
+    answer = channel.read(sse_reply(b"id: 1\ndata:\n\n"), request_id)
+    assert isinstance(answer, TransportFailure)
+    assert (answer.kind, answer.processed_possible) == (FailureKind.TRANSPORT, True)
+
+
+def test_a_null_id_error_on_a_stream_is_a_transport_failure() -> None:
+    """C3 holds on event streams too."""
+    channel, request_id = channel_and_id()
+    error = {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "bad"}}
+    answer = channel.read(sse_reply(encode_event(json.dumps(error))), request_id)
+    assert isinstance(answer, TransportFailure)
+
+
+def test_the_session_id_a_server_issues_is_sent_back() -> None:
+    """A stateful server's ``Mcp-Session-Id`` rides on every later request."""
+    channel, request_id = channel_and_id()
+    reply = json_reply(
+        {"jsonrpc": "2.0", "id": request_id, "result": {}}, **{"mcp-session-id": "s-9"}
+    )
+    channel.read(reply, request_id)
+    request, _ = channel.request("tasks/get", {})
+    assert request.headers["mcp-session-id"] == "s-9"
+
+
+def test_decoder_handles_split_chunks_crlf_and_multiline_data() -> None:
+    """Events complete across chunk boundaries, with CRLF or CR line ends."""
+    decoder = SseDecoder()
+    events = decoder.feed(b"id: 7\r\ndata: a\r\nda")
+    assert events == []
+    events = decoder.feed(b"ta: b\r\n\r\nevent: x\rdata: c\r\r")
+    assert [(e.data, e.id, e.event) for e in events] == [("a\nb", "7", "message")]
+    # A CR at the end of a chunk may be half a CRLF: the event completes with the next.
+    events = decoder.feed(b"\n")
+    assert [(e.data, e.id, e.event) for e in events] == [("c", None, "x")]
+    assert decoder.last_event_id == "7"
+
+
+def test_decoder_caps_line_length() -> None:
+    """An endless line is a typed failure, not unbounded memory (C4)."""
+    decoder = SseDecoder(line_bytes_max=1000)
+    with pytest.raises(LineTooLong):
+        decoder.feed(b"data: " + b"x" * 2000)
+    with pytest.raises(LineTooLong):
+        decode_all(b"data: " + b"x" * 2000 + b"\n\n", line_bytes_max=1000)
