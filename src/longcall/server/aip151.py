@@ -31,7 +31,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
-import json
+import logging
 import re
 import uuid
 from collections.abc import Mapping
@@ -45,8 +45,11 @@ from starlette.types import Receive, Scope, Send
 
 from longcall.server.app import LongcallServer
 from longcall.server.errors import InvalidParams, LongcallServerError, TaskNotFound
+from longcall.server.front import Refused, admit, parse_json, read_body, require_json_body
 from longcall.server.model import Principal, ProtocolVersion, TaskRecord, TaskStatus
 from longcall.server.options import CreateFaultPlan
+
+logger = logging.getLogger(__name__)
 
 PREFIX = "/v1"
 COLLECTION = "operations"
@@ -70,14 +73,22 @@ ALREADY_EXISTS = 6
 INTERNAL = 13
 UNAUTHENTICATED = 16
 
+PERMISSION_DENIED = 7
+RESOURCE_EXHAUSTED = 8
+UNAVAILABLE = 14
+
 HTTP_OF_CODE = {
     INVALID_ARGUMENT: (400, "INVALID_ARGUMENT"),
     NOT_FOUND: (404, "NOT_FOUND"),
     ALREADY_EXISTS: (409, "ALREADY_EXISTS"),
+    PERMISSION_DENIED: (403, "PERMISSION_DENIED"),
+    RESOURCE_EXHAUSTED: (429, "RESOURCE_EXHAUSTED"),
     UNAUTHENTICATED: (401, "UNAUTHENTICATED"),
     12: (501, "UNIMPLEMENTED"),
     INTERNAL: (500, "INTERNAL"),
+    UNAVAILABLE: (503, "UNAVAILABLE"),
 }
+CODE_OF_HTTP = {401: UNAUTHENTICATED, 403: PERMISSION_DENIED, 429: RESOURCE_EXHAUSTED}
 JSONRPC_TO_RPC_CODE = {-32602: INVALID_ARGUMENT, -32601: 12}
 """A JSON-RPC error raised inside a tool, as a ``google.rpc.Code`` (else INTERNAL)."""
 
@@ -87,14 +98,32 @@ _DURATION = re.compile(r"^(\d+(?:\.\d+)?)s$")
 class ApiError(LongcallServerError):
     """An error answered in the AIP-193 envelope with the matching HTTP status."""
 
-    def __init__(self, code: int, message: str, reason: str | None = None) -> None:
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        reason: str | None = None,
+        *,
+        http_status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
         self.reason = reason
+        self.http_status = http_status
+        self.headers = dict(headers or {})
+
+    @classmethod
+    def refused(cls, refusal: Refused) -> ApiError:
+        """A refusal of the front door in this facade's envelope (same HTTP status)."""
+        code = CODE_OF_HTTP.get(refusal.status, INVALID_ARGUMENT)
+        return cls(code, refusal.message, http_status=refusal.status, headers=refusal.headers)
 
     def response(self) -> JSONResponse:
         http_status, status = HTTP_OF_CODE.get(self.code, (500, "INTERNAL"))
+        if self.http_status is not None:
+            http_status = self.http_status
         details: list[dict[str, Any]] = []
         if self.reason is not None:
             details.append(
@@ -108,7 +137,7 @@ class ApiError(LongcallServerError):
                 "details": details,
             }
         }
-        return JSONResponse(body, status_code=http_status)
+        return JSONResponse(body, status_code=http_status, headers=self.headers)
 
 
 def operation_name(task_id: str) -> str:
@@ -215,14 +244,17 @@ class Aip151Facade:
         return [Route(PREFIX + "/{rest:path}", self.endpoint, methods=["GET", "POST", "DELETE"])]
 
     async def endpoint(self, request: Request) -> Response:
-        headers = {key.lower(): value for key, value in request.headers.items()}
-        principal = self.server.authenticate(headers)
+        """The front door's checks, then the route; every failure in the AIP-193 envelope."""
         try:
-            if principal is None:
-                raise ApiError(UNAUTHENTICATED, "missing or unknown credentials")
-            return await self._route(request, principal)
+            admitted = admit(request, self.server.options, self.server.authenticate)
+            return await self._route(request, admitted.principal)
+        except Refused as exc:
+            return ApiError.refused(exc).response()
         except ApiError as exc:
             return exc.response()
+        except Exception:
+            logger.exception("internal error on %s %s", request.method, request.url.path)
+            return ApiError(INTERNAL, "Internal error").response()
 
     async def _route(self, request: Request, principal: Principal) -> Response:
         rest: str = request.path_params["rest"]
@@ -248,6 +280,18 @@ class Aip151Facade:
                 return await self._wait(request, principal, task_id)
         raise ApiError(NOT_FOUND, f"no method {method} /v1/{rest}")
 
+    async def _json_body(self, request: Request) -> dict[str, Any]:
+        """The capped, strictly parsed JSON object body (an empty body reads as ``{}``)."""
+        options = self.server.options
+        raw = await read_body(request, options.max_body_bytes)
+        if not raw.strip():
+            return {}
+        require_json_body({"content-type": request.headers.get("content-type", "")})
+        body = parse_json(raw, max_depth=options.max_json_depth)
+        if not isinstance(body, dict):
+            raise ApiError(INVALID_ARGUMENT, "the request body must be a JSON object")
+        return body
+
     # ---- tools and start ----------------------------------------------------------------
 
     def _tools(self) -> list[Any]:
@@ -266,7 +310,7 @@ class Aip151Facade:
         return view
 
     async def _start(self, request: Request, principal: Principal, tool: str) -> Response:
-        body = await _json_body(request)
+        body = await self._json_body(request)
         spec = self.registry.get(tool)
         if spec is None or spec.task_support == "forbidden":
             raise ApiError(NOT_FOUND, f"tool {tool!r} cannot be started as an operation")
@@ -325,7 +369,7 @@ class Aip151Facade:
         return JSONResponse({})
 
     async def _wait(self, request: Request, principal: Principal, task_id: str) -> Response:
-        body = await _json_body(request)
+        body = await self._json_body(request)
         timeout_s = WAIT_TIMEOUT_MAX_S
         raw = body.get("timeout")
         if raw is not None:
@@ -348,7 +392,7 @@ class Aip151Facade:
         page_size = _page_size(query.get("pageSize") or query.get("page_size"))
         token = query.get("pageToken") or query.get("page_token") or None
         done_filter, request_id = _parse_filter(query.get("filter", ""))
-        after = _decode_token(token) if token else None
+        after = await self._page_start(principal, token) if token else None
         if request_id is not None:
             # AIP-155 lookup without creating: the caller's operation under that id, if any.
             task_id = await self.manager.store.lookup_submission(
@@ -373,6 +417,19 @@ class Aip151Facade:
             body["nextPageToken"] = _encode_token(rows[-1].task_id)
         return JSONResponse(body)
 
+    async def _page_start(self, principal: Principal, token: str) -> str:
+        """The task a page token continues after: only one of the caller's own operations.
+
+        A token naming another principal's operation, or nothing at all, is refused like
+        garbage: it must not reveal that the operation exists or where it sorts (S5).
+        """
+        task_id = _decode_token(token)
+        record = await self.manager.store.get(task_id)
+        owned = record is not None and record.principal == principal.subject
+        if not owned or record is None or record.protocol is not PROTOCOL:
+            raise ApiError(INVALID_ARGUMENT, "invalid pageToken")
+        return task_id
+
 
 def mount_aip151(
     server: LongcallServer, *, drop_start_response_at: int | None = None
@@ -392,24 +449,17 @@ def _checked_request_id(value: Any) -> str:
         raise ApiError(INVALID_ARGUMENT, "requestId must be a UUID string (AIP-155)") from exc
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if not raw.strip():
-        return {}
-    try:
-        body = json.loads(raw)
-    except ValueError as exc:
-        raise ApiError(INVALID_ARGUMENT, "the request body is not JSON") from exc
-    if not isinstance(body, dict):
-        raise ApiError(INVALID_ARGUMENT, "the request body must be a JSON object")
-    return body
+_PAGE_SIZE = re.compile(r"[0-9]{1,9}")
+"""ASCII digits only (``str.isdigit`` admits ``²``), short enough for ``int`` to be cheap."""
 
 
 def _page_size(raw: str | None) -> int:
     if raw is None or raw == "":
         return PAGE_SIZE_DEFAULT
-    if not raw.isdigit():
-        raise ApiError(INVALID_ARGUMENT, "pageSize must be a non-negative integer")
+    if not _PAGE_SIZE.fullmatch(raw):
+        raise ApiError(
+            INVALID_ARGUMENT, f"pageSize must be an integer from 0 to {PAGE_SIZE_MAX} (0: default)"
+        )
     size = int(raw)
     return PAGE_SIZE_DEFAULT if size == 0 else min(size, PAGE_SIZE_MAX)
 
@@ -441,7 +491,7 @@ def _encode_token(task_id: str) -> str:
 def _decode_token(token: str) -> str:
     try:
         return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
-    except (ValueError, UnicodeDecodeError) as exc:
+    except ValueError as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
         raise ApiError(INVALID_ARGUMENT, "invalid pageToken") from exc
 
 

@@ -36,6 +36,8 @@ import asyncio
 import contextlib
 import hashlib
 import json
+import logging
+import math
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -49,6 +51,7 @@ from starlette.routing import Route
 from longcall import __version__
 from longcall.server.app import LongcallServer
 from longcall.server.errors import InvalidParams, JsonRpcError, LongcallServerError, TaskNotFound
+from longcall.server.front import admit, guarded_jsonrpc, read_jsonrpc
 from longcall.server.model import (
     ACTIVE_STATUSES,
     Principal,
@@ -57,6 +60,8 @@ from longcall.server.model import (
     TaskStatus,
 )
 from longcall.server.tools import ToolSpec
+
+logger = logging.getLogger(__name__)
 
 PATH = "/apify/mcp"
 PROTOCOL = ProtocolVersion.APIFY
@@ -348,33 +353,29 @@ class ApifyFacade:
         self._dataset_calls = 0
 
     def routes(self) -> list[Route]:
-        return [Route(self.path, self.endpoint, methods=["GET", "POST", "DELETE"])]
+        return [Route(self.path, guarded_jsonrpc(self.endpoint), methods=["GET", "POST", "DELETE"])]
 
     # ---- JSON-RPC framing -----------------------------------------------------------------
 
     async def endpoint(self, request: Request) -> Response:
-        headers = {key.lower(): value for key, value in request.headers.items()}
-        principal = self.server.authenticate(headers)
-        if principal is None:
-            return JSONResponse({"error": "unauthorized"}, status_code=401)
+        """The front door's checks, then one JSON-RPC request (S8)."""
+        admitted = admit(request, self.server.options, self.server.authenticate)
         if request.method != "POST":
             return Response(status_code=405)
-        try:
-            message = json.loads(await request.body())
-        except ValueError:
-            return _rpc_error(None, -32700, "Parse error", status=400)
-        if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-            return _rpc_error(None, -32600, "not a JSON-RPC 2.0 request", status=400)
-        if "id" not in message:
+        message = await read_jsonrpc(request, admitted, self.server.options)
+        if "method" not in message or "id" not in message:
             return Response(status_code=202)
         request_id = message.get("id")
         params = message.get("params") or {}
         if not isinstance(params, dict):
             return _rpc_error(request_id, -32602, "params must be an object")
         try:
-            result = await self._dispatch(str(message.get("method")), params, principal)
+            result = await self._dispatch(str(message["method"]), params, admitted.principal)
         except JsonRpcError as exc:
             return _rpc_error(request_id, exc.code, exc.message, data=exc.data)
+        except Exception:
+            logger.exception("internal error answering %s", message["method"])
+            return _rpc_error(request_id, -32603, "Internal error", status=500)
         return JSONResponse({"jsonrpc": "2.0", "id": request_id, "result": result})
 
     async def _dispatch(
@@ -940,6 +941,8 @@ def _coerce(value: Any, spec: Mapping[str, Any]) -> tuple[Any, str | None]:
                 return value, f"must be {kind}"
         if isinstance(value, bool) or not isinstance(value, int | float):
             return value, f"must be {kind}"
+        if isinstance(value, float) and not math.isfinite(value):
+            return value, f"must be a finite {kind}"
         if kind == "integer":
             if float(value) != int(value):
                 return value, "must be integer"

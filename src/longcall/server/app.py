@@ -39,6 +39,7 @@ from longcall.server.errors import (
     InvalidParams,
     JsonRpcError,
 )
+from longcall.server.front import accepts, admit, guarded_jsonrpc, read_jsonrpc
 from longcall.server.model import Principal
 from longcall.server.options import CreateFaultPlan, ServerOptions
 from longcall.server.store import TaskStore, open_store
@@ -69,7 +70,9 @@ class LongcallServer:
         )
         self.registry = ToolRegistry()
         self.tool = self.registry.tool
-        self.manager = TaskManager(store=self.store, registry=self.registry, clock=clock)
+        self.manager = TaskManager(
+            store=self.store, registry=self.registry, clock=clock, options=self.options
+        )
         self._authenticate = authenticator
         self.authenticate = authenticator
         self.routes: list[BaseRoute] = []
@@ -99,47 +102,29 @@ class LongcallServer:
 
         return Starlette(
             routes=[
-                Route(MCP_PATH, self._endpoint, methods=["GET", "POST", "DELETE"]),
+                Route(MCP_PATH, guarded_jsonrpc(self._endpoint), methods=["GET", "POST", "DELETE"]),
                 *self.routes,
             ],
             lifespan=lifespan,
         )
 
     async def _endpoint(self, request: Request) -> Response:
-        headers = {key.lower(): value for key, value in request.headers.items()}
-        principal = self._authenticate(headers)
-        if principal is None:
-            return JSONResponse({"error": "unauthorized"}, status_code=401)
+        admitted = admit(request, self.options, self._authenticate)
         if request.method == "GET":
-            return self._get_stream(headers, principal)
+            return self._get_stream(admitted.headers, admitted.principal)
         if request.method == "DELETE":
             return Response(status_code=405)
-        return await self._post(request, headers, principal)
+        message = await read_jsonrpc(request, admitted, self.options)
+        return await self._answer(message, admitted.headers, admitted.principal)
 
     def _get_stream(self, headers: Mapping[str, str], principal: Principal) -> Response:
-        if "text/event-stream" not in headers.get("accept", "") or modern.is_modern({}, headers):
+        if not accepts(headers, "text/event-stream") or modern.is_modern({}, headers):
             return Response(status_code=405)
         return _sse(self.legacy.status_stream(principal))
 
-    async def _post(
-        self, request: Request, headers: Mapping[str, str], principal: Principal
+    async def _answer(
+        self, message: dict[str, Any], headers: Mapping[str, str], principal: Principal
     ) -> Response:
-        body = await _read_limited(request, self.options.max_body_bytes)
-        if body is None:
-            error = {
-                "code": INVALID_REQUEST,
-                "message": f"request body over {self.options.max_body_bytes} bytes",
-            }
-            return JSONResponse(error_response(None, error), status_code=413)
-        try:
-            message = json.loads(body)
-        except ValueError:
-            return JSONResponse(
-                error_response(None, {"code": PARSE_ERROR, "message": "Parse error"}), 400
-            )
-        shape_error = _shape_error(message)
-        if shape_error is not None:
-            return JSONResponse(error_response(_id_of(message), shape_error), 400)
         if "method" not in message:
             return await self._client_response(principal, message)
         if "id" not in message:
@@ -154,6 +139,7 @@ class LongcallServer:
                 params=_params(message),
                 headers=headers,
                 principal=principal,
+                # Only an explicit text/event-stream asks for a stream (not */*).
                 accepts_event_stream="text/event-stream" in headers.get("accept", ""),
             )
             protocol = self.modern if is_modern else self.legacy
@@ -224,45 +210,6 @@ async def running_server(server: LongcallServer, *, host: str = "127.0.0.1") -> 
 
 
 # ---- framing helpers -----------------------------------------------------------------------
-
-
-async def _read_limited(request: Request, limit: int) -> bytes | None:
-    declared = request.headers.get("content-length")
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        return None
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            return None
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _shape_error(message: Any) -> dict[str, Any] | None:
-    if isinstance(message, list):
-        return {"code": INVALID_REQUEST, "message": "JSON-RPC batches are not supported"}
-    if not isinstance(message, dict) or message.get("jsonrpc") != "2.0":
-        return {"code": INVALID_REQUEST, "message": "not a JSON-RPC 2.0 message"}
-    if "method" in message and not isinstance(message["method"], str):
-        return {"code": INVALID_REQUEST, "message": "method must be a string"}
-    request_id = message.get("id")
-    if request_id is not None and (
-        isinstance(request_id, bool) or not isinstance(request_id, str | int)
-    ):
-        return {"code": INVALID_REQUEST, "message": "id must be a string or an integer"}
-    if "method" not in message and "result" not in message and "error" not in message:
-        return {"code": INVALID_REQUEST, "message": "neither a request nor a response"}
-    return None
-
-
-def _id_of(message: Any) -> Any:
-    if isinstance(message, dict):
-        request_id = message.get("id")
-        if isinstance(request_id, str | int) and not isinstance(request_id, bool):
-            return request_id
-    return None
 
 
 def _params(message: Mapping[str, Any]) -> dict[str, Any]:

@@ -7,7 +7,9 @@ that serves them. Must not: hold protocol logic; each tool is an ordinary async 
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
+
+from pydantic import Field
 
 from longcall.server.app import LongcallServer
 from longcall.server.auth import Authenticator, token_principal
@@ -40,6 +42,12 @@ APPROVAL_FORM: dict[str, Any] = {
     "required": ["approved"],
 }
 PROGRESS_STEPS_MAX = 20
+SLEEP_SECONDS_MAX = 3_600.0
+ROWS_MAX = 10_000
+CRAWL_PAGES_MAX = 1_000
+CRAWL_ITEMS_PER_PAGE_MAX = 100
+"""Bounds of the example tools: arguments are untrusted input, and every run must end
+with a result the server keeps (at most 100,000 short items)."""
 
 
 def build_reference_server(
@@ -65,10 +73,12 @@ def register_reference_tools(server: LongcallServer) -> None:
     """Register the example tools on ``server``."""
 
     @server.tool(task="optional", poll_interval_ms=500, idempotent=True, output_schema=ROWS_SCHEMA)
-    async def sleep_report(ctx: TaskContext, seconds: float, rows: int) -> dict[str, Any]:
+    async def sleep_report(
+        ctx: TaskContext,
+        seconds: Annotated[float, Field(ge=0, le=SLEEP_SECONDS_MAX)],
+        rows: Annotated[int, Field(ge=0, le=ROWS_MAX)],
+    ) -> dict[str, Any]:
         """Sleep ``seconds`` while reporting progress, then return ``rows`` report rows."""
-        if seconds < 0 or rows < 0:
-            raise ToolError("seconds and rows must not be negative")
         steps = max(1, min(PROGRESS_STEPS_MAX, int(seconds * 4)))
         for step in range(steps):
             await asyncio.sleep(seconds / steps)
@@ -76,10 +86,12 @@ def register_reference_tools(server: LongcallServer) -> None:
         return {"rows": [{"index": index, "value": index * index} for index in range(rows)]}
 
     @server.tool(task="required", poll_interval_ms=500, output_schema=CRAWL_SCHEMA)
-    async def crawl(ctx: TaskContext, pages: int, items_per_page: int) -> dict[str, Any]:
+    async def crawl(
+        ctx: TaskContext,
+        pages: Annotated[int, Field(ge=0, le=CRAWL_PAGES_MAX)],
+        items_per_page: Annotated[int, Field(ge=0, le=CRAWL_ITEMS_PER_PAGE_MAX)],
+    ) -> dict[str, Any]:
         """Crawl ``pages`` pages of ``items_per_page`` items; zero pages is a zero-item success."""
-        if pages < 0 or items_per_page < 0:
-            raise ToolError("pages and items_per_page must not be negative")
         items: list[str] = []
         for page in range(pages):
             await asyncio.sleep(0)

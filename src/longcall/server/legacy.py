@@ -140,7 +140,7 @@ class LegacyProtocol:
     async def _tools_call(self, request: RpcRequest) -> Reply:
         validate_core_params(request, VERSION.value)
         spec = self._manager.registry.require(request.params.get("name"))
-        arguments = tool_arguments(request.params, self._options.max_argument_bytes)
+        arguments = tool_arguments(request.params)
         augmented, ttl = requested_ttl(request.params)
         if augmented and spec.task_support == "forbidden":
             raise JsonRpcError(-32601, f"Tool {spec.name!r} does not support task-augmented calls")

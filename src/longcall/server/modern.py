@@ -178,7 +178,7 @@ class ModernProtocol:
     async def _tools_call(self, request: RpcRequest) -> Reply:
         validate_core_params(request, VERSION.value)
         spec = self._manager.registry.require(request.params.get("name"))
-        arguments = tool_arguments(request.params, self._options.max_argument_bytes)
+        arguments = tool_arguments(request.params)
         consent = declares_tasks(request.params)
         # The server decides (SEP-2663): `params.task` is ignored; consent is per request.
         if spec.task_support == "required" and not consent:

@@ -1,6 +1,7 @@
 """Server options and the per-server fault plan (constructor arguments, never globals).
 
-Owns: limits (body and argument sizes, page size), the server's identity, and the
+Owns: limits (body, argument and result sizes, JSON depth, open tasks per principal,
+page size), the allowed origins and hosts, the server's identity, and the
 fault-injection plan used by tests (lose the HTTP response of the Nth task creation,
 so a client meets "created, response lost" — SPEC F1, X2). Must not: do I/O.
 """
@@ -13,6 +14,9 @@ from longcall import __version__
 
 DEFAULT_MAX_BODY_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_ARGUMENT_BYTES = 1024 * 1024
+DEFAULT_MAX_RESULT_BYTES = 4 * 1024 * 1024
+DEFAULT_MAX_JSON_DEPTH = 64
+DEFAULT_MAX_OPEN_TASKS_PER_PRINCIPAL = 1_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -22,7 +26,21 @@ class ServerOptions:
     name: str = "longcall"
     version: str = __version__
     max_body_bytes: int = DEFAULT_MAX_BODY_BYTES
+    """Every endpoint (``/mcp``, ``/v1``, ``/apify/mcp``): a larger body is HTTP 413."""
     max_argument_bytes: int = DEFAULT_MAX_ARGUMENT_BYTES
+    """Tool arguments, as compact JSON, on every path that runs a tool."""
+    max_result_bytes: int = DEFAULT_MAX_RESULT_BYTES
+    """A tool result larger than this is not stored: the call fails saying so."""
+    max_json_depth: int = DEFAULT_MAX_JSON_DEPTH
+    """Nesting limit of any JSON body (deeper is a parse error, never a RecursionError)."""
+    max_open_tasks_per_principal: int = DEFAULT_MAX_OPEN_TASKS_PER_PRINCIPAL
+    """Working / input-required tasks one principal may hold at once (SPEC S5 quota)."""
+    allowed_origins: frozenset[str] = frozenset()
+    """``Origin`` values allowed besides loopback ones (DNS-rebinding protection)."""
+    allowed_hosts: frozenset[str] = frozenset()
+    """``Host`` names allowed besides loopback ones on a loopback listener."""
+    resource_metadata_url: str | None = None
+    """RFC 9728: the protected-resource metadata URL named in ``WWW-Authenticate``."""
     list_page_size: int = 50
     drop_create_response_at: int | None = None
     """If set to N, the HTTP response of the Nth task *creation* is dropped (task exists)."""

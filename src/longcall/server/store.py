@@ -35,6 +35,8 @@ from longcall.server.model import (
 SYNCHRONOUS_MODES = frozenset({"FULL", "NORMAL"})
 """FULL (default) fsyncs every commit: a created task survives power loss, not only a kill."""
 
+RERUN_MESSAGE = "The server restarted; the operation is running again from the start."
+
 EXPIRED_ROW_RETENTION_S = 7 * 24 * 3600.0
 """Expired rows are kept (answering "not found") this long so lookups by key stay proofs (S3)."""
 
@@ -411,10 +413,12 @@ class SqliteTaskStore:
 
     async def begin_execution(self, task_id: str, *, now: float) -> TaskRecord | None:
         """Raise the execution epoch of an active task (a re-run after restart)."""
+        # A new run starts with a message of its own: the last run's progress is stale (S4).
         cursor = self._db.execute(
             "UPDATE tasks SET execution_epoch = execution_epoch + 1, last_updated_at = ?,"
-            " version = version + 1 WHERE task_id = ? AND status IN ('working', 'input_required')",
-            (now, task_id),
+            " status_message = ?, version = version + 1"
+            " WHERE task_id = ? AND status IN ('working', 'input_required')",
+            (now, RERUN_MESSAGE, task_id),
         )
         return self._select_task(task_id) if cursor.rowcount == 1 else None
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from longcall.server.errors import (
+    INTERNAL_ERROR,
     InvalidParams,
     JsonRpcError,
     SubmissionKeyConflict,
@@ -34,12 +35,14 @@ from longcall.server.model import (
     TaskRecord,
     TaskStatus,
 )
+from longcall.server.options import ServerOptions
 from longcall.server.store import TaskStore
 from longcall.server.tools import (
     ToolRegistry,
     ToolSpec,
     arguments_digest,
     call_tool_result,
+    json_size,
     tool_error_result,
 )
 
@@ -191,10 +194,18 @@ class _RunningTaskContext:
 class TaskManager:
     """Creates, runs, cancels and answers tasks over one durable store."""
 
-    def __init__(self, *, store: TaskStore, registry: ToolRegistry, clock: Clock) -> None:
+    def __init__(
+        self,
+        *,
+        store: TaskStore,
+        registry: ToolRegistry,
+        clock: Clock,
+        options: ServerOptions | None = None,
+    ) -> None:
         self.store = store
         self.registry = registry
         self.clock = clock
+        self.options = options or ServerOptions()
         self.hub = ChangeHub()
         self._running: dict[str, asyncio.Task[None]] = {}
 
@@ -268,7 +279,7 @@ class TaskManager:
         client_can_elicit: bool = True,
     ) -> CreateOutcome:
         """Create the task durably (S2) or return the one of the same submission key (S3)."""
-        spec.validate_arguments(arguments)
+        self.check_arguments(spec, arguments)
         new = NewTask(
             task_id=new_task_id(),
             principal=principal.subject,
@@ -301,18 +312,56 @@ class TaskManager:
         self, *, principal: Principal, spec: ToolSpec, arguments: dict[str, Any]
     ) -> dict[str, Any]:
         """Run the tool inline and return its ``CallToolResult`` (or raise its JSON-RPC error)."""
-        kwargs = spec.validate_arguments(arguments)
+        kwargs = self.check_arguments(spec, arguments)
         if spec.context_parameter is not None:
             kwargs[spec.context_parameter] = _SyncContext(principal)
+        result, error = await self._run_tool(spec, kwargs, task_id=None)
+        if error is not None:
+            raise JsonRpcError(int(error["code"]), str(error["message"]), error.get("data"))
+        assert result is not None
+        return result
+
+    def check_arguments(self, spec: ToolSpec, arguments: Any) -> dict[str, Any]:
+        """Validated keyword arguments within the size cap, on every path that runs a tool."""
+        limit = self.options.max_argument_bytes
+        size = json_size(arguments)
+        if size > limit:
+            raise InvalidParams(
+                f"the arguments are {size} bytes; the limit is {limit}",
+                {"sizeBytes": size, "limitBytes": limit},
+            )
+        return spec.validate_arguments(arguments)
+
+    async def _run_tool(
+        self, spec: ToolSpec, kwargs: dict[str, Any], *, task_id: str | None
+    ) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+        """(result, error) of one run of the tool body; nothing it raises escapes.
+
+        A ``ToolError`` is the author's message to the caller (``isError``); a
+        ``ToolProtocolError`` is a JSON-RPC error; any other exception is a bug whose text
+        may hold secrets, so the caller sees only a reference and the log has the rest.
+        A result over the size cap is not kept: the call fails saying so.
+        """
         try:
-            return call_tool_result(await spec.function(**kwargs))
+            result = call_tool_result(await spec.function(**kwargs))
         except ToolError as exc:
-            return tool_error_result(str(exc))
+            return tool_error_result(str(exc)), None
         except ToolProtocolError as exc:
-            raise JsonRpcError(exc.code, exc.message, exc.data) from exc
-        except Exception as exc:
-            logger.exception("tool %s raised", spec.name)
-            return tool_error_result(f"{spec.name} failed: {type(exc).__name__}: {exc}")
+            return None, exc.to_wire()
+        except Exception:
+            reference = secrets.token_hex(6)
+            logger.exception("tool %s raised (task %s, ref %s)", spec.name, task_id, reference)
+            message = f"The tool {spec.name!r} failed with an internal error (ref {reference})."
+            return tool_error_result(message), None
+        size = json_size(result)
+        if size > self.options.max_result_bytes:
+            message = (
+                f"The result of {spec.name!r} is {size} bytes; the server keeps at most"
+                f" {self.options.max_result_bytes}."
+            )
+            limits = {"sizeBytes": size, "limitBytes": self.options.max_result_bytes}
+            return None, {"code": INTERNAL_ERROR, "message": message, "data": limits}
+        return result, None
 
     def _spawn(self, record: TaskRecord, spec: ToolSpec) -> None:
         task = asyncio.get_running_loop().create_task(
@@ -330,17 +379,7 @@ class TaskManager:
         if spec.context_parameter is not None:
             principal = Principal(subject=record.principal)
             kwargs[spec.context_parameter] = _RunningTaskContext(self, record, principal)
-        result: dict[str, Any] | None = None
-        error: dict[str, Any] | None = None
-        try:
-            result = call_tool_result(await spec.function(**kwargs))
-        except ToolError as exc:
-            result = tool_error_result(str(exc))
-        except ToolProtocolError as exc:
-            error = exc.to_wire()
-        except Exception as exc:
-            logger.exception("task %s (%s) raised", record.task_id, spec.name)
-            result = tool_error_result(f"{spec.name} failed: {type(exc).__name__}: {exc}")
+        result, error = await self._run_tool(spec, kwargs, task_id=record.task_id)
         await self._finish(record, result=result, error=error)
 
     async def _finish(

@@ -101,6 +101,11 @@ class ToolSpec:
         return definition
 
 
+def json_size(value: Any) -> int:
+    """Bytes of ``value`` as compact UTF-8 JSON (the unit of every size cap)."""
+    return len(json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode())
+
+
 def arguments_digest(arguments: Any) -> str:
     """A stable digest of call arguments (compares retried submissions, S3)."""
     canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
@@ -129,7 +134,7 @@ def build_tool_spec(
         raise ValueError(f"task must be one of {sorted(TASK_SUPPORT_VALUES)}, not {task!r}")
     if poll_interval_ms <= 0 or (ttl_ms is not None and ttl_ms <= 0):
         raise ValueError("poll_interval_ms and ttl_ms must be positive integers (milliseconds)")
-    hints = get_type_hints(function)
+    hints = get_type_hints(function, include_extras=True)
     context_parameter: str | None = None
     fields: dict[str, Any] = {}
     for parameter in inspect.signature(function).parameters.values():

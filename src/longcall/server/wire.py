@@ -7,7 +7,6 @@ and small validators for params. Must not: know HTTP (Starlette) or the store.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -108,19 +107,13 @@ def submission_key(params: Mapping[str, Any]) -> str | None:
     return value
 
 
-def tool_arguments(params: Mapping[str, Any], max_bytes: int) -> dict[str, Any]:
-    """``params.arguments`` as an object no larger than ``max_bytes`` of JSON, else -32602."""
+def tool_arguments(params: Mapping[str, Any]) -> dict[str, Any]:
+    """``params.arguments`` as an object (the size cap is the task manager's, on every path)."""
     arguments = params.get("arguments", {})
     if arguments is None:
         arguments = {}
     if not isinstance(arguments, dict):
         raise InvalidParams("params.arguments must be an object")
-    size = len(json.dumps(arguments, separators=(",", ":")).encode())
-    if size > max_bytes:
-        raise InvalidParams(
-            f"params.arguments is {size} bytes; the limit is {max_bytes}",
-            {"sizeBytes": size, "limitBytes": max_bytes},
-        )
     return arguments
 
 
