@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tests.protocols.conftest import run_call as shared_run_call
 
-from longcall.adapters.aip151 import Aip151Adapter, request_id_for
+from longcall.adapters.aip151 import connect, request_id_for
 from longcall.adapters.base import Adapter
 from longcall.core import ResultKind, ServerStatus, State
 from longcall.core import events as e
@@ -23,7 +23,7 @@ CALL_TIMEOUT_S = 20.0
 
 
 async def aip_factory(server: str, protocol: str) -> Adapter:
-    return Aip151Adapter(server)
+    return await connect(server)
 
 
 @pytest.fixture
@@ -105,13 +105,13 @@ async def test_lookup_without_cached_arguments_proves_by_request_id(
 ) -> None:
     """A fresh adapter (restart) finds the operation by requestId, or proves it absent."""
     url, _ = lossy
-    first = Aip151Adapter(url)
+    first = await connect(url)
     binding = await first.bind("sleep_report")
     record = _record(binding.tool_name, url)
     lost = await first.submit(record, {"seconds": 30, "rows": 1})
     assert isinstance(lost.event, e.SubmitOutcomeLost)
     await first.aclose()
-    fresh = Aip151Adapter(url)
+    fresh = await connect(url)
     found = await fresh.lookup(record)
     other = await fresh.lookup(_record(binding.tool_name, url, key="lc1-other"))
     await fresh.aclose()
@@ -122,7 +122,7 @@ async def test_lookup_without_cached_arguments_proves_by_request_id(
 
 async def test_same_request_id_other_body_is_refused(reference_base: str) -> None:
     """AIP-155: the same requestId with other arguments → 409, mapped to a non-retryable failure."""
-    adapter = Aip151Adapter(reference_base + "/v1")
+    adapter = await connect(reference_base + "/v1")
     await adapter.bind("sleep_report")
     record = _record("sleep_report", reference_base)
     first = await adapter.submit(record, {"seconds": 30, "rows": 1})

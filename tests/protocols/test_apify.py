@@ -13,7 +13,7 @@ import httpx
 import pytest
 from tests.protocols.conftest import run_call as shared_run_call
 
-from longcall.adapters.apify import ApifyAdapter, model_text
+from longcall.adapters.apify import connect, model_text
 from longcall.core import ResultKind, ServerStatus, State
 from longcall.server import LongcallServer, running_server
 from longcall.server.apify import ApifyFacade, mount_apify
@@ -233,10 +233,9 @@ async def test_page_contradicting_its_count_goes_to_reconciliation(
 async def test_adapter_direct_start_maps_run_id(apify: tuple[str, ApifyFacade]) -> None:
     """The early return's runId becomes the operation id; waitSecs stays within the cap."""
     url, _ = apify
-    adapter = ApifyAdapter(url, wait_secs=45, start_wait_secs=1)
-    await adapter.connect()
+    adapter = await connect(url, wait_secs=45, start_wait_secs=1)
     binding = await adapter.bind(SLEEP)
     assert binding.idempotent
     await adapter.aclose()
     with pytest.raises(Exception, match="wait_secs"):
-        ApifyAdapter(url, wait_secs=46)
+        await connect(url, wait_secs=46)

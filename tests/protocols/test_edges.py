@@ -12,8 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from longcall.adapters.aip151 import Aip151Adapter
-from longcall.adapters.apify import ApifyAdapter
+from longcall.adapters import aip151, apify
 from longcall.core import OperationRecord
 from longcall.core import events as e
 from longcall.server import LongcallServer, running_server
@@ -100,7 +99,7 @@ async def test_expired_operation_polls_as_not_found(tmp_path: Path) -> None:
 
     mount_aip151(server)
     async with running_server(server) as url:
-        adapter = Aip151Adapter(url.removesuffix("/mcp") + "/v1")
+        adapter = await aip151.connect(url.removesuffix("/mcp") + "/v1")
         await adapter.bind("brief")
         started = await adapter.submit(_record(None, tool="brief"), {"text": "hi"})
         assert isinstance(started.event, e.SubmitAcknowledged)
@@ -115,20 +114,19 @@ async def test_expired_operation_polls_as_not_found(tmp_path: Path) -> None:
 
 async def test_key_value_store_record_and_unknown_storages(base: str) -> None:
     """get-key-value-store-record reads INPUT/OUTPUT; unknown stores answer isError."""
-    adapter = ApifyAdapter(base + "/apify/mcp", wait_secs=45)
-    await adapter.connect()
+    adapter = await apify.connect(base + "/apify/mcp", wait_secs=45)
     await adapter.bind("longcall--sleep-report")
-    started = await adapter._tool(
+    started = await adapter.call_tool(
         "longcall--sleep-report", {"seconds": 0.1, "rows": 2, "waitSecs": 45}
     )
     run = (started.result or {})["structuredContent"]
     assert run["status"] == "SUCCEEDED"
     store = run["storages"]["keyValueStores"]["default"]
     assert store["keys"] == ["INPUT", "OUTPUT"]
-    got = await adapter._tool(
+    got = await adapter.call_tool(
         "get-key-value-store-record", {"keyValueStoreId": store["id"], "recordKey": "INPUT"}
     )
-    missing = await adapter._tool("get-dataset-items", {"datasetId": "dataset-nope"})
+    missing = await adapter.call_tool("get-dataset-items", {"datasetId": "dataset-nope"})
     await adapter.aclose()
     assert (got.result or {})["structuredContent"]["value"] == {"seconds": 0.1, "rows": 2}
     assert (missing.result or {})["isError"] is True
@@ -136,8 +134,7 @@ async def test_key_value_store_record_and_unknown_storages(base: str) -> None:
 
 async def test_abort_after_success_is_a_refused_cancel(base: str) -> None:
     """Cancel racing completion: the run SUCCEEDED first → CancelRefused, never cancelled (X5)."""
-    adapter = ApifyAdapter(base + "/apify/mcp", wait_secs=45)
-    await adapter.connect()
+    adapter = await apify.connect(base + "/apify/mcp", wait_secs=45)
     await adapter.bind("longcall--sleep-report")
     started = await adapter.submit(
         _record(None, tool="longcall--sleep-report", protocol="apify"), {"seconds": 0, "rows": 1}
@@ -153,8 +150,7 @@ async def test_abort_after_success_is_a_refused_cancel(base: str) -> None:
 
 async def test_apify_resend_with_the_same_key_returns_the_same_run(base: str) -> None:
     """S3 via the advertised submission-key capability: a resent start finds the same run."""
-    adapter = ApifyAdapter(base + "/apify/mcp", wait_secs=0)
-    await adapter.connect()
+    adapter = await apify.connect(base + "/apify/mcp", wait_secs=0)
     binding = await adapter.bind("longcall--sleep-report")
     record = _record(None, tool="longcall--sleep-report", protocol="apify")
     first = await adapter.submit(record, {"seconds": 30, "rows": 1})

@@ -11,6 +11,7 @@ Must not: negotiate MCP itself (``negotiate`` does), import ``ledger``/``runtime
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from urllib.parse import urlsplit
 
 from longcall.adapters.base import Adapter, AdapterError
@@ -40,9 +41,12 @@ def protocol_of_url(url: str) -> str:
     return MCP
 
 
-async def connect_any(url: str, prefer: str | None = None) -> Adapter:
+async def connect_any(
+    url: str, prefer: str | None = None, headers: Mapping[str, str] | None = None
+) -> Adapter:
     """A connected adapter for ``url``: ``prefer`` (a family or an MCP version) if given,
-    else the family its path names. MCP goes through ``negotiate.connect``."""
+    else the family its path names. MCP goes through ``negotiate.connect``. ``headers``
+    (credentials, C1) go on every request the adapter sends."""
     family = ALIASES.get(prefer.lower()) if prefer else None
     if prefer and family is None and not prefer[:4].isdigit():
         raise AdapterError(
@@ -51,15 +55,13 @@ async def connect_any(url: str, prefer: str | None = None) -> Adapter:
     if family is None:
         family = protocol_of_url(url) if not prefer else MCP
     if family == AIP151:
-        from longcall.adapters.aip151 import Aip151Adapter
+        from longcall.adapters.aip151.client import connect as connect_aip151
 
-        return Aip151Adapter(url)
+        return await connect_aip151(url, headers=headers)
     if family == APIFY:
-        from longcall.adapters.apify import ApifyAdapter
+        from longcall.adapters.apify.client import connect as connect_apify
 
-        adapter = ApifyAdapter(url)
-        await adapter.connect()
-        return adapter
+        return await connect_apify(url, headers=headers)
     from longcall.adapters.negotiate import connect
 
     mcp_version = None if prefer is None or prefer.lower() == MCP else prefer

@@ -1,0 +1,53 @@
+"""What a protocol mapping does with a tool's binding once it has one (X1, X6).
+
+Owns: :func:`binding_of`, the binding a mapping made earlier in this process or one it
+makes now (a restarted process has none, and its result fetch must still check the
+output schema), and :func:`schema_violation`, the check of a result value against the
+output schema a tool declares.
+
+Must not: perform I/O (the binding is made by the mapping's own ``bind`` exchange), or
+read protocol bodies.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import jsonschema
+
+from longcall.adapters.base import ToolBinding
+from longcall.adapters.exchange import Exchange
+from longcall.errors import AdapterError
+
+
+def binding_of(
+    bindings: Mapping[str, ToolBinding],
+    bind: Callable[[str], Exchange[ToolBinding]],
+    tool_name: str,
+) -> Exchange[ToolBinding | None]:
+    """The binding of ``tool_name`` in ``bindings``, made with ``bind`` on first use;
+    None when the tool cannot be described (the result is then read without a schema)."""
+    if tool_name not in bindings:
+        try:
+            yield from bind(tool_name)
+        except AdapterError:
+            return None
+    return bindings.get(tool_name)
+
+
+def schema_violation(value: Any, schema: Mapping[str, Any], *, subject: str) -> str | None:
+    """Why ``value`` (named ``subject`` in the reason) breaks ``schema``, or None (X6)."""
+    try:
+        validator_class = jsonschema.validators.validator_for(schema)
+        validator_class.check_schema(schema)
+        error = jsonschema.exceptions.best_match(validator_class(schema).iter_errors(value))
+    except jsonschema.exceptions.SchemaError as exc:
+        return f"the tool's output schema is invalid: {exc.message}"
+    if error is None:
+        return None
+    where = "/".join(str(part) for part in error.absolute_path) or "(root)"
+    return f"{subject} violates the output schema at {where}: {error.message}"
+
+
+__all__ = ["binding_of", "schema_violation"]
