@@ -444,3 +444,20 @@ def test_operations_take_no_input() -> None:
     assert outcome is not None
     assert isinstance(outcome.event, e.RequestFailed)
     assert outcome.event.failure is FailureKind.BAD_REQUEST
+
+
+def test_the_arguments_are_held_only_while_the_start_is_unsettled() -> None:
+    """A worker runs for days: an acknowledged, rejected or found start lets go of its
+    arguments; a lost one keeps them for the lookup's resend."""
+    mapping = Aip151Mapping(URL)
+    lost = TransportFailure(kind=FailureKind.TIMEOUT, detail="read", processed_possible=True)
+    run_exchange(mapping.submit(record(None, key="acked"), {"a": 1}), always(reply(operation())))
+    run_exchange(mapping.submit(record(None, key="refused"), {}), always(reply({}, 400)))
+    run_exchange(mapping.submit(record(None, key="garbled"), {}), always(reply(b"{")))
+    run_exchange(mapping.submit(record(None, key="lost"), {}), always(lost))
+    run_exchange(mapping.submit(record(None, key="found"), {}), always(lost))
+    run_exchange(mapping.lookup(record(None, key="found")), always(reply(operation())))
+    seen: list[HttpRequest] = []
+    for key in ("acked", "refused", "garbled", "lost", "found"):
+        run_exchange(mapping.lookup(record(None, key=key)), always(reply(operation()), seen))
+    assert [r.method for r in seen] == ["GET", "GET", "POST", "POST", "GET"]

@@ -325,7 +325,8 @@ class Aip151Mapping:
         self.timeout_s = timeout_s
         self.bindings: dict[str, ToolBinding] = {}
         self._arguments: dict[str, dict[str, Any]] = {}
-        """Start arguments by submission key: lets :meth:`lookup` resend the same start."""
+        """Start arguments by submission key, kept while the start's fate is unknown: lets
+        :meth:`lookup` resend the same start; dropped once an answer settles it."""
         self._done: dict[str, dict[str, Any]] = {}
         """The done Operation seen by the last poll, by name (a cache; fetch re-reads)."""
 
@@ -411,6 +412,7 @@ class Aip151Mapping:
             except (ValueError, MalformedOperation) as exc:
                 # The start may have created it: only the requestId can tell (X2).
                 return Outcome(event=SubmitOutcomeLost(reason=f"start answered badly: {exc}"))
+            self._arguments.pop(record.submission_key, None)  # settled: no lookup follows
             return Outcome(
                 event=SubmitAcknowledged(
                     operation_id=operation["name"],
@@ -420,6 +422,7 @@ class Aip151Mapping:
                 )
             )
         if reply.status in REJECTING_STATUSES:
+            self._arguments.pop(record.submission_key, None)  # settled: nothing was created
             payload = canonical_json(error_body(reply))
             return Outcome(
                 event=SubmitRejected(
@@ -445,6 +448,7 @@ class Aip151Mapping:
             operation = check_operation(_json_of(reply))
         except (ValueError, MalformedOperation) as exc:
             return _malformed(RequestKind.LOOKUP, f"start resent: {exc}")
+        self._arguments.pop(record.submission_key, None)  # found: the key is settled
         return Outcome(
             event=SubmissionFound(
                 operation_id=operation["name"],
