@@ -1,0 +1,237 @@
+"""Processes of the interop suite: Node peers we did not write and the ``longcall`` CLI.
+
+Owns: where the Node 22 toolchain installed by ``make interop`` lives, the TypeScript SDK
+task peer (``interop/task-peer.mjs``) as a bounded subprocess whose stdout events are
+collected by a reader thread, and ``longcall`` invocations as separate processes on a
+temporary ledger named by ``LONGCALL_LEDGER``. Everything listens on 127.0.0.1 and every
+process is killed at teardown. Must not: decide anything a test asserts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+INTEROP = ROOT / "interop"
+NODE_BIN = INTEROP / "node_modules" / ".bin"
+NODE = NODE_BIN / "node"
+TASK_PEER = INTEROP / "task-peer.mjs"
+
+START_LIMIT_S = 20.0
+EVENT_LIMIT_S = 20.0
+CLI_LIMIT_S = 45.0
+STOP_LIMIT_S = 5.0
+
+
+def node_or_fail() -> Path:
+    """The Node 22 binary of ``make interop``; a missing peer fails the run (never a skip:
+    a peer we cannot run is a gap to see, not a pass)."""
+    if not NODE.exists():
+        pytest.fail(f"the interop peers are not installed ({NODE} is missing): run `make interop`")
+    return NODE
+
+
+def node_env() -> dict[str, str]:
+    """The environment for Node tools: Node 22 first on PATH (the conformance CLI's
+    ``#!/usr/bin/env node`` must not find an older system Node)."""
+    return {**os.environ, "PATH": f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def stop(process: subprocess.Popen[Any]) -> None:
+    """Terminate a child we started (bounded), then kill it."""
+    if process.poll() is None:
+        process.terminate()
+        try:
+            process.wait(timeout=STOP_LIMIT_S)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+    for stream in (process.stdin, process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
+
+
+# --- the TypeScript SDK task peer ---------------------------------------------------------
+
+
+@dataclass
+class TsPeer:
+    """A running ``task-peer.mjs``: its URL and the JSON events it printed so far."""
+
+    process: subprocess.Popen[str]
+    stderr_path: Path
+    url: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    changed: threading.Condition = field(default_factory=threading.Condition)
+
+    def _read(self, stdout: IO[str]) -> None:
+        for line in stdout:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            with self.changed:
+                self.events.append(event)
+                self.changed.notify_all()
+        with self.changed:
+            self.changed.notify_all()
+
+    def wait_for(
+        self, predicate: Callable[[dict[str, Any]], bool], limit_s: float = EVENT_LIMIT_S
+    ) -> dict[str, Any]:
+        """The first event satisfying ``predicate``, waiting (bounded) on the reader thread."""
+        deadline = time.monotonic() + limit_s
+        with self.changed:
+            while True:
+                found = next((e for e in self.events if predicate(e)), None)
+                if found is not None:
+                    return found
+                left = deadline - time.monotonic()
+                if left <= 0 or self.process.poll() is not None:
+                    pytest.fail(f"the TypeScript peer never reported the event:\n{self.log()}")
+                self.changed.wait(left)
+
+    def executions(self, tag: str) -> list[dict[str, Any]]:
+        """Every task execution the peer started for calls tagged ``tag``."""
+        with self.changed:
+            return [e for e in self.events if e.get("event") == "started" and e.get("tag") == tag]
+
+    def task_events(self, task_id: str) -> list[str]:
+        with self.changed:
+            return [str(e["event"]) for e in self.events if e.get("taskId") == task_id]
+
+    def http(self, rpc: str) -> list[dict[str, Any]]:
+        """The peer's trace of every HTTP exchange carrying JSON-RPC method ``rpc``."""
+        with self.changed:
+            return [e for e in self.events if e.get("event") == "http" and e.get("rpc") == rpc]
+
+    def log(self, last: int = 30) -> str:
+        """The peer's recent events (HTTP exchanges one line each) and its stderr, for a
+        failure message."""
+        with self.changed:
+            lines = [describe(e) for e in self.events[-last:]]
+        stderr = self.stderr_path.read_text(errors="replace")[-2000:]
+        return "\n".join(lines) + ("\nstderr:\n" + stderr if stderr else "")
+
+
+def describe(event: dict[str, Any]) -> str:
+    """One peer event as a line: ``POST tasks/result -> 406 application/json (accept: …)``."""
+    if event.get("event") != "http":
+        return json.dumps(event, sort_keys=True)
+    session = str(event.get("session") or "-")[:8]
+    return (
+        f"{event.get('verb')} {event.get('rpc')} -> {event.get('status')} "
+        f"{event.get('contentType')} (accept: {event.get('accept')}; session: {session})"
+    )
+
+
+@contextlib.contextmanager
+def ts_peer(tmp: Path, *flags: str) -> Iterator[TsPeer]:
+    """Start ``task-peer.mjs`` with ``flags`` on a free 127.0.0.1 port; stop it at exit.
+    Its stdin stays an open pipe: the peer exits by itself when this process dies."""
+    node = node_or_fail()
+    stderr_path = tmp / "peer.stderr"
+    with stderr_path.open("w") as stderr:
+        process = subprocess.Popen(
+            [str(node), str(TASK_PEER), "--port", "0", "--max-lifetime-s", "300", *flags],
+            cwd=INTEROP,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+        )
+    peer = TsPeer(process=process, stderr_path=stderr_path)
+    assert process.stdout is not None
+    reader = threading.Thread(target=peer._read, args=(process.stdout,), daemon=True)
+    reader.start()
+    try:
+        ready = peer.wait_for(lambda e: e.get("ready") is True, START_LIMIT_S)
+        peer.url = str(ready["url"])
+        yield peer
+    finally:
+        stop(process)
+        reader.join(STOP_LIMIT_S)
+
+
+# --- the longcall CLI ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Caller:
+    """``longcall`` as separate processes on one temporary ledger (``LONGCALL_LEDGER``)."""
+
+    ledger_url: str
+
+    def env(self) -> dict[str, str]:
+        return {**os.environ, "LONGCALL_LEDGER": self.ledger_url}
+
+    def argv(self, *args: str) -> list[str]:
+        return [sys.executable, "-m", "longcall", *args]
+
+    def run(self, *args: str, limit_s: float = CLI_LIMIT_S) -> subprocess.CompletedProcess[str]:
+        """Run one command to its end (killed past ``limit_s``)."""
+        return subprocess.run(
+            self.argv(*args), env=self.env(), capture_output=True, text=True, timeout=limit_s
+        )
+
+    def start(self, *args: str) -> subprocess.Popen[str]:
+        """Start one command in the background (the caller stops it with :func:`stop`)."""
+        return subprocess.Popen(
+            self.argv(*args),
+            env=self.env(),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+    def call(
+        self, url: str, tool: str, arguments: dict[str, Any], node: str, *more: str
+    ) -> tuple[int, dict[str, Any], str]:
+        """``longcall call URL TOOL --args … --node … --json`` and its receipt view."""
+        done = self.run(*call_args(url, tool, arguments, node, *more))
+        return done.returncode, view_of(done.stdout, done.stderr), done.stderr
+
+    def show(self, node: str) -> dict[str, Any]:
+        done = self.run("ops", "show", node, "--json")
+        return view_of(done.stdout, done.stderr)
+
+
+def call_args(url: str, tool: str, arguments: dict[str, Any], node: str, *more: str) -> list[str]:
+    return ["call", url, tool, "--args", json.dumps(arguments), "--node", node, "--json", *more]
+
+
+def view_of(stdout: str, stderr: str) -> dict[str, Any]:
+    """The JSON a ``--json`` command printed (a test failure quoting stderr otherwise)."""
+    try:
+        view = json.loads(stdout)
+    except ValueError:
+        view = None
+    # An assertion (not a harness error): a refusal instead of a receipt is the caller's
+    # outcome, which a test may expect to fail today.
+    assert isinstance(view, dict), (
+        f"longcall printed no receipt view.\nstdout: {stdout[-2000:]}\nstderr: {stderr[-2000:]}"
+    )
+    return view
+
+
+def finish(process: subprocess.Popen[str], limit_s: float = CLI_LIMIT_S) -> tuple[int, str, str]:
+    """Wait (bounded) for a background command; its exit code, stdout and stderr."""
+    try:
+        out, err = process.communicate(timeout=limit_s)
+    except subprocess.TimeoutExpired:
+        stop(process)
+        pytest.fail(f"longcall did not finish within {limit_s:g} s")
+    return process.returncode, out, err

@@ -1,0 +1,320 @@
+"""The official MCP conformance suite's client scenarios, with ``longcall call`` as the client.
+
+Each case runs ``conformance client --scenario S --spec-version REV`` (the suite's own CLI,
+``@modelcontextprotocol/conformance`` on Node 22) with ``conformance_client.py`` as the
+client command, and asserts the suite's verdict for that scenario: its exit code (no
+failed or warning check, the client neither timed out nor exited with an error) and its
+``checks.json``. The scenarios are those the suite's requirement sets name for the client
+leg of each revision we speak (``requirements/2025-11-25.yaml``, ``2026-07-28.yaml``), each
+run at its revision's wire; :func:`test_every_scenario_of_the_requirement_sets_is_classified`
+fails when a suite upgrade names one this table does not classify.
+
+Where the caller fails today the case is ``xfail(strict=True)`` with the diagnosed cause; a
+fix turns it into XPASS, which fails the run until the marker goes. The cases run
+concurrently (a few at a time) the first time any of them is needed; every process runs
+in its own process group, bounded, and every server listens on 127.0.0.1 only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from .harness import INTEROP, node_env, node_or_fail
+
+pytestmark = pytest.mark.slow
+
+SUITE = INTEROP / "node_modules" / "@modelcontextprotocol" / "conformance"
+WRAPPER = Path(__file__).with_name("conformance_client.py")
+LOOPBACK_ONLY = INTEROP / "loopback-only.mjs"
+REVISIONS = ("2025-11-25", "2026-07-28")
+WORKERS = 4
+STEP_LIMIT_S = 10.0
+"""Each ``longcall call`` of a scenario; a call that completes takes about a second."""
+RUNNER_TIMEOUT_MS = 45_000
+RUN_LIMIT_S = 60.0
+
+
+@dataclass(frozen=True)
+class Case:
+    revision: str
+    scenario: str
+
+    @property
+    def id(self) -> str:
+        return f"{self.revision}:{self.scenario}"
+
+
+# --- what we expect, and why ---------------------------------------------------------------
+
+NO_OAUTH = (
+    "the caller has no credentials at all: no Authorization header, no OAuth client. The "
+    'mock answers 401 with `WWW-Authenticate: Bearer error="invalid_token", '
+    'resource_metadata="http://localhost:<port>/.well-known/oauth-protected-resource/mcp"`; '
+    "longcall never reads that metadata, tries the other handshake (also 401) and refuses: "
+    '"answered neither server/discover (2026-07-28) nor initialize (2025-11-25)", exit 3'
+)
+PRIMING = (
+    "SSE priming event (SEP-1699): the tools/call stream opens with "
+    "`id: event-1\\nretry: 500\\ndata: \\n\\n`; the reader joins the empty data line into '' "
+    'and fails with "an event-stream message is not JSON" (SubmitOutcomeLost, then '
+    "reconciliation_required: no submission lookup, tool not idempotent); it never resumes "
+    "the closed stream with GET + Last-Event-ID after the `retry:` delay"
+)
+PLAIN_CALL_ELICITATION = (
+    "a plain (non-task) tools/call cannot answer an elicitation: the server's "
+    "`elicitation/create` request on the tools/call event stream is ignored, the call gets "
+    'no answer ("tools/call: no answer within 15 s") and goes to reconciliation; the '
+    "2025-11-25 initialize also declares no elicitation capability"
+)
+VERSION_FALLBACK = (
+    "the first request is refused with -32022 UnsupportedProtocolVersion, "
+    '`data.supported = ["2026-07-28"]`; the caller ignores `supported` and falls back to '
+    "the 2025-11-25 initialize, so its tools/list carries no per-request `_meta` "
+    "(sep-2575-client-populates-meta FAILURE) and the retry is not at a supported version "
+    "(sep-2575-client-retry-supported-version WARNING, clientInfo WARNING)"
+)
+MRTR = (
+    'SEP-2322 input on a plain tools/call: the result `{resultType: "input_required", '
+    'inputRequests: {confirm: elicitation/create}, requestState}` is read as "a task came '
+    'back to a call that asked for none" (SubmitOutcomeLost, reconciliation_required); the '
+    "call is never retried with inputResponses and the echoed requestState"
+)
+NO_PARAM_HEADERS = (
+    "SEP-2243 custom headers: tools/call never mirrors `x-mcp-header` parameters into "
+    '`Mcp-Param-*` headers ("Client called test_custom_headers but sent no Mcp-Param-* '
+    'headers", 15 failed checks)'
+)
+INVALID_TOOLS_CALLED = (
+    "SEP-2243 tool validation: tools whose `x-mcp-header` names are invalid (space, colon, "
+    "non-ASCII, control character) are bound and called instead of being excluded "
+    "(sep-2243-x-mcp-header-charset FAILURE x4)"
+)
+
+REQUIRED_AUTH = (
+    "auth/metadata-default",
+    "auth/metadata-var1",
+    "auth/metadata-var2",
+    "auth/metadata-var3",
+    "auth/basic-cimd",
+    "auth/scope-from-www-authenticate",
+    "auth/scope-from-scopes-supported",
+    "auth/scope-omitted-when-undefined",
+    "auth/scope-step-up",
+    "auth/scope-retry-limit",
+    "auth/token-endpoint-auth-basic",
+    "auth/token-endpoint-auth-post",
+    "auth/token-endpoint-auth-none",
+    "auth/pre-registration",
+)
+REQUIRED_AUTH_2026 = (
+    "auth/resource-mismatch",
+    "auth/offline-access-scope",
+    "auth/offline-access-not-supported",
+    "auth/authorization-server-migration",
+    "auth/iss-supported",
+    "auth/iss-not-advertised",
+    "auth/iss-supported-missing",
+    "auth/iss-wrong-issuer",
+    "auth/iss-unexpected",
+    "auth/iss-normalized",
+    "auth/metadata-issuer-mismatch",
+)
+CLIENT_CREDENTIALS = ("auth/client-credentials-basic", "auth/client-credentials-jwt")
+"""Extensions the suite does not score, run all the same: a headless caller is exactly
+the client that machine-to-machine OAuth is for."""
+
+FAILS: dict[Case, str] = {
+    Case("2025-11-25", "elicitation-sep1034-client-defaults"): PLAIN_CALL_ELICITATION,
+    Case("2025-11-25", "sse-retry"): PRIMING,
+    Case("2026-07-28", "request-metadata"): VERSION_FALLBACK,
+    Case("2026-07-28", "sep-2322-client-request-state"): MRTR,
+    Case("2026-07-28", "http-custom-headers"): NO_PARAM_HEADERS,
+    Case("2026-07-28", "http-invalid-tool-headers"): INVALID_TOOLS_CALLED,
+    **{Case("2025-11-25", s): NO_OAUTH for s in (*REQUIRED_AUTH, *CLIENT_CREDENTIALS)},
+    **{
+        Case("2026-07-28", s): NO_OAUTH
+        for s in (*REQUIRED_AUTH, *REQUIRED_AUTH_2026, *CLIENT_CREDENTIALS)
+    },
+}
+PASSES = (
+    Case("2025-11-25", "initialize"),
+    Case("2025-11-25", "tools_call"),
+    Case("2026-07-28", "tools_call"),
+    Case("2026-07-28", "http-standard-headers"),
+    Case("2026-07-28", "json-schema-ref-no-deref"),
+)
+NOT_APPLICABLE: dict[str, str] = {
+    "json-schema-2020-12-preservation": (
+        "the client must call an echo tool with the inputSchema it observed in tools/list as "
+        "arguments: a host's (model's) choice of arguments, not a caller's; `longcall call` "
+        "takes its arguments from its user and never rewrites a listed schema"
+    ),
+    "auth/enterprise-managed-authorization": (
+        "optional extension (not scored): enterprise identity-provider token exchange, "
+        "outside what the caller offers or plans"
+    ),
+    "auth/dpop": "optional extension (not scored): DPoP proof-of-possession tokens",
+    "auth/dpop-nonce": "optional extension (not scored): DPoP with server nonces",
+    "auth/wif-jwt-bearer": (
+        "optional extension (not scored): workload identity federation (JWT bearer grant)"
+    ),
+}
+
+CASES = [
+    *(pytest.param(case, id=case.id) for case in PASSES),
+    *(
+        pytest.param(
+            case,
+            id=case.id,
+            marks=pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason),
+        )
+        for case, reason in FAILS.items()
+    ),
+]
+
+
+# --- running the suite ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """What the suite said about one scenario run."""
+
+    exit_code: int
+    checks: list[dict[str, Any]]
+    client_stdout: str
+    client_stderr: str
+    runner_output: str
+
+    def failing(self) -> list[str]:
+        return [
+            f"{c.get('status')} {c.get('id')}: {c.get('errorMessage') or c.get('description')}"
+            for c in self.checks
+            if c.get("status") in ("FAILURE", "WARNING")
+        ]
+
+    def explain(self) -> str:
+        return "\n".join(
+            [
+                f"runner exit {self.exit_code}; failing checks:",
+                *self.failing(),
+                "client stdout (tail):",
+                self.client_stdout[-1500:],
+                "client stderr (tail):",
+                self.client_stderr[-1500:],
+                "runner output (tail):",
+                self.runner_output[-1500:],
+            ]
+        )
+
+
+def run_scenario(case: Case, out_dir: Path) -> Verdict:
+    """One ``conformance client`` run, bounded; its process group is killed past the limit."""
+    node = node_or_fail()
+    command = f"{sys.executable} {WRAPPER}"
+    if " " in str(sys.executable) or " " in str(WRAPPER):
+        pytest.fail(f"the suite splits its --command on spaces; a path has one: {command}")
+    env = {
+        **node_env(),
+        "NODE_OPTIONS": f"--import={LOOPBACK_ONLY}",
+        "LONGCALL_CONFORMANCE_STEP_LIMIT_S": str(STEP_LIMIT_S),
+    }
+    argv = [
+        str(node), str(SUITE / "dist" / "index.js"), "client",
+        "--command", command,
+        "--scenario", case.scenario,
+        "--spec-version", case.revision,
+        "--timeout", str(RUNNER_TIMEOUT_MS),
+        "-o", str(out_dir),
+    ]  # fmt: skip
+    process = subprocess.Popen(
+        argv,
+        cwd=INTEROP,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        output, _ = process.communicate(timeout=RUN_LIMIT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        output, _ = process.communicate()
+    results = sorted(out_dir.rglob("checks.json"))
+    result_dir = results[0].parent if results else None
+    return Verdict(
+        exit_code=process.returncode,
+        checks=json.loads(results[0].read_text()) if results else [],
+        client_stdout=(result_dir / "stdout.txt").read_text() if result_dir else "",
+        client_stderr=(result_dir / "stderr.txt").read_text() if result_dir else "",
+        runner_output=output,
+    )
+
+
+def case_of(item: pytest.Item) -> Case | None:
+    callspec = getattr(item, "callspec", None)
+    case = callspec.params.get("case") if callspec is not None else None
+    return case if isinstance(case, Case) else None
+
+
+@pytest.fixture(scope="module")
+def verdicts(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[dict[str, Future[Verdict]]]:
+    """Every selected case, started at once on a small pool (they wait on each other's
+    servers' I/O, not on the CPU); each test waits for its own."""
+    selected = [
+        case
+        for item in request.session.items
+        if item.module is request.module and (case := case_of(item)) is not None
+    ]
+    base = tmp_path_factory.mktemp("conformance")
+    with ThreadPoolExecutor(WORKERS) as pool:
+        yield {
+            case.id: pool.submit(run_scenario, case, base / f"{index:02d}")
+            for index, case in enumerate(selected)
+        }
+
+
+@pytest.mark.parametrize("case", CASES)
+def test_client_scenario(case: Case, verdicts: dict[str, Future[Verdict]]) -> None:
+    verdict = verdicts[case.id].result()
+    assert verdict.checks, "the suite recorded no checks:\n" + verdict.explain()
+    assert verdict.exit_code == 0, verdict.explain()
+    assert not verdict.failing(), verdict.explain()
+
+
+def test_every_scenario_of_the_requirement_sets_is_classified() -> None:
+    """Each client scenario a requirement set names (scored or not) is run here at that
+    revision, or named not applicable with a reason; nothing is left out silently."""
+    classified = {case.id for case in PASSES} | {case.id for case in FAILS}
+    missing = []
+    for revision in REVISIONS:
+        requirements = yaml.safe_load((SUITE / "requirements" / f"{revision}.yaml").read_text())
+        named = list(requirements.get("client") or [])
+        named += [
+            entry["scenario"]
+            for entry in requirements.get("not_scored") or []
+            if entry.get("leg") == "client"
+        ]
+        missing += [
+            f"{revision}:{scenario}"
+            for scenario in named
+            if f"{revision}:{scenario}" not in classified and scenario not in NOT_APPLICABLE
+        ]
+    assert not missing, f"client scenarios neither run nor named not applicable: {missing}"
+    assert not set(NOT_APPLICABLE) & {case.scenario for case in (*PASSES, *FAILS)}
