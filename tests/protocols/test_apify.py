@@ -81,7 +81,8 @@ async def test_early_return_then_the_text_part_names_each_next_call(
     """A model following only the text part polls several windows, then fetches the items."""
     url, _ = apify
     model = Model(url)
-    start = (await model.call(SLEEP, {"seconds": 1.2, "rows": 3, "ignored": 1}))["result"]
+    # 2.0 s in 8 steps: the first progress (0.25 s) lands inside the first 0.3 s window.
+    start = (await model.call(SLEEP, {"seconds": 2.0, "rows": 3, "ignored": 1}))["result"]
     run = start["structuredContent"]
     assert start["isError"] is False
     assert run["status"] == "RUNNING"

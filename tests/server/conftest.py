@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import itertools
 import json
+import os
+import secrets
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +22,7 @@ from longcall.server import LongcallServer, build_reference_server, running_serv
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 ELICITATION = {"elicitation": {"form": {}}}
 HTTP_TIMEOUT_S = 10.0
 
@@ -142,8 +146,10 @@ class ModernClient:
                     message = json.loads(line[len("data:") :])
                     if message.get("method") != "notifications/tasks":
                         continue
-                    if message["params"]["status"] in statuses:
-                        return message["params"]
+                    params = dict(message["params"])
+                    assert params.pop("_meta") == {SUBSCRIPTION_ID: body["id"]}, message
+                    if params["status"] in statuses:
+                        return params
         raise AssertionError(f"stream of {task_id} ended before any of {statuses}")
 
 
@@ -235,3 +241,66 @@ def modern(http: httpx.AsyncClient, reference_url: str) -> ModernClient:
 def legacy(http: httpx.AsyncClient, reference_url: str) -> LegacyClient:
     """A 2025-11-25 client of the reference server (anonymous)."""
     return LegacyClient(http, reference_url)
+
+
+DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
+PG_CONNECT_TIMEOUT_S = 3
+
+
+def pg_dsn() -> str:
+    """The PostgreSQL server the tests use."""
+    return os.environ.get("LONGCALL_PG_DSN", DEFAULT_PG_DSN)
+
+
+@functools.cache
+def _pg_unreachable_reason() -> str | None:
+    import psycopg
+
+    try:
+        with psycopg.connect(pg_dsn(), connect_timeout=PG_CONNECT_TIMEOUT_S) as conn:
+            conn.execute("SELECT 1")
+    except psycopg.Error as exc:
+        return f"no PostgreSQL at LONGCALL_PG_DSN={pg_dsn()!r}: {exc}".strip()
+    return None
+
+
+def require_pg() -> str:
+    """The DSN, or skip (fail when LONGCALL_REQUIRE_PG=1) if no server answers."""
+    reason = _pg_unreachable_reason()
+    if reason is not None:
+        if os.environ.get("LONGCALL_REQUIRE_PG") == "1":
+            pytest.fail(f"LONGCALL_REQUIRE_PG=1 but {reason}", pytrace=False)
+        pytest.skip(reason)
+    return pg_dsn()
+
+
+@contextlib.contextmanager
+def pg_schema_url() -> Iterator[str]:
+    """A task-store URL on a fresh PostgreSQL schema, dropped on exit."""
+    import psycopg
+    from psycopg import sql
+
+    dsn = require_pg()
+    schema = f"lc_tasks_{secrets.token_hex(6)}"
+    try:
+        yield f"{dsn}?schema={schema}"
+    finally:
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+@pytest.fixture
+def pg_store_url() -> Iterator[str]:
+    """A PostgreSQL task-store URL of this test alone."""
+    with pg_schema_url() as url:
+        yield url
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """A fresh task-store URL on each backend (the one contract holds on both)."""
+    if request.param == "sqlite":
+        yield f"sqlite:///{tmp_path / 'contract.db'}"
+    else:
+        with pg_schema_url() as url:
+            yield url

@@ -11,14 +11,17 @@ import asyncio
 import os
 from typing import Any
 
-from longcall.server import LongcallServer, TaskContext
+from longcall.server import LongcallServer, ServerOptions, TaskContext
 
+LEASE_S = 1.0
 FORM = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
 
 
 def build(store: str) -> LongcallServer:
     """The restart-test server: ``hold``/``ask`` are idempotent, ``once``/``ask_once`` are not."""
-    server = LongcallServer(store=store)
+    # A short lease: after the SIGKILL, the restarted process takes the dead one's
+    # tasks over as soon as their leases expire.
+    server = LongcallServer(store=store, options=ServerOptions(lease_s=LEASE_S))
 
     @server.tool(task="required", idempotent=True)
     async def hold(seconds: float) -> dict[str, Any]:

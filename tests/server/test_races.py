@@ -12,8 +12,9 @@ import httpx
 import pytest
 
 from conftest import LegacyClient, ModernClient
-from longcall.server import LongcallServer, SqliteTaskStore, TaskStatus, running_server
-from longcall.server.model import ACTIVE_STATUSES, NewTask, ProtocolVersion
+from longcall.server import LongcallServer, SqliteTaskStore, running_server
+from longcall.server.model import NewTask, ProtocolVersion
+from longcall.server.states import Cause
 
 pytestmark = pytest.mark.anyio
 
@@ -93,25 +94,23 @@ def test_store_cas_between_two_connections(tmp_path: Any) -> None:
     try:
         for index in range(60):
             task_id = f"race-{index}"
-            asyncio.run(first.create(_new_task(task_id)))
+            asyncio.run(first.create(_new_task(task_id), owner="a", lease_until=time.time() + 60))
             barrier = threading.Barrier(2)
 
             def attempt(
                 store: SqliteTaskStore,
-                to: TaskStatus,
+                cause: Cause,
                 task_id: str = task_id,
                 barrier: threading.Barrier = barrier,
             ) -> None:
                 barrier.wait()
-                won = asyncio.run(
-                    store.transition(task_id, allowed_from=ACTIVE_STATUSES, to=to, now=time.time())
-                )
+                won = asyncio.run(store.transition(task_id, cause, now=time.time()))
                 if won is not None:
-                    winners.append(to.value)
+                    winners.append(won.status.value)
 
             threads = [
-                threading.Thread(target=attempt, args=(first, TaskStatus.COMPLETED)),
-                threading.Thread(target=attempt, args=(second, TaskStatus.CANCELLED)),
+                threading.Thread(target=attempt, args=(first, Cause.TOOL_RETURNED)),
+                threading.Thread(target=attempt, args=(second, Cause.CANCEL_REQUESTED)),
             ]
             for thread in threads:
                 thread.start()

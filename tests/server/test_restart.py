@@ -85,7 +85,7 @@ def server_process(tmp_path: Path) -> Iterator[ServerProcess]:
 async def test_every_task_answers_after_sigkill_and_restart(
     server_process: ServerProcess, http: httpx.AsyncClient
 ) -> None:
-    """Completed stays; idempotent work re-runs; other work fails saying the server restarted."""
+    """Completed stays; idempotent work re-runs; other work fails saying its process stopped."""
     server_process.start()
     await server_process.wait_ready(http)
     modern = ModernClient(http, server_process.url)
@@ -109,15 +109,16 @@ async def test_every_task_answers_after_sigkill_and_restart(
 
     assert await modern.get(done["taskId"]) == done_before
 
-    failed = await modern.get(once["taskId"])
+    # The dead process's lease must expire before anyone takes its tasks over (D1).
+    failed = await modern.wait_status(once["taskId"], {"failed"})
     assert failed["status"] == "failed"
-    assert "restarted" in failed["error"]["message"]
-    assert "restarted" in failed["statusMessage"]
-    assert (await modern.get(ask_once["taskId"]))["status"] == "failed"
+    assert "process running this task stopped" in failed["error"]["message"]
+    assert "not re-run" in failed["statusMessage"]
+    assert (await modern.wait_status(ask_once["taskId"], {"failed"}))["status"] == "failed"
+    legacy_final = await legacy.final(legacy_once["taskId"])
+    assert "stopped" in legacy_final["error"]["message"]
     legacy_failed = await legacy.result("tasks/get", {"taskId": legacy_once["taskId"]})
     assert legacy_failed["status"] == "failed"
-    legacy_final = await legacy.final(legacy_once["taskId"])
-    assert "restarted" in legacy_final["error"]["message"]
 
     completed = await modern.wait_status(rerun["taskId"], {"completed", "failed"})
     assert completed["status"] == "completed"

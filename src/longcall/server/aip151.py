@@ -22,8 +22,9 @@ Wire decisions (see docs/design/aip151-and-apify.md):
   ``PROTOCOL_ERROR``; a cancelled task ends with ``error.code = 1`` (P3).
 - The same ``requestId`` with the same tool and arguments returns the same operation;
   with anything else it is ``409 ALREADY_EXISTS`` naming the conflict (AIP-155).
-- ``DeleteOperation`` only forgets the operation for this server process (the store has
-  no tombstone yet): it never cancels, and the row stays for submission-key proofs.
+- ``DeleteOperation`` marks the task deleted in the store (every server process sharing
+  it then answers NOT_FOUND): it never cancels, and the row stays for submission-key
+  proofs.
 """
 
 from __future__ import annotations
@@ -44,8 +45,20 @@ from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
 
 from longcall.server.app import LongcallServer
-from longcall.server.errors import InvalidParams, LongcallServerError, TaskNotFound
-from longcall.server.front import Refused, admit, parse_json, read_body, require_json_body
+from longcall.server.errors import (
+    InvalidParams,
+    LongcallServerError,
+    StoreUnavailable,
+    TaskNotFound,
+)
+from longcall.server.front import (
+    STORE_RETRY_AFTER_S,
+    Refused,
+    admit,
+    parse_json,
+    read_body,
+    require_json_body,
+)
 from longcall.server.model import Principal, ProtocolVersion, TaskRecord, TaskStatus
 from longcall.server.options import CreateFaultPlan
 
@@ -238,7 +251,6 @@ class Aip151Facade:
         self.manager = server.manager
         self.registry = server.registry
         self._faults = CreateFaultPlan(drop_start_response_at)
-        self._deleted: set[str] = set()
 
     def routes(self) -> list[Route]:
         return [Route(PREFIX + "/{rest:path}", self.endpoint, methods=["GET", "POST", "DELETE"])]
@@ -252,6 +264,9 @@ class Aip151Facade:
             return ApiError.refused(exc).response()
         except ApiError as exc:
             return exc.response()
+        except StoreUnavailable as exc:
+            retry = {"retry-after": str(STORE_RETRY_AFTER_S)}
+            return ApiError(UNAVAILABLE, f"Task store unavailable: {exc}", headers=retry).response()
         except Exception:
             logger.exception("internal error on %s %s", request.method, request.url.path)
             return ApiError(INTERNAL, "Internal error").response()
@@ -272,7 +287,8 @@ class Aip151Facade:
                 return JSONResponse(render_operation(await self._visible(principal, task_id)))
             if method == "DELETE" and not verb:
                 record = await self._visible(principal, task_id)
-                self._deleted.add(record.task_id)  # DeleteOperation never cancels (B.3)
+                # DeleteOperation never cancels (B.3); the row stays for key proofs (S3).
+                await self.manager.store.mark_deleted(record.task_id)
                 return JSONResponse({})
             if method == "POST" and verb == "cancel":
                 return await self._cancel(principal, task_id)
@@ -283,7 +299,7 @@ class Aip151Facade:
     async def _json_body(self, request: Request) -> dict[str, Any]:
         """The capped, strictly parsed JSON object body (an empty body reads as ``{}``)."""
         options = self.server.options
-        raw = await read_body(request, options.max_body_bytes)
+        raw = await read_body(request, options)
         if not raw.strip():
             return {}
         require_json_body({"content-type": request.headers.get("content-type", "")})
@@ -353,7 +369,7 @@ class Aip151Facade:
     # ---- Operations service -----------------------------------------------------------
 
     async def _visible(self, principal: Principal, task_id: str) -> TaskRecord:
-        if not task_id or task_id in self._deleted:
+        if not task_id:
             raise ApiError(NOT_FOUND, f"operation {operation_name(task_id)!r} not found")
         try:
             return await self.manager.visible(principal, task_id, PROTOCOL)
@@ -380,11 +396,11 @@ class Aip151Facade:
         with contextlib.suppress(TimeoutError):
             async with asyncio.timeout(timeout_s):
                 while True:
-                    changed = self.manager.hub.event(task_id)
-                    record = await self._visible(principal, task_id)
-                    if record.status.is_terminal:
-                        break
-                    await changed.wait()
+                    with self.manager.hub.watch(task_id) as changed:
+                        record = await self._visible(principal, task_id)
+                        if record.status.is_terminal:
+                            break
+                        await self.manager.wait_change(changed)
         return JSONResponse(render_operation(await self._visible(principal, task_id)))
 
     async def _list(self, request: Request, principal: Principal) -> Response:
@@ -408,7 +424,7 @@ class Aip151Facade:
         operations = [
             render_operation(row)
             for row in rows
-            if row.task_id not in self._deleted
+            if not row.deleted
             and not row.is_expired(now)
             and (done_filter is None or row.status.is_terminal is done_filter)
         ]

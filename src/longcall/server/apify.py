@@ -50,8 +50,14 @@ from starlette.routing import Route
 
 from longcall import __version__
 from longcall.server.app import LongcallServer
-from longcall.server.errors import InvalidParams, JsonRpcError, LongcallServerError, TaskNotFound
-from longcall.server.front import admit, guarded_jsonrpc, read_jsonrpc
+from longcall.server.errors import (
+    InvalidParams,
+    JsonRpcError,
+    LongcallServerError,
+    StoreUnavailable,
+    TaskNotFound,
+)
+from longcall.server.front import admit, guarded_jsonrpc, read_jsonrpc, store_unavailable
 from longcall.server.model import (
     ACTIVE_STATUSES,
     Principal,
@@ -59,6 +65,7 @@ from longcall.server.model import (
     TaskRecord,
     TaskStatus,
 )
+from longcall.server.states import Cause
 from longcall.server.tools import ToolSpec
 
 logger = logging.getLogger(__name__)
@@ -347,8 +354,6 @@ class ApifyFacade:
         self.registry = server.registry
         self.time_scale = time_scale
         self.path = path
-        self._graceful_until: dict[str, float] = {}
-        self._timeouts: dict[str, float] = {}
         self._truncate_at = truncate_dataset_page_at
         self._dataset_calls = 0
 
@@ -373,6 +378,8 @@ class ApifyFacade:
             result = await self._dispatch(str(message["method"]), params, admitted.principal)
         except JsonRpcError as exc:
             return _rpc_error(request_id, exc.code, exc.message, data=exc.data)
+        except StoreUnavailable as exc:
+            return store_unavailable(request_id, exc)
         except Exception:
             logger.exception("internal error answering %s", message["method"])
             return _rpc_error(request_id, -32603, "Internal error", status=500)
@@ -389,7 +396,9 @@ class ApifyFacade:
                 "capabilities": {
                     "tools": {},
                     # S3: a create carrying this _meta key is deduplicated per principal.
-                    "experimental": {SUBMISSION_KEY_META_KEY: {}},
+                    "experimental": {
+                        SUBMISSION_KEY_META_KEY: {"storeId": self.manager.store.store_id}
+                    },
                 },
                 "serverInfo": {"name": "longcall-apify", "version": __version__},
             }
@@ -512,8 +521,15 @@ class ApifyFacade:
             ) from exc
         timeout = control.get("timeoutSecs")
         if created.created and isinstance(timeout, int | float) and timeout > 0:
-            self._timeouts[created.record.task_id] = float(timeout)
-        view = await self._wait(created.record.task_id, principal, wait_secs)
+            # Stored with the run: a restart or another server process enforces it too.
+            await self.manager.store.set_run_limits(
+                created.record.task_id, run_timeout_s=float(timeout)
+            )
+        if wait_secs == 0 and created.created:
+            # Fire-and-forget start: the run was created by this very call (READY).
+            view = await self.observe(created.record.task_id, principal, just_created=True)
+        else:
+            view = await self._wait(created.record.task_id, principal, wait_secs)
         return self.run_result(view, with_usage=True)
 
     async def _get_run(self, arguments: Mapping[str, Any], principal: Principal) -> dict[str, Any]:
@@ -532,8 +548,8 @@ class ApifyFacade:
         if record.status in ACTIVE_STATUSES:
             if arguments.get("gracefully") is True:
                 # The platform sends "aborting" and force-stops after 30 s (reference A.7).
-                deadline = time.time() + GRACEFUL_ABORT_S * self.time_scale
-                self._graceful_until.setdefault(run_id, deadline)
+                deadline = self.manager.clock() + GRACEFUL_ABORT_S * self.time_scale
+                await self.manager.store.set_run_limits(run_id, abort_at=deadline)
             else:
                 await self.manager.cancel(record)
         view = await self.observe(run_id, principal)
@@ -547,21 +563,23 @@ class ApifyFacade:
         except (TaskNotFound, InvalidParams) as exc:
             raise ToolCallError(f"Run with ID '{run_id}' not found.") from exc
 
-    async def observe(self, run_id: str, principal: Principal) -> RunView:
+    async def observe(
+        self, run_id: str, principal: Principal, *, just_created: bool = False
+    ) -> RunView:
         """Read the run, apply due time-outs and graceful aborts, and name its status."""
         record = await self._run(run_id, principal)
-        now = time.time()
+        now = self.manager.clock()
         elapsed = (now - record.created_at) / self.time_scale
-        timeout = self._timeouts.get(run_id)
+        timeout = record.run_timeout_s
         if record.status in ACTIVE_STATUSES:
-            graceful = self._graceful_until.get(run_id)
+            graceful = record.abort_at
             if graceful is not None and now >= graceful:
                 await self.manager.cancel(record)
                 record = await self._run(run_id, principal)
             elif timeout is not None and elapsed >= timeout + TIMING_OUT_GRACE_S:
                 await self._time_out(record, timeout)
                 record = await self._run(run_id, principal)
-        status = self._status(record, elapsed)
+        status = self._status(record, elapsed, just_created=just_created)
         end = record.last_updated_at if record.status.is_terminal else now
         run_time = round((end - record.created_at) / self.time_scale, 1)
         return RunView(
@@ -577,18 +595,15 @@ class ApifyFacade:
         # The tool body may still finish later; its completion then loses the CAS (S4).
         finished = await self.manager.store.transition(
             record.task_id,
-            allowed_from=ACTIVE_STATUSES,
-            to=TaskStatus.FAILED,
+            Cause.RUN_TIME_LIMIT,
             now=self.manager.clock(),
-            reason="run-time limit",
             status_message=message,
             error={"code": TIMED_OUT_CODE, "message": message},
         )
         if finished is not None:
-            self.manager.hub.publish(record.task_id)
+            self.manager.hub.publish(record.task_id, record.principal)
 
-    def _status(self, record: TaskRecord, elapsed: float) -> str:
-        run_id = record.task_id
+    def _status(self, record: TaskRecord, elapsed: float, *, just_created: bool = False) -> str:
         if record.status is TaskStatus.CANCELLED:
             return "ABORTED"
         if record.status is TaskStatus.FAILED:
@@ -596,12 +611,12 @@ class ApifyFacade:
             return "TIMED-OUT" if error.get("code") == TIMED_OUT_CODE else "FAILED"
         if record.status is TaskStatus.COMPLETED:
             return "FAILED" if (record.result or {}).get("isError") else "SUCCEEDED"
-        if run_id in self._graceful_until:
+        if record.abort_at is not None:
             return "ABORTING"
-        timeout = self._timeouts.get(run_id)
+        timeout = record.run_timeout_s
         if timeout is not None and elapsed >= timeout:
             return "TIMING-OUT"
-        if record.last_updated_at == record.created_at and elapsed < 1.0:
+        if just_created or (record.last_updated_at == record.created_at and elapsed < 1.0):
             return "READY"
         return "RUNNING"
 
@@ -609,15 +624,17 @@ class ApifyFacade:
         """Wait up to ``wait_secs`` facade seconds for a terminal status (a long poll)."""
         deadline = time.monotonic() + wait_secs * self.time_scale
         while True:
-            changed = self.manager.hub.event(run_id)
-            view = await self.observe(run_id, principal)
-            remaining = deadline - time.monotonic()
-            if view.status in TERMINAL or remaining <= 0:
-                return view
-            # Wake for a change, the end of the window, or a due time-out/abort.
-            wake = min(remaining, 1.0 * self.time_scale + 0.01)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(changed.wait(), timeout=wake)
+            with self.manager.hub.watch(run_id) as changed:
+                view = await self.observe(run_id, principal)
+                remaining = deadline - time.monotonic()
+                if view.status in TERMINAL or remaining <= 0:
+                    return view
+                # Wake for a change, the end of the window, or a due time-out/abort.
+                wake = min(
+                    remaining, 1.0 * self.time_scale + 0.01, self.manager.options.change_poll_s
+                )
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(changed.wait(), timeout=wake)
 
     # ---- rendering ------------------------------------------------------------------------
 

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import socket
 import time
@@ -26,7 +25,7 @@ import uvicorn
 from mcp.shared.inbound import ERROR_CODE_HTTP_STATUS
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response, StreamingResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
@@ -38,13 +37,21 @@ from longcall.server.errors import (
     PARSE_ERROR,
     InvalidParams,
     JsonRpcError,
+    StoreUnavailable,
 )
-from longcall.server.front import accepts, admit, guarded_jsonrpc, read_jsonrpc
+from longcall.server.front import (
+    accepts,
+    admit,
+    guarded_jsonrpc,
+    read_jsonrpc,
+    store_unavailable,
+)
 from longcall.server.model import Principal
 from longcall.server.options import CreateFaultPlan, ServerOptions
 from longcall.server.store import TaskStore, open_store
 from longcall.server.tasks import Clock, TaskManager
 from longcall.server.tools import ToolRegistry
+from longcall.server.transport import EventStream, uvicorn_config
 from longcall.server.wire import RpcRequest, Streamed, error_response, response
 
 logger = logging.getLogger(__name__)
@@ -146,6 +153,8 @@ class LongcallServer:
             reply = await protocol.handle(rpc)
         except JsonRpcError as exc:
             return _error_reply(message.get("id"), exc, modern_status=is_modern)
+        except StoreUnavailable as exc:
+            return store_unavailable(message.get("id"), exc)
         except Exception:
             logger.exception("internal error answering %s", message.get("method"))
             internal = JsonRpcError(INTERNAL_ERROR, "Internal error")
@@ -167,7 +176,7 @@ class LongcallServer:
 
     async def serve(self, *, host: str = "127.0.0.1", port: int = 8765) -> None:
         """Serve until cancelled or interrupted."""
-        config = uvicorn.Config(self.asgi_app(), log_level="warning", timeout_graceful_shutdown=2)
+        config = uvicorn_config(self.asgi_app(), self.options, timeout_graceful_shutdown=2)
         with listening_socket(host, port) as sock:
             await uvicorn.Server(config).serve(sockets=[sock])
 
@@ -195,8 +204,8 @@ async def running_server(server: LongcallServer, *, host: str = "127.0.0.1") -> 
     """
     sock = listening_socket(host, 0)
     port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        server.asgi_app(), log_level="warning", timeout_graceful_shutdown=1, lifespan="on"
+    config = uvicorn_config(
+        server.asgi_app(), server.options, timeout_graceful_shutdown=1, lifespan="on"
     )
     uv = uvicorn.Server(config)
     serving = asyncio.get_running_loop().create_task(uv.serve(sockets=[sock]))
@@ -228,14 +237,8 @@ def _error_reply(request_id: Any, error: JsonRpcError, *, modern_status: bool) -
     return JSONResponse(error_response(request_id, error.to_wire()), status_code=status)
 
 
-def _sse(messages: AsyncIterator[dict[str, Any]]) -> StreamingResponse:
-    async def frames() -> AsyncIterator[bytes]:
-        async for message in messages:
-            yield f"event: message\ndata: {json.dumps(message, separators=(',', ':'))}\n\n".encode()
-
-    return StreamingResponse(
-        frames(), media_type="text/event-stream", headers={"cache-control": "no-store"}
-    )
+def _sse(messages: AsyncIterator[dict[str, Any]]) -> Response:
+    return EventStream(messages)
 
 
 class _DroppedResponse(Response):

@@ -19,6 +19,9 @@ INTERNAL_ERROR = -32603
 HEADER_MISMATCH = -32020
 MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
 UNSUPPORTED_PROTOCOL_VERSION = -32022
+QUOTA_EXCEEDED = -32000
+"""Implementation-defined (JSON-RPC's server-error range): too many open tasks (HTTP 429)."""
+STORE_UNAVAILABLE = -32603
 
 
 class LongcallServerError(LongcallError):
@@ -73,6 +76,18 @@ class TaskNotFound(InvalidParams):
 
 class StoreError(LongcallServerError):
     """The task store failed or was asked for something inconsistent."""
+
+
+class StoreUnavailable(StoreError):
+    """The store is busy, unreachable or gone; the request may be retried later (HTTP 503)."""
+
+
+class StoreLost(StoreUnavailable):
+    """The store vanished or was replaced under a running server: every call fails closed."""
+
+
+class QuotaExceeded(StoreError):
+    """A principal already holds as many open tasks as the server allows."""
 
 
 class SubmissionKeyConflict(StoreError):

@@ -15,6 +15,7 @@ AIP-193 error (see :mod:`longcall.server.aip151`).
 
 from __future__ import annotations
 
+import asyncio
 import ipaddress
 import json
 import logging
@@ -33,6 +34,7 @@ from longcall.server.errors import (
     INVALID_REQUEST,
     PARSE_ERROR,
     LongcallServerError,
+    StoreUnavailable,
 )
 from longcall.server.model import Principal
 from longcall.server.options import ServerOptions
@@ -179,7 +181,18 @@ def require_json_accepted(headers: Mapping[str, str]) -> None:
         )
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, options: ServerOptions) -> bytes:
+    """The whole body within the size cap (413) and the read deadline (408, slow senders)."""
+    try:
+        async with asyncio.timeout(options.body_read_timeout_s):
+            return await _read_capped(request, options.max_body_bytes)
+    except TimeoutError:
+        raise Refused(
+            408, INVALID_REQUEST, f"request body not received within {options.body_read_timeout_s}s"
+        ) from None
+
+
+async def _read_capped(request: Request, limit: int) -> bytes:
     """The whole body, or 413 as soon as it passes ``limit`` bytes (never buffered past it)."""
     declared = request.headers.get("content-length")
     digits = declared is not None and declared.isascii() and declared.isdigit()
@@ -299,8 +312,21 @@ async def read_jsonrpc(request: Request, admitted: Admitted, options: ServerOpti
     """Media types, the capped body and the strict parse of one JSON-RPC POST."""
     require_json_body(admitted.headers)
     require_json_accepted(admitted.headers)
-    body = await read_body(request, options.max_body_bytes)
+    body = await read_body(request, options)
     return jsonrpc_message(parse_json(body, max_depth=options.max_json_depth))
+
+
+STORE_RETRY_AFTER_S = 1
+
+
+def store_unavailable(request_id: str | int | None, exc: StoreUnavailable) -> JSONResponse:
+    """A busy or lost store: HTTP 503 with ``Retry-After``, the request may be sent again."""
+    error = {"code": INTERNAL_ERROR, "message": f"Task store unavailable: {exc}"}
+    return JSONResponse(
+        error_response(request_id, error),
+        status_code=503,
+        headers={"retry-after": str(STORE_RETRY_AFTER_S)},
+    )
 
 
 Handler = Callable[[Request], Awaitable[Response]]
@@ -314,6 +340,8 @@ def guarded_jsonrpc(handler: Handler) -> Handler:
             return await handler(request)
         except Refused as exc:
             return exc.jsonrpc()
+        except StoreUnavailable as exc:
+            return store_unavailable(None, exc)
         except Exception:
             logger.exception("internal error on %s %s", request.method, request.url.path)
             error = {"code": INTERNAL_ERROR, "message": "Internal error"}

@@ -39,6 +39,7 @@ from longcall.server.wire import (
     require_string,
     response,
     submission_key,
+    submission_key_capability,
     tool_arguments,
     validate_core_params,
     validate_elicit_result,
@@ -91,8 +92,6 @@ class LegacyProtocol:
         self._manager = manager
         self._options = options
         self._faults = faults
-        self._progress_tokens: dict[str, str | int] = {}
-        """taskId -> the creating request's progressToken, valid for the task's life (§2.7)."""
 
     async def handle(self, request: RpcRequest) -> Reply | Streamed:
         """Dispatch one request."""
@@ -123,7 +122,11 @@ class LegacyProtocol:
                 "capabilities": {
                     "tools": {"listChanged": False},
                     "tasks": {"list": {}, "cancel": {}, "requests": {"tools": {"call": {}}}},
-                    "experimental": {SUBMISSION_KEY_EXTENSION: {"lookupMethod": LOOKUP_METHOD}},
+                    "experimental": {
+                        SUBMISSION_KEY_EXTENSION: submission_key_capability(
+                            self._manager.store.store_id
+                        )
+                    },
                 },
                 "serverInfo": {"name": self._options.name, "version": self._options.version},
             }
@@ -156,6 +159,10 @@ class LegacyProtocol:
         actual_ttl = (
             spec.ttl_ms if ttl is None else (ttl if spec.ttl_ms is None else min(ttl, spec.ttl_ms))
         )
+        token = request_meta(request.params).get("progressToken")
+        if not isinstance(token, str | int) or isinstance(token, bool):
+            token = None
+        # The token stays valid for the task's life (§2.7): it is stored with the task.
         outcome = await self._manager.create(
             principal=request.principal,
             spec=spec,
@@ -163,10 +170,8 @@ class LegacyProtocol:
             protocol=VERSION,
             submission_key=submission_key(request.params),
             ttl_ms=actual_ttl,
+            progress_token=token,
         )
-        token = request_meta(request.params).get("progressToken")
-        if outcome.created and isinstance(token, str | int) and not isinstance(token, bool):
-            self._progress_tokens[outcome.record.task_id] = token
         drop = outcome.created and self._faults.should_drop_next_creation()
         return Reply(result={"task": task_fields(outcome.record)}, drop_response=drop)
 
@@ -212,7 +217,7 @@ class LegacyProtocol:
     async def _lookup(self, request: RpcRequest) -> Reply:
         key = require_string(request.params, "submissionKey")
         found = await self._manager.lookup_submission(request.principal, key)
-        return Reply(result=lookup_result(found))
+        return Reply(result=lookup_result(found, self._manager.store.store_id))
 
     async def _tasks_result(self, request: RpcRequest) -> Reply | Streamed:
         record = await self._task(request)
@@ -227,26 +232,26 @@ class LegacyProtocol:
         """Side channel (§2.6): input requests as server->client requests, then the final result."""
         sent: set[str] = set()
         while True:
-            changed = self._manager.hub.event(task_id)
-            try:
-                record = await self._manager.visible(request.principal, task_id, VERSION)
-            except JsonRpcError as exc:
-                yield error_response(request.id, exc.to_wire())
-                return
-            if record.status.is_terminal:
-                yield self._final_message(request.id, record)
-                return
-            for pending in await self._manager.outstanding_inputs(task_id):
-                if pending.key in sent:
-                    continue
-                sent.add(pending.key)
-                yield {
-                    "jsonrpc": "2.0",
-                    "id": f"{SERVER_INPUT_ID_PREFIX}{task_id}:{pending.key}",
-                    "method": pending.method,
-                    "params": {**pending.params, "_meta": related_task_meta(task_id)},
-                }
-            await changed.wait()
+            with self._manager.hub.watch(task_id) as changed:
+                try:
+                    record = await self._manager.visible(request.principal, task_id, VERSION)
+                except JsonRpcError as exc:
+                    yield error_response(request.id, exc.to_wire())
+                    return
+                if record.status.is_terminal:
+                    yield self._final_message(request.id, record)
+                    return
+                for pending in await self._manager.outstanding_inputs(task_id):
+                    if pending.key in sent:
+                        continue
+                    sent.add(pending.key)
+                    yield {
+                        "jsonrpc": "2.0",
+                        "id": f"{SERVER_INPUT_ID_PREFIX}{task_id}:{pending.key}",
+                        "method": pending.method,
+                        "params": {**pending.params, "_meta": related_task_meta(task_id)},
+                    }
+                await self._manager.wait_change(changed)
 
     def _final_message(self, request_id: str | int | None, record: TaskRecord) -> dict[str, Any]:
         try:
@@ -292,7 +297,10 @@ class LegacyProtocol:
     async def status_stream(self, principal: Principal) -> AsyncIterator[dict[str, Any]]:
         """The standalone GET stream (S7): ``notifications/tasks/status`` for the caller's tasks,
         and ``notifications/progress`` for those created with a ``progressToken``."""
-        async with self._manager.watching() as changes:
+        # Only this principal's changes reach the stream (filtered before any store read),
+        # coalesced per task and bounded; changes made by another server process sharing
+        # the store are not pushed here (polling stays the truth, S7).
+        async with self._manager.watching(principal.subject) as changes:
             while True:
                 change = await changes.get()
                 record = await self._manager.store.get(change.task_id)
@@ -302,12 +310,10 @@ class LegacyProtocol:
                     or record.protocol is not VERSION
                 ):
                     continue
-                token = self._progress_tokens.get(record.task_id)
+                token = record.progress_token
                 if token is not None and change.progress is not None:
                     yield progress_notification(record.task_id, token, change.progress)
                 yield notification("notifications/tasks/status", task_fields(record))
-                if record.status.is_terminal:
-                    self._progress_tokens.pop(record.task_id, None)
 
 
 def progress_notification(task_id: str, token: str | int, progress: Progress) -> dict[str, Any]:

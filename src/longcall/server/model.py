@@ -68,6 +68,8 @@ class NewTask:
     status_message: str | None = None
     client_can_elicit: bool = True
     """Whether the creating client declared elicitation (no undeclared input requests, S6)."""
+    progress_token: str | int | None = None
+    """2025-11-25: the creating request's ``progressToken``, valid for the task's life."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +94,16 @@ class TaskRecord:
     error: dict[str, Any] | None
     version: int
     client_can_elicit: bool = True
+    owner: str | None = None
+    """The server process running it (its lease holder), if any (D1)."""
+    lease_until: float | None = None
+    deleted: bool = False
+    """Deleted by an AIP-151 ``DeleteOperation``: answered as not found, kept for key proofs."""
+    run_timeout_s: float | None = None
+    """The Apify-style run's ``timeoutSecs`` (facade seconds), if any."""
+    progress_token: str | int | None = None
+    abort_at: float | None = None
+    """When a graceful Apify-style abort turns into a cancel (server clock), if requested."""
 
     def is_expired(self, now: float) -> bool:
         """The ttl counts from creation (both versions); ``None`` means unlimited."""

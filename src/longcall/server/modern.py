@@ -10,6 +10,8 @@ directly; it works through ``TaskManager``.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
@@ -30,7 +32,7 @@ from longcall.server.errors import (
 )
 from longcall.server.model import ProtocolVersion, TaskRecord, TaskStatus
 from longcall.server.options import CreateFaultPlan, ServerOptions
-from longcall.server.tasks import TaskChange, TaskManager
+from longcall.server.tasks import TaskManager
 from longcall.server.wire import (
     LOOKUP_METHOD,
     SUBMISSION_KEY_EXTENSION,
@@ -46,6 +48,7 @@ from longcall.server.wire import (
     require_string,
     response,
     submission_key,
+    submission_key_capability,
     tool_arguments,
     validate_core_params,
     validate_elicit_result,
@@ -53,7 +56,9 @@ from longcall.server.wire import (
 
 VERSION = ProtocolVersion.MODERN
 TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
-REMOVED_METHODS = frozenset({"tasks/result", "tasks/list"})
+REMOVED_METHODS = frozenset({"tasks/result", "tasks/list", "ping"})
+"""Methods this version does not have: ``tasks/*`` of 2025-11-25 (SEP-2663) and ``ping``
+(SEP-2575 removed it; a stateless server has no connection to keep alive)."""
 COMPLETE = {"resultType": "complete"}
 NOT_CACHEABLE = {"ttlMs": 0, "cacheScope": "private"}
 """Cacheable results (discover, tools/list) must carry these on the 2026-07-28 wire."""
@@ -135,7 +140,6 @@ class ModernProtocol:
     def _handlers(self) -> dict[str, Any]:
         return {
             "server/discover": self._discover,
-            "ping": self._ping,
             "tools/list": self._tools_list,
             "tools/call": self._tools_call,
             "tasks/get": self._tasks_get,
@@ -153,7 +157,9 @@ class ModernProtocol:
                     "tools": {"listChanged": False},
                     "extensions": {
                         TASKS_EXTENSION: {},
-                        SUBMISSION_KEY_EXTENSION: {"lookupMethod": LOOKUP_METHOD},
+                        SUBMISSION_KEY_EXTENSION: submission_key_capability(
+                            self._manager.store.store_id
+                        ),
                     },
                 },
                 "resultType": "complete",
@@ -166,9 +172,6 @@ class ModernProtocol:
                 },
             }
         )
-
-    async def _ping(self, request: RpcRequest) -> Reply:
-        return Reply(result=dict(COMPLETE))
 
     async def _tools_list(self, request: RpcRequest) -> Reply:
         validate_core_params(request, VERSION.value)
@@ -217,7 +220,14 @@ class ModernProtocol:
         responses = request.params.get("inputResponses")
         if not isinstance(responses, dict):
             raise InvalidParams("params.inputResponses must be an object")
-        answers = {key: validate_elicit_result(key, value) for key, value in responses.items()}
+        # Unknown, never-issued or already answered keys are ignored, not refused (SEP-2663
+        # SHOULD): a client answering a superseded round must not fail the whole update.
+        outstanding = {req.key for req in await self._manager.outstanding_inputs(record.task_id)}
+        answers = {
+            key: validate_elicit_result(key, value)
+            for key, value in responses.items()
+            if key in outstanding
+        }
         await self._manager.answer(record, answers)
         return Reply(result=dict(COMPLETE))
 
@@ -230,7 +240,7 @@ class ModernProtocol:
     async def _lookup(self, request: RpcRequest) -> Reply:
         key = require_string(request.params, "submissionKey")
         found = await self._manager.lookup_submission(request.principal, key)
-        return Reply(result={**lookup_result(found), **COMPLETE})
+        return Reply(result={**lookup_result(found, self._manager.store.store_id), **COMPLETE})
 
     async def _subscriptions_listen(self, request: RpcRequest) -> Streamed:
         validate_core_params(request, VERSION.value)
@@ -253,27 +263,35 @@ class ModernProtocol:
     async def _listen_stream(
         self, request: RpcRequest, task_ids: list[str]
     ) -> AsyncIterator[dict[str, Any]]:
-        ack = {"notifications": {"taskIds": task_ids}} if task_ids else {"notifications": {}}
-        yield notification("notifications/subscriptions/acknowledged", ack)
+        # SEP-2575: every frame on the stream carries the listen request's id as its
+        # subscription id, the acknowledgement first.
+        tag = {SUBSCRIPTION_ID_META_KEY: request.id}
+        ack: dict[str, Any] = {"notifications": {"taskIds": task_ids} if task_ids else {}}
+        yield notification("notifications/subscriptions/acknowledged", {**ack, "_meta": tag})
+        sent: dict[str, int] = {}
         pending = set(task_ids)
-        async with self._manager.watching() as changes:
-            for task_id in task_ids:
-                changes.put_nowait(TaskChange(task_id=task_id))
+        async with self._manager.watching(request.principal.subject) as changes:
             while pending:
-                task_id = (await changes.get()).task_id
-                if task_id not in pending:
-                    continue
-                record = await self._manager.store.get(task_id)
-                if record is None:
-                    pending.discard(task_id)
-                    continue
-                yield notification("notifications/tasks", await self.detailed_task(record))
-                if record.status.is_terminal:
-                    pending.discard(task_id)
+                for task_id in sorted(pending):
+                    record = await self._manager.store.get(task_id)
+                    if record is None:
+                        pending.discard(task_id)
+                        continue
+                    if sent.get(task_id) == record.version:
+                        continue
+                    sent[task_id] = record.version
+                    params = {**await self.detailed_task(record), "_meta": tag}
+                    yield notification("notifications/tasks", params)
+                    if record.status.is_terminal:
+                        pending.discard(task_id)
+                if pending:
+                    # A change here wakes at once; one made by another server process
+                    # sharing the store is read at the next poll (D1).
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(self._manager.options.change_poll_s):
+                            await changes.get()
         # Every subscribed task is terminal: nothing more will come, so end gracefully.
-        yield response(
-            request.id, {"resultType": "complete", "_meta": {SUBSCRIPTION_ID_META_KEY: request.id}}
-        )
+        yield response(request.id, {"resultType": "complete", "_meta": tag})
 
     async def detailed_task(self, record: TaskRecord) -> dict[str, Any]:
         """``DetailedTask`` + ``resultType: complete``, as tasks/get and notifications carry it."""

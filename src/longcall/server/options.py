@@ -17,6 +17,11 @@ DEFAULT_MAX_ARGUMENT_BYTES = 1024 * 1024
 DEFAULT_MAX_RESULT_BYTES = 4 * 1024 * 1024
 DEFAULT_MAX_JSON_DEPTH = 64
 DEFAULT_MAX_OPEN_TASKS_PER_PRINCIPAL = 1_000
+DEFAULT_LEASE_S = 15.0
+DEFAULT_CHANGE_POLL_S = 0.5
+DEFAULT_BODY_READ_TIMEOUT_S = 30.0
+DEFAULT_HEADER_READ_TIMEOUT_S = 10.0
+DEFAULT_MAX_CONNECTIONS = 1_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -41,6 +46,18 @@ class ServerOptions:
     """``Host`` names allowed besides loopback ones on a loopback listener."""
     resource_metadata_url: str | None = None
     """RFC 9728: the protected-resource metadata URL named in ``WWW-Authenticate``."""
+    lease_s: float = DEFAULT_LEASE_S
+    """How long a running task stays this process's without a renewal (renewed every third).
+    Another process takes it over only once the lease expired (D1); clocks of processes
+    sharing a store must agree to well within this."""
+    change_poll_s: float = DEFAULT_CHANGE_POLL_S
+    """How often a waiter re-reads the store for changes made by another process."""
+    body_read_timeout_s: float = DEFAULT_BODY_READ_TIMEOUT_S
+    """A request body not received within this is answered 408 (slow senders)."""
+    header_read_timeout_s: float = DEFAULT_HEADER_READ_TIMEOUT_S
+    """A connection whose request head is not complete within this is closed (slow-loris)."""
+    max_connections: int = DEFAULT_MAX_CONNECTIONS
+    """Connections and requests in flight; past it new requests are answered 503."""
     list_page_size: int = 50
     drop_create_response_at: int | None = None
     """If set to N, the HTTP response of the Nth task *creation* is dropped (task exists)."""

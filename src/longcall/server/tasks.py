@@ -1,10 +1,18 @@
-"""The task manager: creates tasks durably, runs tool functions, cancels, takes input (S2-S6).
+"""The task manager: creates tasks durably, runs tool functions, cancels, takes input (S2-S6, D1).
 
 Owns: the life of a task between the wire and the store — id generation (S5), the
 durable create before the id is returned (S2), the execution of the tool body and its
-terminal compare-and-set (S4), cancel, input requests and answers (S6), restart
-recovery, and the in-process change hub that push notifications listen to (S7).
+terminal compare-and-set (S4), cancel, input requests and answers (S6), the leases that
+bind each running task to this process and the takeover of tasks whose owner stopped
+(D1), and the in-process change hub that waits and push streams listen to (S7).
 Must not: render wire shapes or read HTTP; the protocol modules do that.
+
+A store failure never kills a task silently (the class of bug where a locked store
+ended a task ``completed`` with ``isError: "database is locked"``, or left it
+``working`` forever): progress messages are best effort, input waits and the terminal
+write are retried with backoff until they land or the run is fenced off, and a task
+this process can no longer finish keeps its lease only while the process lives —
+after that another process (or the next start) takes it over.
 """
 
 from __future__ import annotations
@@ -12,22 +20,26 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import secrets
-from collections.abc import AsyncIterator, Callable, Mapping
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from longcall.server.errors import (
     INTERNAL_ERROR,
+    QUOTA_EXCEEDED,
     InvalidParams,
     JsonRpcError,
+    QuotaExceeded,
+    StoreUnavailable,
     SubmissionKeyConflict,
     TaskNotFound,
     ToolError,
     ToolProtocolError,
 )
 from longcall.server.model import (
-    ACTIVE_STATUSES,
     InputRequest,
     NewTask,
     Principal,
@@ -36,6 +48,7 @@ from longcall.server.model import (
     TaskStatus,
 )
 from longcall.server.options import ServerOptions
+from longcall.server.states import Cause
 from longcall.server.store import TaskStore
 from longcall.server.tools import (
     ToolRegistry,
@@ -49,19 +62,30 @@ from longcall.server.tools import (
 logger = logging.getLogger(__name__)
 
 Clock = Callable[[], float]
+T = TypeVar("T")
 
 TASK_ID_BYTES = 24
 """192 random bits from ``secrets``: unguessable task ids (S5 asks for at least 128)."""
+RETRY_DELAY_S_MIN = 0.05
+RETRY_DELAY_S_MAX = 2.0
+LISTENER_BACKLOG_MAX = 1_024
+"""Changes one push stream may have pending; past it the oldest are dropped (polling is truth)."""
 
-RESTART_ERROR_MESSAGE = (
-    "The server restarted while this task was running; the tool is not declared idempotent,"
+OWNER_LOST_MESSAGE = (
+    "The server process running this task stopped; the tool is not declared idempotent,"
     " so it was not re-run. Its effects, if any, are unknown."
 )
+RESTART_ERROR_MESSAGE = OWNER_LOST_MESSAGE
 
 
 def new_task_id() -> str:
     """A fresh unguessable, header-safe task id (S5)."""
     return secrets.token_urlsafe(TASK_ID_BYTES)
+
+
+def new_owner_id() -> str:
+    """This process's lease-holder name: host, pid and a random part (never reused)."""
+    return f"{socket.gethostname()}/{os.getpid()}/{secrets.token_hex(4)}"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -81,38 +105,83 @@ class TaskChange:
     progress: Progress | None = None
 
 
+class Listener:
+    """A push stream's pending changes: one principal's tasks only, coalesced, bounded (S7)."""
+
+    def __init__(self, principal: str | None) -> None:
+        self.principal = principal
+        self._pending: dict[str, Progress | None] = {}
+        self._ready = asyncio.Event()
+
+    def offer(self, change: TaskChange) -> None:
+        if change.task_id not in self._pending and len(self._pending) >= LISTENER_BACKLOG_MAX:
+            self._pending.pop(next(iter(self._pending)))
+        self._pending[change.task_id] = change.progress or self._pending.get(change.task_id)
+        self._ready.set()
+
+    def put_nowait(self, change: TaskChange) -> None:
+        """Queue a change by hand (a stream's initial snapshot)."""
+        self.offer(change)
+
+    async def get(self) -> TaskChange:
+        """The oldest pending change (waits for one)."""
+        while not self._pending:
+            self._ready.clear()
+            await self._ready.wait()
+        task_id = next(iter(self._pending))
+        return TaskChange(task_id=task_id, progress=self._pending.pop(task_id))
+
+
 class ChangeHub:
-    """In-process fan-out of "task X changed" (S7 push; waits of blocking calls)."""
+    """In-process fan-out of "task X changed" (S7 push; waits of blocking calls).
+
+    Nothing here outlives its waiter: a wait registers an event for one task and removes
+    it when it ends (found or not), and a listener is dropped when its stream closes.
+    """
 
     def __init__(self) -> None:
-        self._events: dict[str, asyncio.Event] = {}
-        self._listeners: set[asyncio.Queue[TaskChange]] = set()
-
-    def event(self, task_id: str) -> asyncio.Event:
-        """An event set at the next change of the task; take it *before* reading the store."""
-        event = self._events.get(task_id)
-        if event is None:
-            event = self._events[task_id] = asyncio.Event()
-        return event
-
-    def publish(self, task_id: str, progress: Progress | None = None) -> None:
-        """Wake everyone waiting on the task and every listener (with the progress, if any)."""
-        event = self._events.pop(task_id, None)
-        if event is not None:
-            event.set()
-        change = TaskChange(task_id=task_id, progress=progress)
-        for queue in self._listeners:
-            queue.put_nowait(change)
+        self._waiters: dict[str, set[asyncio.Event]] = {}
+        self._listeners: set[Listener] = set()
 
     @contextlib.contextmanager
-    def listen(self) -> Any:
-        """A queue receiving every task change while the context is open."""
-        queue: asyncio.Queue[TaskChange] = asyncio.Queue()
-        self._listeners.add(queue)
+    def watch(self, task_id: str) -> Iterator[asyncio.Event]:
+        """An event set at the next change of the task; enter it *before* reading the store."""
+        event = asyncio.Event()
+        self._waiters.setdefault(task_id, set()).add(event)
         try:
-            yield queue
+            yield event
         finally:
-            self._listeners.discard(queue)
+            waiters = self._waiters.get(task_id)
+            if waiters is not None:
+                waiters.discard(event)
+                if not waiters:
+                    del self._waiters[task_id]
+
+    def publish(
+        self, task_id: str, principal: str | None = None, progress: Progress | None = None
+    ) -> None:
+        """Wake everyone waiting on the task and the listeners of its principal."""
+        for event in self._waiters.get(task_id, ()):
+            event.set()
+        change = TaskChange(task_id=task_id, progress=progress)
+        for listener in self._listeners:
+            if listener.principal is None or principal is None or listener.principal == principal:
+                listener.offer(change)
+
+    @contextlib.contextmanager
+    def listen(self, principal: str | None = None) -> Iterator[Listener]:
+        """Changes of ``principal``'s tasks (all tasks: ``None``) while the context is open."""
+        listener = Listener(principal)
+        self._listeners.add(listener)
+        try:
+            yield listener
+        finally:
+            self._listeners.discard(listener)
+
+    @property
+    def size(self) -> int:
+        """Registered waits and listeners (a leak shows here)."""
+        return sum(len(events) for events in self._waiters.values()) + len(self._listeners)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -173,7 +242,7 @@ class _RunningTaskContext:
             text = f"{progress:g}/{total:g}" if total is not None else f"{progress:g}"
         note = Progress(progress=progress, total=total, message=message)
         await self._manager.set_status_message(
-            self._task_id, text, epoch=self._epoch, progress=note
+            self._task_id, text, epoch=self._epoch, principal=self._principal.subject, progress=note
         )
 
     async def elicit(self, message: str, requested_schema: dict[str, Any]) -> dict[str, Any]:
@@ -206,19 +275,31 @@ class TaskManager:
         self.registry = registry
         self.clock = clock
         self.options = options or ServerOptions()
+        self.owner = new_owner_id()
         self.hub = ChangeHub()
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._keeper: asyncio.Task[None] | None = None
+        self._stopping = False
 
     # ---- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Purge long-expired rows, then recover tasks a previous process left active (S2)."""
+        """Purge long-expired rows, take over tasks nobody holds, then keep leases (S2, D1)."""
+        self._stopping = False
         await self.store.purge(self.clock())
-        for record in await self.store.active_tasks():
-            await self._recover(record)
+        await self._claim_expired()
+        self._keeper = asyncio.get_running_loop().create_task(
+            self._keep_leases(), name="longcall-lease-keeper"
+        )
 
     async def stop(self) -> None:
-        """Stop running executions without touching their rows (the next start recovers them)."""
+        """Stop executions without touching their status, and hand their leases back."""
+        self._stopping = True
+        if self._keeper is not None:
+            self._keeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._keeper
+            self._keeper = None
         running = list(self._running.values())
         for task in running:
             task.cancel()
@@ -226,44 +307,82 @@ class TaskManager:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await task
         self._running.clear()
+        with contextlib.suppress(StoreUnavailable):
+            await self.store.release(self.owner)
 
-    async def _recover(self, record: TaskRecord) -> None:
-        now = self.clock()
-        spec = self.registry.get(record.tool_name)
-        if record.is_expired(now):
-            await self._fail(record, "The task's ttl elapsed while the server was down.", now)
-        elif spec is None:
-            await self._fail(record, f"The tool {record.tool_name!r} is no longer served.", now)
-        elif not spec.idempotent:
-            await self._fail(record, RESTART_ERROR_MESSAGE, now)
-        else:
-            rerun = await self.store.begin_execution(record.task_id, now=now)
-            if rerun is None:
+    def lease_until(self) -> float:
+        return self.clock() + self.options.lease_s
+
+    async def _keep_leases(self) -> None:
+        """Renew this process's leases, stop runs it lost, take over expired ones (D1)."""
+        interval = self.options.lease_s / 3
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                held = await self.store.renew_leases(self.owner, until=self.lease_until())
+                self._stop_lost_runs(held)
+                await self._claim_expired()
+            except StoreUnavailable as exc:
+                logger.warning("could not renew task leases: %s", exc)
+            except Exception:
+                logger.exception("lease keeper failed; retrying")
+
+    def _stop_lost_runs(self, held: Mapping[str, int]) -> None:
+        """A run whose task is no longer ours (cancelled, ended, claimed) stops here."""
+        for task_id, task in list(self._running.items()):
+            if task_id not in held:
+                task.cancel()
+
+    async def _claim_expired(self) -> None:
+        while True:
+            claimed = await self.store.claim_expired(
+                self.owner, now=self.clock(), until=self.lease_until()
+            )
+            for record in claimed:
+                await self._resume(record)
+            if not claimed:
                 return
-            if rerun.status is TaskStatus.INPUT_REQUIRED and not await self._outstanding(rerun):
-                # A crash between storing the last answer and resuming: resume now (S6).
-                await self.store.transition(
-                    rerun.task_id,
-                    allowed_from={TaskStatus.INPUT_REQUIRED},
-                    to=TaskStatus.WORKING,
-                    now=now,
-                    reason="input answered before restart",
-                )
-            logger.info("re-running idempotent task %s after restart", record.task_id)
-            self._spawn(rerun, spec)
 
-    async def _fail(self, record: TaskRecord, message: str, now: float) -> None:
-        error = {"code": -32603, "message": message}
+    async def _resume(self, record: TaskRecord) -> None:
+        """A claimed task (its owner stopped): re-run it, or end it saying why (D1)."""
+        spec = self.registry.get(record.tool_name)
+        epoch = record.execution_epoch
+        if record.is_expired(self.clock()):
+            await self._end(
+                record,
+                Cause.NOT_RESUMABLE,
+                "The task's ttl elapsed while no server process was running it.",
+                epoch,
+            )
+        elif spec is None:
+            await self._end(
+                record,
+                Cause.NOT_RESUMABLE,
+                f"The tool {record.tool_name!r} is no longer served.",
+                epoch,
+            )
+        elif not spec.idempotent:
+            await self._end(record, Cause.OWNER_LOST, OWNER_LOST_MESSAGE, epoch)
+        else:
+            if record.status is TaskStatus.INPUT_REQUIRED and not await self._outstanding(record):
+                # Stopped between storing the last answer and resuming: resume now (S6).
+                await self.store.transition(
+                    record.task_id, Cause.INPUT_ANSWERED, now=self.clock(), epoch=epoch
+                )
+            logger.info("re-running idempotent task %s (epoch %d)", record.task_id, epoch)
+            self._spawn(record, spec)
+
+    async def _end(self, record: TaskRecord, cause: Cause, message: str, epoch: int) -> None:
+        error = {"code": INTERNAL_ERROR, "message": message}
         await self.store.transition(
             record.task_id,
-            allowed_from=ACTIVE_STATUSES,
-            to=TaskStatus.FAILED,
-            now=now,
-            reason="server restart",
+            cause,
+            now=self.clock(),
             status_message=message,
             error=error,
+            epoch=epoch,
         )
-        self.hub.publish(record.task_id)
+        self.hub.publish(record.task_id, record.principal)
 
     # ---- creation and execution --------------------------------------------------------------
 
@@ -277,6 +396,7 @@ class TaskManager:
         submission_key: str | None,
         ttl_ms: int | None,
         client_can_elicit: bool = True,
+        progress_token: str | int | None = None,
     ) -> CreateOutcome:
         """Create the task durably (S2) or return the one of the same submission key (S3)."""
         self.check_arguments(spec, arguments)
@@ -293,11 +413,21 @@ class TaskManager:
             poll_interval_ms=spec.poll_interval_ms,
             status_message="The operation is now in progress.",
             client_can_elicit=client_can_elicit,
+            progress_token=progress_token,
         )
         try:
-            record, created = await self.store.create(new)
+            record, created = await self.store.create(
+                new,
+                owner=self.owner,
+                lease_until=self.lease_until(),
+                max_open=self.options.max_open_tasks_per_principal,
+            )
         except SubmissionKeyConflict as exc:
             raise InvalidParams(str(exc), {"submissionKey": submission_key}) from exc
+        except QuotaExceeded as exc:
+            raise JsonRpcError(
+                QUOTA_EXCEEDED, str(exc), {"limit": self.options.max_open_tasks_per_principal}
+            ) from exc
         if record.protocol is not protocol:
             raise InvalidParams(
                 f"submission key {submission_key!r} belongs to a task of protocol"
@@ -305,7 +435,7 @@ class TaskManager:
             )
         if created:
             self._spawn(record, spec)
-            self.hub.publish(record.task_id)
+            self.hub.publish(record.task_id, record.principal)
         return CreateOutcome(record=record, created=created)
 
     async def call_synchronously(
@@ -368,11 +498,17 @@ class TaskManager:
             self._execute(record, spec), name=f"longcall-task-{record.task_id}"
         )
         self._running[record.task_id] = task
-        task.add_done_callback(lambda _: self._forget(record.task_id, task))
+        task.add_done_callback(lambda done: self._forget(record.task_id, done))
 
     def _forget(self, task_id: str, task: asyncio.Task[None]) -> None:
         if self._running.get(task_id) is task:
             del self._running[task_id]
+        if not task.cancelled() and task.exception() is not None:
+            # Never "Task exception was never retrieved": the lease lapses and another
+            # run (here or elsewhere) takes the task over.
+            logger.error(
+                "execution of task %s ended abnormally", task_id, exc_info=task.exception()
+            )
 
     async def _execute(self, record: TaskRecord, spec: ToolSpec) -> None:
         kwargs = spec.validate_arguments(record.arguments)
@@ -393,29 +529,55 @@ class TaskManager:
             message = str(error.get("message"))
         elif is_tool_error and result is not None:
             message = _first_text(result)
-        finished = await self.store.transition(
-            record.task_id,
-            allowed_from=ACTIVE_STATUSES,
-            to=TaskStatus.FAILED if failed else TaskStatus.COMPLETED,
-            now=self.clock(),
-            reason="tool returned" if error is None else "tool raised a protocol error",
-            status_message=message or ("The operation completed." if not failed else None),
-            result=result,
-            error=error,
-            epoch=record.execution_epoch,
+        finished = await self.retrying(
+            f"finish task {record.task_id}",
+            lambda: self.store.transition(
+                record.task_id,
+                Cause.TOOL_FAILED if failed else Cause.TOOL_RETURNED,
+                now=self.clock(),
+                status_message=message or ("The operation completed." if not failed else None),
+                result=result,
+                error=error,
+                epoch=record.execution_epoch,
+            ),
         )
         if finished is None:
-            # S4: the terminal CAS lost (cancelled first, or a newer epoch);
+            # S4: the terminal CAS lost (cancelled first, or fenced off by a newer epoch);
             # the loser changes nothing.
             logger.info("completion of task %s lost to an earlier terminal", record.task_id)
-        self.hub.publish(record.task_id)
+        self.hub.publish(record.task_id, record.principal)
+
+    async def retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
+        """``attempt()`` until the store takes it: a busy or unreachable store delays, never
+        drops, a task's write. Cancelling the run (stop, lease lost) ends the retries."""
+        delay = RETRY_DELAY_S_MIN
+        while True:
+            try:
+                return await attempt()
+            except StoreUnavailable as exc:
+                logger.warning("could not %s (%s); retrying in %.2fs", what, exc, delay)
+                await asyncio.sleep(delay)
+                delay = min(RETRY_DELAY_S_MAX, delay * 2)
 
     async def set_status_message(
-        self, task_id: str, message: str, *, epoch: int, progress: Progress | None = None
+        self,
+        task_id: str,
+        message: str,
+        *,
+        epoch: int,
+        principal: str | None = None,
+        progress: Progress | None = None,
     ) -> None:
-        """Record a progress message of an active task (real ``lastUpdatedAt``)."""
-        if await self.store.set_status_message(task_id, message, now=self.clock(), epoch=epoch):
-            self.hub.publish(task_id, progress)
+        """Record a progress message (real ``lastUpdatedAt``); best effort, never fatal."""
+        try:
+            changed = await self.store.set_status_message(
+                task_id, message, now=self.clock(), epoch=epoch
+            )
+        except StoreUnavailable as exc:
+            logger.warning("progress of task %s not stored: %s", task_id, exc)
+            return
+        if changed:
+            self.hub.publish(task_id, principal, progress)
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -430,6 +592,7 @@ class TaskManager:
             record is None
             or record.principal != principal.subject
             or record.protocol is not protocol
+            or record.deleted
             or record.is_expired(self.clock())
         ):
             raise TaskNotFound(task_id)
@@ -448,8 +611,15 @@ class TaskManager:
         if task_id is None:
             return None
         record = await self.store.get(task_id)
-        expired = record is None or record.is_expired(self.clock())
+        expired = record is None or record.deleted or record.is_expired(self.clock())
         return task_id, expired
+
+    async def wait_change(self, event: asyncio.Event) -> None:
+        """Wait for a change this process saw, or for the store poll interval: a change made
+        by another process sharing the store is seen within ``change_poll_s`` (D1)."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(self.options.change_poll_s):
+                await event.wait()
 
     # ---- cancel --------------------------------------------------------------------------------
 
@@ -457,17 +627,15 @@ class TaskManager:
         """CAS to ``cancelled`` before anyone is told (S4); ``None`` if already terminal."""
         cancelled = await self.store.transition(
             record.task_id,
-            allowed_from=ACTIVE_STATUSES,
-            to=TaskStatus.CANCELLED,
+            Cause.CANCEL_REQUESTED,
             now=self.clock(),
-            reason="cancel requested",
             status_message="The task was cancelled by request.",
         )
         if cancelled is not None:
             running = self._running.get(record.task_id)
             if running is not None:
-                running.cancel()
-            self.hub.publish(record.task_id)
+                running.cancel()  # another process's run stops at its next lease renewal
+            self.hub.publish(record.task_id, record.principal)
         return cancelled
 
     # ---- input -----------------------------------------------------------------------------
@@ -478,30 +646,36 @@ class TaskManager:
         """Issue (or find, after a re-run) input request ``sequence``; wait for its answer (S6)."""
         key = f"{sequence}.{secrets.token_hex(8)}"
         while True:
-            changed = self.hub.event(task_id)
-            request = await self.store.open_input_request(
-                task_id,
-                sequence=sequence,
-                key=key,
-                method="elicitation/create",
-                params=params,
-                now=self.clock(),
-            )
-            if request.response is not None:
-                return request.response
-            parked = await self.store.transition(
-                task_id,
-                allowed_from={TaskStatus.WORKING},
-                to=TaskStatus.INPUT_REQUIRED,
-                now=self.clock(),
-                reason=f"input requested ({request.key})",
-                status_message="Waiting for input.",
-                epoch=epoch,
-            )
-            if parked is not None:
-                self.hub.publish(task_id)
-                changed = self.hub.event(task_id)
-            await changed.wait()
+            with self.hub.watch(task_id) as changed:
+                request = await self.retrying(
+                    f"open input request {sequence} of task {task_id}",
+                    lambda: self.store.open_input_request(
+                        task_id,
+                        sequence=sequence,
+                        key=key,
+                        method="elicitation/create",
+                        params=params,
+                        now=self.clock(),
+                        epoch=epoch,
+                    ),
+                )
+                if request is None:
+                    raise asyncio.CancelledError  # fenced off: another run owns the task
+                if request.response is not None:
+                    return request.response
+                parked = await self.retrying(
+                    f"park task {task_id} for input",
+                    lambda: self.store.transition(
+                        task_id,
+                        Cause.INPUT_REQUESTED,
+                        now=self.clock(),
+                        status_message="Waiting for input.",
+                        epoch=epoch,
+                    ),
+                )
+                if parked is not None:
+                    self.hub.publish(task_id, parked.principal)
+                await self.wait_change(changed)
 
     async def answer(
         self, record: TaskRecord, responses: Mapping[str, Mapping[str, Any]]
@@ -513,14 +687,12 @@ class TaskManager:
         if answered and not await self.outstanding_inputs(record.task_id):
             await self.store.transition(
                 record.task_id,
-                allowed_from={TaskStatus.INPUT_REQUIRED},
-                to=TaskStatus.WORKING,
+                Cause.INPUT_ANSWERED,
                 now=self.clock(),
-                reason="input answered",
                 status_message="Input received; working.",
             )
         if answered:
-            self.hub.publish(record.task_id)
+            self.hub.publish(record.task_id, record.principal)
         return answered
 
     async def wait_terminal(
@@ -528,17 +700,17 @@ class TaskManager:
     ) -> TaskRecord:
         """Block until the task is terminal (2025-11-25 ``tasks/result``)."""
         while True:
-            changed = self.hub.event(task_id)
-            record = await self.visible(principal, task_id, protocol)
-            if record.status.is_terminal:
-                return record
-            await changed.wait()
+            with self.hub.watch(task_id) as changed:
+                record = await self.visible(principal, task_id, protocol)
+                if record.status.is_terminal:
+                    return record
+                await self.wait_change(changed)
 
     @contextlib.asynccontextmanager
-    async def watching(self) -> AsyncIterator[asyncio.Queue[TaskChange]]:
-        """Listen to every task change while the context is open (S7 push streams)."""
-        with self.hub.listen() as queue:
-            yield queue
+    async def watching(self, principal: str | None = None) -> AsyncIterator[Listener]:
+        """Listen to changes of ``principal``'s tasks while the context is open (S7 push)."""
+        with self.hub.listen(principal) as listener:
+            yield listener
 
 
 def _first_text(result: Mapping[str, Any]) -> str | None:

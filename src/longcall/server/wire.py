@@ -135,12 +135,19 @@ def validate_core_params(request: RpcRequest, version: str) -> None:
         ) from exc
 
 
-def lookup_result(found: tuple[str, bool] | None) -> dict[str, Any]:
-    """The answer of the submission-key lookup (S3): "exists: id" or "never created"."""
+def lookup_result(found: tuple[str, bool] | None, store_id: str) -> dict[str, Any]:
+    """The answer of the submission-key lookup (S3): "exists: id" or "never created", and
+    by which store (C5): ``found: false`` proves nothing to a client that submitted while
+    the server advertised another ``storeId``."""
     if found is None:
-        return {"found": False}
+        return {"found": False, "storeId": store_id}
     task_id, expired = found
-    return {"found": True, "taskId": task_id, "expired": expired}
+    return {"found": True, "taskId": task_id, "expired": expired, "storeId": store_id}
+
+
+def submission_key_capability(store_id: str) -> dict[str, Any]:
+    """The settings of the ``dev.longcall/submissionKey`` extension a server advertises."""
+    return {"lookupMethod": LOOKUP_METHOD, "storeId": store_id}
 
 
 def validate_elicit_result(key: str, value: Any) -> dict[str, Any]:

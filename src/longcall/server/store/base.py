@@ -1,0 +1,786 @@
+"""The task store's contract and the SQL both backends share (SPEC S2, S3, S4, S5, C5, D1).
+
+Owns: the async :class:`TaskStore` interface the task manager uses; the schema rules
+common to SQLite and PostgreSQL (task rows, the append-only status history, input
+requests, the submission-key index, store identity, schema versions); every query,
+written once with ``?`` placeholders; and the thread pool that keeps store I/O off the
+event loop. Must not: run tools, speak a wire protocol, or read a clock (callers pass
+``now``); a backend owns only its connection, its transactions and its error types.
+
+Why a thread pool: a store call can wait (another process holds the SQLite write lock,
+a PostgreSQL round trip, an fsync); on the event loop that wait would stall every
+request of the process (a ``ping`` took 10–15 s behind a held lock). Each worker thread
+has its own connection, so a call never shares one with another thread.
+
+Fencing (D1): every write made on behalf of a running execution names the execution
+epoch it belongs to; a claim by another process raises the epoch first, so a stale
+owner's writes match no row and change nothing — the database refuses them.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import json
+import logging
+import threading
+import uuid
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Protocol, TypeVar
+
+from longcall.server.errors import (
+    QuotaExceeded,
+    StoreError,
+    StoreUnavailable,
+    SubmissionKeyConflict,
+)
+from longcall.server.model import (
+    InputRequest,
+    NewTask,
+    ProtocolVersion,
+    StatusChange,
+    TaskRecord,
+    TaskStatus,
+)
+from longcall.server.states import Cause, sources, target
+
+logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+RERUN_MESSAGE = "The previous run stopped; the operation is running again from the start."
+EXPIRED_ROW_RETENTION_S = 7 * 24 * 3600.0
+"""Expired rows are kept (answering "not found") this long so lookups by key stay proofs (S3)."""
+CLAIM_BATCH = 100
+
+TASK_COLUMNS = (
+    "task_id, principal, tool_name, arguments, arguments_digest, protocol, submission_key,"
+    " status, status_message, created_at, last_updated_at, ttl_ms, poll_interval_ms,"
+    " execution_epoch, result, error, version, client_can_elicit, owner, lease_until,"
+    " deleted, run_timeout_s, abort_at, progress_token"
+)
+INPUT_COLUMNS = "task_id, key, sequence, method, params, response, created_at"
+ACTIVE_IN = "status IN ('input_required', 'working')"
+
+
+class TaskStore(Protocol):
+    """What the task manager needs from a durable store (SQLite or PostgreSQL)."""
+
+    store_id: str
+    """This store's identity, created with it and never changed (C5, the lookup's proof)."""
+
+    async def create(
+        self, new: NewTask, *, owner: str, lease_until: float, max_open: int | None = None
+    ) -> tuple[TaskRecord, bool]:
+        """Insert a task owned by ``owner``, or return the one holding the same key (S3)."""
+        ...
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        """One task by id, expired or not (the caller decides visibility)."""
+        ...
+
+    async def list_for_principal(
+        self, principal: str, protocol: ProtocolVersion, *, after: str | None, limit: int
+    ) -> list[TaskRecord]:
+        """A principal's tasks of one protocol version, ordered by creation (S5)."""
+        ...
+
+    async def lookup_submission(self, principal: str, key: str) -> str | None:
+        """The id of the task created under a submission key, if any (S3)."""
+        ...
+
+    async def transition(
+        self,
+        task_id: str,
+        cause: Cause,
+        *,
+        now: float,
+        status_message: str | None = None,
+        result: Mapping[str, Any] | None = None,
+        error: Mapping[str, Any] | None = None,
+        epoch: int | None = None,
+    ) -> TaskRecord | None:
+        """Compare-and-set by the status table; ``None`` when the cause does not apply (S4)."""
+        ...
+
+    async def set_status_message(
+        self, task_id: str, message: str, *, now: float, epoch: int
+    ) -> bool:
+        """Update the message of an active task of the given execution epoch."""
+        ...
+
+    async def open_input_request(
+        self,
+        task_id: str,
+        *,
+        sequence: int,
+        key: str,
+        method: str,
+        params: Mapping[str, Any],
+        now: float,
+        epoch: int,
+    ) -> InputRequest | None:
+        """Input request ``sequence`` (stored, or new); ``None`` if the epoch was fenced off."""
+        ...
+
+    async def answer_inputs(
+        self, task_id: str, answers: Mapping[str, Mapping[str, Any]], *, now: float
+    ) -> list[str]:
+        """Store answers for outstanding keys only; return the keys answered now (S6)."""
+        ...
+
+    async def input_requests(self, task_id: str) -> list[InputRequest]:
+        """All input requests of a task, in issue order."""
+        ...
+
+    async def renew_leases(self, owner: str, *, until: float) -> dict[str, int]:
+        """Extend ``owner``'s leases; the tasks it still holds (id → epoch) (D1)."""
+        ...
+
+    async def claim_expired(
+        self, owner: str, *, now: float, until: float, limit: int = CLAIM_BATCH
+    ) -> list[TaskRecord]:
+        """Take over active tasks whose lease expired (another owner's): epoch + 1 (D1)."""
+        ...
+
+    async def release(self, owner: str) -> int:
+        """Give up ``owner``'s leases at once (a graceful stop), so others need not wait."""
+        ...
+
+    async def set_run_limits(
+        self, task_id: str, *, run_timeout_s: float | None = None, abort_at: float | None = None
+    ) -> None:
+        """Persist an Apify-style run's time-out or graceful-abort deadline."""
+        ...
+
+    async def mark_deleted(self, task_id: str) -> bool:
+        """AIP-151 ``DeleteOperation``: hide the task for good (the row stays for key proofs)."""
+        ...
+
+    async def history(self, task_id: str) -> list[StatusChange]:
+        """The append-only status history of a task (S4)."""
+        ...
+
+    async def purge(self, now: float) -> int:
+        """Delete rows expired for longer than the retention window."""
+        ...
+
+    def close(self) -> None:
+        """Release the connections and the worker threads."""
+        ...
+
+
+def dumps(value: Any) -> str | None:
+    """Compact JSON text of a stored document (``None`` stays ``NULL``)."""
+    return None if value is None else json.dumps(value, separators=(",", ":"))
+
+
+def _loads(text: str | None) -> Any:
+    return None if text is None else json.loads(text)
+
+
+def task_from_row(row: Sequence[Any]) -> TaskRecord:
+    """A ``tasks`` row (``TASK_COLUMNS`` order) as a record."""
+    return TaskRecord(
+        task_id=row[0],
+        principal=row[1],
+        tool_name=row[2],
+        arguments=json.loads(row[3]),
+        arguments_digest=row[4],
+        protocol=ProtocolVersion(row[5]),
+        submission_key=row[6],
+        status=TaskStatus(row[7]),
+        status_message=row[8],
+        created_at=row[9],
+        last_updated_at=row[10],
+        ttl_ms=row[11],
+        poll_interval_ms=row[12],
+        execution_epoch=row[13],
+        result=_loads(row[14]),
+        error=_loads(row[15]),
+        version=row[16],
+        client_can_elicit=bool(row[17]),
+        owner=row[18],
+        lease_until=row[19],
+        deleted=bool(row[20]),
+        run_timeout_s=row[21],
+        abort_at=row[22],
+        progress_token=_loads(row[23]),
+    )
+
+
+def input_from_row(row: Sequence[Any]) -> InputRequest:
+    """A ``task_input_requests`` row (``INPUT_COLUMNS`` order) as a record."""
+    return InputRequest(
+        task_id=row[0],
+        key=row[1],
+        sequence=row[2],
+        method=row[3],
+        params=json.loads(row[4]),
+        response=_loads(row[5]),
+        created_at=row[6],
+    )
+
+
+def _in(values: Sequence[str]) -> str:
+    return "(" + ",".join("?" for _ in values) + ")"
+
+
+class SqlTaskStore:
+    """The queries of both backends over per-thread connections; subclasses add the driver."""
+
+    migrations: tuple[str, ...] = ()
+    workers = 1
+    """Threads (each with its own connection) serving this store's calls."""
+
+    def __init__(self) -> None:
+        self._local = threading.local()
+        self._connections: list[Any] = []
+        self._connections_lock = threading.Lock()
+        self._executor = ThreadPoolExecutor(
+            max_workers=self.workers, thread_name_prefix=f"longcall-{type(self).__name__}"
+        )
+        self._closed = False
+        self.store_id = ""
+
+    # ---- driver hooks --------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        raise NotImplementedError
+
+    def _transaction(self, conn: Any) -> contextlib.AbstractContextManager[Any]:
+        raise NotImplementedError
+
+    def _execute(self, conn: Any, query: str, params: Sequence[Any] = ()) -> Any:
+        raise NotImplementedError
+
+    def _translate(self, exc: Exception) -> StoreError | None:
+        """The store error for a driver exception (``None``: not the driver's)."""
+        raise NotImplementedError
+
+    def _check_alive(self, conn: Any) -> None:
+        """Refuse to work on a store that vanished under us (fail closed, C5)."""
+
+    def _forget_connection(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        self._local.conn = None
+        if conn is not None:
+            with contextlib.suppress(Exception):
+                conn.close()
+
+    # ---- the thread pool -----------------------------------------------------------------
+
+    def _connection(self) -> Any:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            conn = self._connect()
+            self._local.conn = conn
+            with self._connections_lock:
+                self._connections.append(conn)
+        return conn
+
+    def _in_thread(self, work: Callable[[Any], T]) -> T:
+        try:
+            conn = self._connection()
+            self._check_alive(conn)
+            return work(conn)
+        except StoreError:
+            raise
+        except Exception as exc:
+            translated = self._translate(exc)
+            if translated is None:
+                raise
+            if isinstance(translated, StoreUnavailable):
+                self._forget_connection()  # a broken connection is reopened next time
+            raise translated from exc
+
+    async def _run(self, work: Callable[[Any], T]) -> T:
+        if self._closed:
+            raise StoreUnavailable("the task store is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, self._in_thread, work)
+
+    def run_sync(self, work: Callable[[Any], T]) -> T:
+        """Run ``work(conn)`` on a store thread and wait (setup code outside any loop)."""
+        return self._executor.submit(self._in_thread, work).result()
+
+    def close(self) -> None:
+        """Release the connections and the worker threads."""
+        if self._closed:
+            return
+        self._closed = True
+        self._executor.shutdown(wait=True)
+        with self._connections_lock:
+            for conn in self._connections:
+                with contextlib.suppress(Exception):
+                    conn.close()
+            self._connections.clear()
+
+    # ---- schema ------------------------------------------------------------------------------
+
+    def _schema_version(self, conn: Any) -> int:
+        row = self._execute(conn, "SELECT max(version) FROM schema_version").fetchone()
+        return 0 if row is None or row[0] is None else int(row[0])
+
+    def _upgrade(self, conn: Any, *, where: str) -> None:
+        """Run the missing forward migrations, then make sure the store has its identity."""
+        self._execute(conn, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+        current = self._schema_version(conn)
+        if current > len(self.migrations):
+            raise StoreError(
+                f"{where}: task store schema version {current} is newer than this server"
+                f" knows ({len(self.migrations)}); upgrade longcall"
+            )
+        for version in range(current + 1, len(self.migrations) + 1):
+            for statement in _statements(self.migrations[version - 1]):
+                self._execute(conn, statement)
+            self._execute(conn, "INSERT INTO schema_version (version) VALUES (?)", (version,))
+        self._execute(
+            conn,
+            "INSERT INTO store_meta (name, value) VALUES ('store_id', ?) ON CONFLICT DO NOTHING",
+            (uuid.uuid4().hex,),
+        )
+        row = self._execute(conn, "SELECT value FROM store_meta WHERE name = 'store_id'").fetchone()
+        self.store_id = str(row[0])
+
+    # ---- reads -------------------------------------------------------------------------------
+
+    def _select_task(self, conn: Any, task_id: str) -> TaskRecord | None:
+        row = self._execute(
+            conn, f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?", (task_id,)
+        ).fetchone()
+        return None if row is None else task_from_row(row)
+
+    async def get(self, task_id: str) -> TaskRecord | None:
+        """One task by id, expired or not (the caller decides visibility)."""
+        return await self._run(lambda conn: self._select_task(conn, task_id))
+
+    async def list_for_principal(
+        self, principal: str, protocol: ProtocolVersion, *, after: str | None, limit: int
+    ) -> list[TaskRecord]:
+        """A principal's tasks of one protocol version, ordered by creation (S5)."""
+        base = f"SELECT {TASK_COLUMNS} FROM tasks WHERE principal = ? AND protocol = ?"
+        if after is None:
+            query, params = base, [principal, protocol.value]
+        else:
+            query = (
+                base + " AND (created_at, task_id) > (SELECT created_at, task_id FROM tasks"
+                " WHERE task_id = ?)"
+            )
+            params = [principal, protocol.value, after]
+        query += " ORDER BY created_at, task_id LIMIT ?"
+
+        def read(conn: Any) -> list[TaskRecord]:
+            rows = self._execute(conn, query, (*params, limit)).fetchall()
+            return [task_from_row(row) for row in rows]
+
+        return await self._run(read)
+
+    async def lookup_submission(self, principal: str, key: str) -> str | None:
+        """The id of the task created under a submission key, if any (S3)."""
+
+        def read(conn: Any) -> str | None:
+            row = self._execute(
+                conn,
+                "SELECT task_id FROM tasks WHERE principal = ? AND submission_key = ?",
+                (principal, key),
+            ).fetchone()
+            return None if row is None else str(row[0])
+
+        return await self._run(read)
+
+    async def input_requests(self, task_id: str) -> list[InputRequest]:
+        """All input requests of a task, in issue order."""
+
+        def read(conn: Any) -> list[InputRequest]:
+            rows = self._execute(
+                conn,
+                f"SELECT {INPUT_COLUMNS} FROM task_input_requests WHERE task_id = ?"
+                " ORDER BY sequence",
+                (task_id,),
+            ).fetchall()
+            return [input_from_row(row) for row in rows]
+
+        return await self._run(read)
+
+    async def history(self, task_id: str) -> list[StatusChange]:
+        """The append-only status history of a task (S4)."""
+
+        def read(conn: Any) -> list[StatusChange]:
+            rows = self._execute(
+                conn,
+                "SELECT task_id, sequence, status, at, reason FROM task_status_history"
+                " WHERE task_id = ? ORDER BY sequence",
+                (task_id,),
+            ).fetchall()
+            return [
+                StatusChange(
+                    task_id=r[0], sequence=r[1], status=TaskStatus(r[2]), at=r[3], reason=r[4]
+                )
+                for r in rows
+            ]
+
+        return await self._run(read)
+
+    # ---- writes ------------------------------------------------------------------------------
+
+    def _append_history(
+        self, conn: Any, task_id: str, status: TaskStatus, now: float, reason: str | None
+    ) -> None:
+        # The task row was written (and, on PostgreSQL, locked) first in the same
+        # transaction, so two writers of one task never compute the same sequence.
+        self._execute(
+            conn,
+            "INSERT INTO task_status_history (task_id, sequence, status, at, reason)"
+            " SELECT ?, COALESCE(MAX(sequence), 0) + 1, ?, ?, ? FROM task_status_history"
+            " WHERE task_id = ?",
+            (task_id, status.value, now, reason, task_id),
+        )
+
+    def _lock_principal(self, conn: Any, principal: str) -> None:
+        """Serialise creations of one principal (the open-task quota); SQLite needs nothing."""
+
+    async def create(
+        self, new: NewTask, *, owner: str, lease_until: float, max_open: int | None = None
+    ) -> tuple[TaskRecord, bool]:
+        """Insert a task owned by ``owner``, or return the one holding the same key (S3)."""
+        expires_at = None if new.ttl_ms is None else new.created_at + new.ttl_ms / 1000.0
+
+        def write(conn: Any) -> tuple[TaskRecord, bool]:
+            with self._transaction(conn):
+                self._lock_principal(conn, new.principal)
+                existing = self._existing_submission(conn, new)
+                if existing is not None:
+                    return existing, False
+                if max_open is not None:
+                    self._check_quota(conn, new.principal, max_open)
+                self._execute(
+                    conn,
+                    "INSERT INTO tasks (task_id, principal, tool_name, arguments,"
+                    " arguments_digest, protocol, submission_key, status, status_message,"
+                    " created_at, last_updated_at, ttl_ms, expires_at, poll_interval_ms,"
+                    " client_can_elicit, owner, lease_until, progress_token)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    (
+                        new.task_id,
+                        new.principal,
+                        new.tool_name,
+                        dumps(new.arguments),
+                        new.arguments_digest,
+                        new.protocol.value,
+                        new.submission_key,
+                        TaskStatus.WORKING.value,
+                        new.status_message,
+                        new.created_at,
+                        new.created_at,
+                        new.ttl_ms,
+                        expires_at,
+                        new.poll_interval_ms,
+                        int(new.client_can_elicit),
+                        owner,
+                        lease_until,
+                        dumps(new.progress_token),
+                    ),
+                )
+                self._append_history(
+                    conn, new.task_id, TaskStatus.WORKING, new.created_at, f"created by {owner}"
+                )
+                record = self._select_task(conn, new.task_id)
+            if record is None:  # pragma: no cover - inserted above in this transaction
+                raise StoreError(f"task {new.task_id!r} vanished after its creation")
+            return record, True
+
+        return await self._run(write)
+
+    def _existing_submission(self, conn: Any, new: NewTask) -> TaskRecord | None:
+        if new.submission_key is None:
+            return None
+        row = self._execute(
+            conn,
+            f"SELECT {TASK_COLUMNS} FROM tasks WHERE principal = ? AND submission_key = ?",
+            (new.principal, new.submission_key),
+        ).fetchone()
+        if row is None:
+            return None
+        existing = task_from_row(row)
+        if existing.tool_name != new.tool_name or existing.arguments_digest != new.arguments_digest:
+            raise SubmissionKeyConflict(
+                f"submission key {new.submission_key!r} was already used for another call"
+                f" (tool {existing.tool_name!r}, different arguments)"
+            )
+        return existing
+
+    def _check_quota(self, conn: Any, principal: str, max_open: int) -> None:
+        row = self._execute(
+            conn, f"SELECT count(*) FROM tasks WHERE principal = ? AND {ACTIVE_IN}", (principal,)
+        ).fetchone()
+        if int(row[0]) >= max_open:
+            raise QuotaExceeded(
+                f"this caller already has {int(row[0])} open tasks (the limit is {max_open});"
+                " wait for some to finish or cancel them"
+            )
+
+    async def transition(
+        self,
+        task_id: str,
+        cause: Cause,
+        *,
+        now: float,
+        status_message: str | None = None,
+        result: Mapping[str, Any] | None = None,
+        error: Mapping[str, Any] | None = None,
+        epoch: int | None = None,
+    ) -> TaskRecord | None:
+        """Compare-and-set by the status table; ``None`` when the cause does not apply (S4)."""
+        allowed = sorted(status.value for status in sources(cause))
+        to = target(cause)
+        epoch_clause = "" if epoch is None else " AND execution_epoch = ?"
+        epoch_args: tuple[Any, ...] = () if epoch is None else (epoch,)
+        # A terminal task holds no lease: nobody runs it any more.
+        release = ", owner = NULL, lease_until = NULL" if to.is_terminal else ""
+
+        def write(conn: Any) -> TaskRecord | None:
+            with self._transaction(conn):
+                cursor = self._execute(
+                    conn,
+                    "UPDATE tasks SET status = ?, status_message = COALESCE(?, status_message),"
+                    " result = COALESCE(?, result), error = COALESCE(?, error),"
+                    f" last_updated_at = ?, version = version + 1{release}"
+                    f" WHERE task_id = ? AND status IN {_in(allowed)}{epoch_clause}",
+                    (
+                        to.value,
+                        status_message,
+                        dumps(result),
+                        dumps(error),
+                        now,
+                        task_id,
+                        *allowed,
+                        *epoch_args,
+                    ),
+                )
+                if cursor.rowcount != 1:
+                    return None
+                self._append_history(conn, task_id, to, now, cause.value)
+                return self._select_task(conn, task_id)
+
+        return await self._run(write)
+
+    async def set_status_message(
+        self, task_id: str, message: str, *, now: float, epoch: int
+    ) -> bool:
+        """Update the message of an active task of the given execution epoch."""
+
+        def write(conn: Any) -> bool:
+            cursor = self._execute(
+                conn,
+                "UPDATE tasks SET status_message = ?, last_updated_at = ?, version = version + 1"
+                f" WHERE task_id = ? AND execution_epoch = ? AND {ACTIVE_IN}",
+                (message, now, task_id, epoch),
+            )
+            return bool(cursor.rowcount == 1)
+
+        return await self._run(write)
+
+    async def open_input_request(
+        self,
+        task_id: str,
+        *,
+        sequence: int,
+        key: str,
+        method: str,
+        params: Mapping[str, Any],
+        now: float,
+        epoch: int,
+    ) -> InputRequest | None:
+        """Input request ``sequence`` (stored, or new); ``None`` if the epoch was fenced off."""
+
+        def write(conn: Any) -> InputRequest | None:
+            with self._transaction(conn):
+                # Lock the task row at our epoch first: a fenced run may not add requests.
+                fenced = self._execute(
+                    conn,
+                    "UPDATE tasks SET version = version WHERE task_id = ? AND execution_epoch = ?",
+                    (task_id, epoch),
+                )
+                if fenced.rowcount != 1:
+                    return None
+                self._execute(
+                    conn,
+                    "INSERT INTO task_input_requests (task_id, key, sequence, method, params,"
+                    " created_at) VALUES (?,?,?,?,?,?) ON CONFLICT DO NOTHING",
+                    (task_id, key, sequence, method, dumps(params), now),
+                )
+                row = self._execute(
+                    conn,
+                    f"SELECT {INPUT_COLUMNS} FROM task_input_requests"
+                    " WHERE task_id = ? AND sequence = ?",
+                    (task_id, sequence),
+                ).fetchone()
+            if row is None:  # pragma: no cover - inserted or present above
+                raise StoreError(f"input request {sequence} of task {task_id!r} vanished")
+            return input_from_row(row)
+
+        return await self._run(write)
+
+    async def answer_inputs(
+        self, task_id: str, answers: Mapping[str, Mapping[str, Any]], *, now: float
+    ) -> list[str]:
+        """Store answers for outstanding keys only; return the keys answered now (S6)."""
+
+        def write(conn: Any) -> list[str]:
+            answered: list[str] = []
+            with self._transaction(conn):
+                for key, response in answers.items():
+                    cursor = self._execute(
+                        conn,
+                        "UPDATE task_input_requests SET response = ?, answered_at = ?"
+                        " WHERE task_id = ? AND key = ? AND response IS NULL",
+                        (dumps(response), now, task_id, key),
+                    )
+                    if cursor.rowcount == 1:
+                        answered.append(key)
+            return answered
+
+        return await self._run(write)
+
+    # ---- leases (D1) -------------------------------------------------------------------------
+
+    async def renew_leases(self, owner: str, *, until: float) -> dict[str, int]:
+        """Extend ``owner``'s leases; the tasks it still holds (id → epoch) (D1)."""
+
+        def write(conn: Any) -> dict[str, int]:
+            with self._transaction(conn):
+                self._execute(
+                    conn,
+                    f"UPDATE tasks SET lease_until = ? WHERE owner = ? AND {ACTIVE_IN}",
+                    (until, owner),
+                )
+                rows = self._execute(
+                    conn,
+                    f"SELECT task_id, execution_epoch FROM tasks WHERE owner = ? AND {ACTIVE_IN}",
+                    (owner,),
+                ).fetchall()
+            return {str(row[0]): int(row[1]) for row in rows}
+
+        return await self._run(write)
+
+    def _expired_ids(self, conn: Any, owner: str, now: float, limit: int) -> list[tuple[str, int]]:
+        rows = self._execute(
+            conn,
+            f"SELECT task_id, execution_epoch FROM tasks WHERE {ACTIVE_IN}"
+            " AND (lease_until IS NULL OR lease_until < ?) AND (owner IS NULL OR owner <> ?)"
+            " ORDER BY created_at LIMIT ?",
+            (now, owner, limit),
+        ).fetchall()
+        return [(str(row[0]), int(row[1])) for row in rows]
+
+    async def claim_expired(
+        self, owner: str, *, now: float, until: float, limit: int = CLAIM_BATCH
+    ) -> list[TaskRecord]:
+        """Take over active tasks whose lease expired (another owner's): epoch + 1 (D1).
+
+        Each claim is a compare-and-set on the epoch it read, so two claimers of one task
+        cannot both win; the history records who took it over from whom.
+        """
+
+        def write(conn: Any) -> list[TaskRecord]:
+            claimed: list[TaskRecord] = []
+            with self._transaction(conn):
+                for task_id, epoch in self._expired_ids(conn, owner, now, limit):
+                    previous = self._execute(
+                        conn, "SELECT owner FROM tasks WHERE task_id = ?", (task_id,)
+                    ).fetchone()
+                    cursor = self._execute(
+                        conn,
+                        "UPDATE tasks SET owner = ?, lease_until = ?,"
+                        " execution_epoch = execution_epoch + 1, status_message = ?,"
+                        " last_updated_at = ?, version = version + 1"
+                        f" WHERE task_id = ? AND execution_epoch = ? AND {ACTIVE_IN}",
+                        (owner, until, RERUN_MESSAGE, now, task_id, epoch),
+                    )
+                    if cursor.rowcount != 1:
+                        continue
+                    record = self._select_task(conn, task_id)
+                    assert record is not None
+                    reason = f"claimed by {owner} from {previous[0] if previous else None}"
+                    self._append_history(conn, task_id, record.status, now, reason)
+                    claimed.append(record)
+            return claimed
+
+        return await self._run(write)
+
+    async def release(self, owner: str) -> int:
+        """Give up ``owner``'s leases at once (a graceful stop), so others need not wait."""
+
+        def write(conn: Any) -> int:
+            cursor = self._execute(
+                conn, f"UPDATE tasks SET lease_until = 0 WHERE owner = ? AND {ACTIVE_IN}", (owner,)
+            )
+            return int(cursor.rowcount)
+
+        return await self._run(write)
+
+    # ---- facade state ------------------------------------------------------------------------
+
+    async def set_run_limits(
+        self, task_id: str, *, run_timeout_s: float | None = None, abort_at: float | None = None
+    ) -> None:
+        """Persist an Apify-style run's time-out or graceful-abort deadline."""
+
+        def write(conn: Any) -> None:
+            # A graceful abort, once asked for, keeps its first deadline.
+            self._execute(
+                conn,
+                "UPDATE tasks SET run_timeout_s = COALESCE(?, run_timeout_s),"
+                " abort_at = COALESCE(abort_at, ?) WHERE task_id = ?",
+                (run_timeout_s, abort_at, task_id),
+            )
+
+        await self._run(write)
+
+    async def mark_deleted(self, task_id: str) -> bool:
+        """AIP-151 ``DeleteOperation``: hide the task for good (the row stays for key proofs)."""
+
+        def write(conn: Any) -> bool:
+            cursor = self._execute(
+                conn, "UPDATE tasks SET deleted = 1 WHERE task_id = ? AND deleted = 0", (task_id,)
+            )
+            return bool(cursor.rowcount == 1)
+
+        return await self._run(write)
+
+    async def purge(self, now: float) -> int:
+        """Delete rows expired for longer than the retention window."""
+        cutoff = now - EXPIRED_ROW_RETENTION_S
+        doomed = "SELECT task_id FROM tasks WHERE expires_at IS NOT NULL AND expires_at < ?"
+
+        def write(conn: Any) -> int:
+            with self._transaction(conn):
+                self._execute(
+                    conn, f"DELETE FROM task_input_requests WHERE task_id IN ({doomed})", (cutoff,)
+                )
+                self._execute(
+                    conn, f"DELETE FROM task_status_history WHERE task_id IN ({doomed})", (cutoff,)
+                )
+                cursor = self._execute(
+                    conn,
+                    "DELETE FROM tasks WHERE expires_at IS NOT NULL AND expires_at < ?",
+                    (cutoff,),
+                )
+            return int(cursor.rowcount)
+
+        return await self._run(write)
+
+
+def _statements(script: str) -> Iterator[str]:
+    for statement in script.split(";"):
+        if statement.strip():
+            yield statement.strip()
+
+
+@functools.lru_cache(maxsize=512)
+def to_pyformat(query: str) -> str:
+    """A ``?``-placeholder query in psycopg's ``%s`` style (the shared SQL has no ``%``)."""
+    return query.replace("?", "%s")

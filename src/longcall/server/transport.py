@@ -1,0 +1,130 @@
+"""HTTP transport pieces under the front door: event streams and connection limits.
+
+Owns: :class:`EventStream`, an SSE response that stops (and releases whatever its
+generator holds) as soon as the client disconnects, even when it has nothing to send;
+the uvicorn protocol with a deadline for a request's head (slow-loris); and the uvicorn
+configuration with the connection limit. Must not: know JSON-RPC methods or tasks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio
+import uvicorn
+from starlette.responses import Response
+from starlette.types import ASGIApp, Receive, Scope, Send
+from uvicorn.protocols.http.h11_impl import H11Protocol
+
+from longcall.server.options import ServerOptions
+
+
+class EventStream(Response):
+    """``text/event-stream`` of JSON-RPC messages; it ends with the stream or the client.
+
+    Starlette's streaming response learns of a disconnect only when a write fails, so a
+    push stream with nothing to say would hold its listener (and its memory) forever
+    after the client left; this one watches ``http.disconnect`` alongside the messages.
+    """
+
+    media_type = "text/event-stream"
+
+    def __init__(self, messages: AsyncIterator[dict[str, Any]]) -> None:
+        # No Response.__init__: it would declare a Content-Length for an empty body.
+        self.status_code = 200
+        self.background = None
+        self.raw_headers = [
+            (b"content-type", b"text/event-stream"),
+            (b"cache-control", b"no-store"),
+        ]
+        self._messages = messages
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        gone = False
+        async with anyio.create_task_group() as group:
+
+            async def pump() -> None:
+                try:
+                    async for message in self._messages:
+                        data = json.dumps(message, separators=(",", ":"))
+                        frame = f"event: message\ndata: {data}\n\n".encode()
+                        await send({"type": "http.response.body", "body": frame, "more_body": True})
+                finally:
+                    group.cancel_scope.cancel()
+
+            async def watch() -> None:
+                nonlocal gone
+                while (await receive())["type"] != "http.disconnect":
+                    pass
+                gone = True
+                group.cancel_scope.cancel()
+
+            group.start_soon(pump)
+            group.start_soon(watch)
+        aclose = getattr(self._messages, "aclose", None)
+        if aclose is not None:
+            await aclose()
+        if not gone:
+            await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+class BoundedH11Protocol(H11Protocol):
+    """uvicorn's HTTP/1.1 protocol with a deadline for each request's head (slow-loris).
+
+    uvicorn times out idle keep-alive connections but not a client that opens a
+    connection and sends its request line and headers a byte at a time: each such
+    connection would stay open forever. Here a connection whose head is not complete
+    within ``header_read_timeout_s`` of its first byte (or of the connection) is closed.
+    """
+
+    header_read_timeout_s = 10.0
+
+    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+        super().connection_made(transport)
+        self._head_timer: asyncio.TimerHandle | None = None
+        self._arm_head_timer()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        if self.cycle is not None and not self.cycle.response_complete:
+            self._disarm_head_timer()  # a request is being served: its head is complete
+        else:
+            self._arm_head_timer()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._disarm_head_timer()
+        super().connection_lost(exc)
+
+    def _arm_head_timer(self) -> None:
+        if self._head_timer is None:
+            self._head_timer = self.loop.call_later(self.header_read_timeout_s, self._head_late)
+
+    def _disarm_head_timer(self) -> None:
+        if self._head_timer is not None:
+            self._head_timer.cancel()
+            self._head_timer = None
+
+    def _head_late(self) -> None:
+        self._head_timer = None
+        if self.cycle is None or self.cycle.response_complete:
+            self.transport.close()
+
+
+def uvicorn_config(app: ASGIApp, options: ServerOptions, **extra: Any) -> uvicorn.Config:
+    """uvicorn settings with the server's limits: head deadline and connection cap."""
+    protocol = type(
+        "LongcallH11Protocol",
+        (BoundedH11Protocol,),
+        {"header_read_timeout_s": options.header_read_timeout_s},
+    )
+    return uvicorn.Config(
+        app,
+        http=protocol,
+        limit_concurrency=options.max_connections,
+        log_level="warning",
+        **extra,
+    )
