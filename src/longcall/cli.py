@@ -36,14 +36,47 @@ def demo(walkthrough: bool) -> None:
 
 
 @main.command()
-@click.option("--store", "store_url", default=None, help="Task store URL (sqlite:///PATH).")
+@click.option(
+    "--store",
+    "store_url",
+    default=None,
+    help="Task store URL (sqlite:///PATH, or postgresql://... shared by several servers).",
+)
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
 @click.option("--port", default=8765, show_default=True, type=int, help="Port to bind.")
-def serve(store_url: str | None, host: str, port: int) -> None:
+@click.option(
+    "--lease-seconds",
+    default=15.0,
+    show_default=True,
+    type=click.FloatRange(min=0.5),
+    help="How long another server on the same store waits before taking over a task"
+    " whose server stopped.",
+)
+@click.option(
+    "--allowed-origin", multiple=True, help="An Origin to serve besides loopback ones (repeat)."
+)
+@click.option(
+    "--allowed-host", multiple=True, help="A Host name to serve besides loopback ones (repeat)."
+)
+def serve(
+    store_url: str | None,
+    host: str,
+    port: int,
+    lease_seconds: float,
+    allowed_origin: tuple[str, ...],
+    allowed_host: tuple[str, ...],
+) -> None:
     """Serve the reference long-running MCP tools at http://HOST:PORT/mcp."""
     from longcall.server.cli import run_reference_server
 
-    run_reference_server(store_url=store_url, host=host, port=port)
+    run_reference_server(
+        store_url=store_url,
+        host=host,
+        port=port,
+        lease_s=lease_seconds,
+        allowed_origins=allowed_origin,
+        allowed_hosts=allowed_host,
+    )
 
 
 @main.command()

@@ -34,12 +34,12 @@ class Served:
         manager = self.server.manager
         with anyio.fail_after(WAIT_LIMIT_S):
             while True:
-                changed = manager.hub.event(task_id)
-                record = await manager.store.get(task_id)
-                assert record is not None, task_id
-                if record.status.value in wanted:
-                    return record.status.value
-                await changed.wait()
+                with manager.hub.watch(task_id) as changed:
+                    record = await manager.store.get(task_id)
+                    assert record is not None, task_id
+                    if record.status.value in wanted:
+                        return record.status.value
+                    await changed.wait()
 
 
 @pytest.fixture

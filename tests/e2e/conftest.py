@@ -71,7 +71,9 @@ class FaultLayer:
         async def replay() -> dict[str, Any]:
             nonlocal replayed
             if replayed:
-                return {"type": "http.disconnect"}
+                # As a real server does: the next message is the client's disconnect, when
+                # it comes (a streaming response waits on it).
+                return dict(await receive())
             replayed = True
             return {"type": "http.request", "body": body, "more_body": False}
 

@@ -8,23 +8,49 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Iterable
+from urllib.parse import urlsplit, urlunsplit
 
 from longcall.server.examples import build_reference_server
-from longcall.server.options import ServerOptions
+from longcall.server.options import DEFAULT_LEASE_S, ServerOptions
+from longcall.server.store import DEFAULT_STORE_PATH
 
 
 def run_reference_server(
-    *, store_url: str | None, host: str, port: int, drop_create_response_at: int | None = None
+    *,
+    store_url: str | None,
+    host: str,
+    port: int,
+    drop_create_response_at: int | None = None,
+    lease_s: float = DEFAULT_LEASE_S,
+    allowed_origins: Iterable[str] = (),
+    allowed_hosts: Iterable[str] = (),
 ) -> None:
     """Serve the reference tools at ``http://HOST:PORT/mcp`` until interrupted."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    options = ServerOptions(drop_create_response_at=drop_create_response_at)
+    options = ServerOptions(
+        drop_create_response_at=drop_create_response_at,
+        lease_s=lease_s,
+        allowed_origins=frozenset(allowed_origins),
+        allowed_hosts=frozenset(host.lower() for host in allowed_hosts),
+    )
     server = build_reference_server(store=store_url, options=options)
     print(
         f"longcall: serving MCP at http://{host}:{port}/mcp"
-        f" (store {store_url or 'longcall-tasks.db'})",
+        f" (task store {server.store.store_id}: {_without_password(store_url)})",
         flush=True,
     )
     asyncio.run(server.serve(host=host, port=port))
+
+
+def _without_password(url: str | None) -> str:
+    """The store URL for a log line: a password never appears (credentials stay out of logs)."""
+    if url is None:
+        return DEFAULT_STORE_PATH
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))

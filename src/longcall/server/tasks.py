@@ -319,18 +319,23 @@ class TaskManager:
         while True:
             await asyncio.sleep(interval)
             try:
+                # Only runs that existed before the renewal read the rows can be judged by
+                # it: a task created meanwhile is ours but not in ``held`` yet.
+                known = dict(self._running)
                 held = await self.store.renew_leases(self.owner, until=self.lease_until())
-                self._stop_lost_runs(held)
+                self._stop_lost_runs(known, held)
                 await self._claim_expired()
             except StoreUnavailable as exc:
                 logger.warning("could not renew task leases: %s", exc)
             except Exception:
                 logger.exception("lease keeper failed; retrying")
 
-    def _stop_lost_runs(self, held: Mapping[str, int]) -> None:
+    def _stop_lost_runs(
+        self, known: Mapping[str, asyncio.Task[None]], held: Mapping[str, int]
+    ) -> None:
         """A run whose task is no longer ours (cancelled, ended, claimed) stops here."""
-        for task_id, task in list(self._running.items()):
-            if task_id not in held:
+        for task_id, task in known.items():
+            if task_id not in held and self._running.get(task_id) is task:
                 task.cancel()
 
     async def _claim_expired(self) -> None:
