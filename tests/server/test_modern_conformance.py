@@ -309,15 +309,18 @@ async def test_submission_key_returns_the_same_task(modern: ModernClient) -> Non
     )
     assert conflict["code"] == -32602
     assert "submission key" in conflict["message"]
+    discover = await modern.result("server/discover")
+    store_id = discover["capabilities"]["extensions"][SUBMISSION_KEY]["storeId"]
     found = await modern.result("longcall/tasks/lookup", {"submissionKey": "order-42"})
     assert found == {
         "found": True,
         "taskId": first["taskId"],
         "expired": False,
+        "storeId": store_id,
         "resultType": "complete",
     }
     missing = await modern.result("longcall/tasks/lookup", {"submissionKey": "order-43"})
-    assert missing == {"found": False, "resultType": "complete"}
+    assert missing == {"found": False, "storeId": store_id, "resultType": "complete"}
     await modern.result("tasks/cancel", {"taskId": first["taskId"]})
 
 
