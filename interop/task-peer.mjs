@@ -3,6 +3,7 @@
 // on 127.0.0.1. The tests in tests/interop drive it with the real `longcall` caller.
 //
 //   node task-peer.mjs [--stateless] [--event-store] [--port N] [--max-lifetime-s S]
+//                      [--exit-with-stdin] [--retry-ms MS]
 //
 // Stateful (default): one session per `initialize` (Mcp-Session-Id), one McpServer and
 // one transport per session, tasks bound to their session by the SDK's store. Stateless
@@ -15,8 +16,9 @@
 // so a test counts executions where the work runs, and one `http` line per HTTP exchange
 // (verb, JSON-RPC method, Accept, session, status), so a failure shows the wire.
 //
-// Bounded: it exits on SIGTERM/SIGINT, when its stdin closes (the parent died), when its
-// parent process changes, and after --max-lifetime-s (default 600) whatever happens.
+// Bounded: it exits on SIGTERM/SIGINT, when its parent process changes, with
+// --exit-with-stdin when its stdin closes (the parent died), and after --max-lifetime-s
+// (default 600) whatever happens.
 //
 // Nothing here decides what the caller should do with an answer: every wire behaviour
 // is the SDK's own, except the task store's answer to `tasks/result` for a task that
@@ -40,6 +42,7 @@ const { values: options } = parseArgs({
         'event-store': { type: 'boolean', default: false },
         port: { type: 'string', default: '0' },
         'max-lifetime-s': { type: 'string', default: '600' },
+        'exit-with-stdin': { type: 'boolean', default: false },
         'retry-ms': { type: 'string', default: '200' }
     }
 });
@@ -122,7 +125,9 @@ function taskTool(server, name, description, inputSchema, work, outputSchema) {
                 });
                 const signal = taskStore.watch(task.taskId);
                 emit({ event: 'started', tool: name, taskId: task.taskId, tag: args.tag ?? null });
-                run(server, name, task.taskId, args, extra, signal, work);
+                run(server, name, task.taskId, args, extra, signal, work).catch(error =>
+                    emit({ event: 'crashed', tool: name, taskId: task.taskId, message: String(error) })
+                );
                 return { task };
             },
             async getTask(_args, extra) {
@@ -375,9 +380,12 @@ function shutdown(code) {
 }
 process.on('SIGTERM', () => shutdown(0));
 process.on('SIGINT', () => shutdown(0));
-process.stdin.on('end', () => shutdown(0));
-process.stdin.on('close', () => shutdown(0));
-process.stdin.resume();
+if (options['exit-with-stdin']) {
+    // The test holds our stdin open: when it dies, the pipe closes and so do we.
+    process.stdin.on('end', () => shutdown(0));
+    process.stdin.on('close', () => shutdown(0));
+    process.stdin.resume();
+}
 const parent = process.ppid;
 setInterval(() => process.ppid !== parent && shutdown(0), 500).unref();
 setTimeout(() => shutdown(3), Number(options['max-lifetime-s']) * 1000).unref();

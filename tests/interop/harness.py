@@ -33,6 +33,8 @@ START_LIMIT_S = 20.0
 EVENT_LIMIT_S = 20.0
 CLI_LIMIT_S = 45.0
 STOP_LIMIT_S = 5.0
+PEER_LIFETIME_S = 300
+"""The peer exits by itself after this, whatever happens to this process."""
 
 
 def node_or_fail() -> Path:
@@ -44,8 +46,8 @@ def node_or_fail() -> Path:
 
 
 def node_env() -> dict[str, str]:
-    """The environment for Node tools: Node 22 first on PATH (the conformance CLI's
-    ``#!/usr/bin/env node`` must not find an older system Node)."""
+    """The environment for Node tools: Node 22 first on PATH, so that whatever they start
+    by name (``#!/usr/bin/env node``) never finds an older system Node."""
     return {**os.environ, "PATH": f"{NODE_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
 
 
@@ -112,10 +114,15 @@ class TsPeer:
         with self.changed:
             return [str(e["event"]) for e in self.events if e.get("taskId") == task_id]
 
-    def http(self, rpc: str) -> list[dict[str, Any]]:
-        """The peer's trace of every HTTP exchange carrying JSON-RPC method ``rpc``."""
+    def mark(self) -> int:
+        """A position in the event log, for :meth:`exchanges_since`."""
         with self.changed:
-            return [e for e in self.events if e.get("event") == "http" and e.get("rpc") == rpc]
+            return len(self.events)
+
+    def exchanges_since(self, mark: int) -> list[dict[str, Any]]:
+        """The peer's trace of the HTTP exchanges it served after ``mark``."""
+        with self.changed:
+            return [e for e in self.events[mark:] if e.get("event") == "http"]
 
     def log(self, last: int = 30) -> str:
         """The peer's recent events (HTTP exchanges one line each) and its stderr, for a
@@ -144,8 +151,9 @@ def ts_peer(tmp: Path, *flags: str) -> Iterator[TsPeer]:
     node = node_or_fail()
     stderr_path = tmp / "peer.stderr"
     with stderr_path.open("w") as stderr:
+        bounded = ("--exit-with-stdin", "--max-lifetime-s", str(PEER_LIFETIME_S))
         process = subprocess.Popen(
-            [str(node), str(TASK_PEER), "--port", "0", "--max-lifetime-s", "300", *flags],
+            [str(node), str(TASK_PEER), "--port", "0", *bounded, *flags],
             cwd=INTEROP,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,

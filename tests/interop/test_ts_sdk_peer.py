@@ -365,10 +365,10 @@ def test_resumable_streams_with_priming_events(
 def test_one_process_keeps_its_session(peers: Peers, caller: Caller) -> None:
     """Within one process every request after initialize carries the session it got."""
     peer = peers(STATEFUL)
-    before = len(peer.events)
+    mark = peer.mark()
     code, view, _ = caller.call(peer.url, "shout", {"text": "one"}, "n", "--wait")
     assert code == 0, explain(peer, view)
-    exchanges = [e for e in peer.events[before:] if e.get("event") == "http"]
+    exchanges = peer.exchanges_since(mark)
     rpcs = [e["rpc"] for e in exchanges]
     assert "initialize" in rpcs, peer.log()
     after = exchanges[rpcs.index("initialize") + 1 :]
@@ -380,10 +380,10 @@ def test_one_process_keeps_its_session(peers: Peers, caller: Caller) -> None:
 @xfail(NO_DELETE)
 def test_the_session_is_closed_with_delete(peers: Peers, caller: Caller) -> None:
     peer = peers(STATEFUL)
-    before = len(peer.events)
+    mark = peer.mark()
     code, view, _ = caller.call(peer.url, "shout", {"text": "bye"}, "n", "--wait")
     assert code == 0, explain(peer, view)
-    exchanges = [e for e in peer.events[before:] if e.get("event") == "http"]
+    exchanges = peer.exchanges_since(mark)
     used = {e["session"] for e in exchanges if e["verb"] == "POST" and e["session"]}
     deleted = {e["session"] for e in exchanges if e["verb"] == "DELETE"}
     assert used, peer.log()
