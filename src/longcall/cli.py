@@ -80,17 +80,63 @@ def serve(
 
 
 @main.command()
-@click.option("--permutations", default=1000, show_default=True, type=int, help="How many.")
-@click.option("--seed", default=0, show_default=True, type=int, help="Seed of the run.")
+@click.option("--permutations", default="1000", show_default=True, help="How many (>= 1).")
+@click.option("--seed", default="0", show_default=True, help="Seed of the run (an integer >= 0).")
+@click.option(
+    "--profile", default="default", show_default=True, help="Fault mix: gentle, default or harsh."
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the gate report).")
-@click.option("--replay", "replay_seed", default=None, type=int, help="Rerun one permutation.")
-def sim(permutations: int, seed: int, as_json: bool, replay_seed: int | None) -> None:
+@click.option("--replay", "replay_seed", default=None, help="Rerun one permutation by its seed.")
+@click.option(
+    "--mutants",
+    "mutant_table",
+    is_flag=True,
+    help="Plant each known bug in the real code and show which gate catches it.",
+)
+@click.option("--mutant", "mutant_names", multiple=True, help="Only this mutant (repeatable).")
+def sim(
+    permutations: str,
+    seed: str,
+    profile: str,
+    as_json: bool,
+    replay_seed: str | None,
+    mutant_table: bool,
+    mutant_names: tuple[str, ...],
+) -> None:
     """Run the deterministic simulator and judge the release gates (SPEC F1-F3)."""
-    from longcall.sim.console import replay, run_sim
+    from longcall.sim.config import PROFILES
+    from longcall.sim.console import replay, run_mutants, run_sim
 
+    count = _whole_number(permutations, "--permutations", minimum=1)
+    run_seed = _whole_number(seed, "--seed", minimum=0)
+    chosen = PROFILES.get(profile)
+    if chosen is None:
+        raise click.ClickException(
+            f"--profile: unknown profile {profile!r}; choose one of {', '.join(PROFILES)}"
+        )
     if replay_seed is not None:
-        raise SystemExit(replay(replay_seed))
-    raise SystemExit(run_sim(permutations, seed=seed, as_json=as_json))
+        seed_of_one = _whole_number(replay_seed, "--replay", minimum=0)
+        raise SystemExit(replay(seed_of_one, profile=chosen))
+    if mutant_table or mutant_names:
+        from longcall.sim.mutants import UnknownMutant
+
+        try:
+            code = run_mutants(list(mutant_names), seed=run_seed, profile=chosen)
+        except UnknownMutant as exc:
+            raise click.ClickException(f"--mutant: {exc}") from exc
+        raise SystemExit(code)
+    raise SystemExit(run_sim(count, seed=run_seed, as_json=as_json, profile=chosen))
+
+
+def _whole_number(text: str, option: str, *, minimum: int) -> int:
+    """An option's whole number, or a one-line error naming the option."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise click.ClickException(f"{option}: {text!r} is not a whole number") from None
+    if value < minimum:
+        raise click.ClickException(f"{option}: {value} is below {minimum}")
+    return value
 
 
 main.add_command(call)

@@ -61,6 +61,10 @@ def test_a_crash_with_a_file_ledger_replays() -> None:
 )
 @given(rng=st.randoms(use_true_random=False))
 def test_hypothesis_driven_worlds_hold_every_check(rng: random.Random) -> None:
-    """Hypothesis supplies the world's only randomness, so a failure would shrink."""
+    """Hypothesis supplies the world's only randomness, so a failure would shrink.
+
+    The jitter gate is left out here: it tells "no jitter" from a uniform draw, and a
+    hypothesis stream favours boundary draws (a jitter of exactly 0.0 everywhere is its
+    simplest example), which no schedule can tell from no jitter at all."""
     result = World(rng).run()
-    assert result.violations == []
+    assert [v for v in result.violations if v.check != "poll jitter"] == []

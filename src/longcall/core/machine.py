@@ -714,11 +714,13 @@ def _schedule_poll(r: OperationRecord, x: _Ctx, *, retry_after_s: float | None =
         jitter=x.jitter,
         retry_after_s=retry_after_s,
     )
-    # X3 rule 1 before rule 5: a limit may pull the next poll in, but never closer
-    # than the server's interval (the floor) after this one.
+    # X3 rules 1 and 4 before rule 5: a limit may pull the next poll in, but never
+    # closer than the server's interval (the floor) after this one, nor before the
+    # server's Retry-After (found by the simulator's Retry-After gate).
     floor_s = poll_delay_s(
         x.policy.poll, server_interval_s=r.poll_interval_s, backoff_step=0, jitter=0.0
     )
+    floor_s = max(floor_s, retry_after_s or 0.0)
     at = min(x.now + delay, max(limit, x.now + floor_s))
     r = evolve(r, next_poll_at=at)
     return r, [c.Poll(operation_id=_op(r), at=at)]

@@ -159,6 +159,9 @@ class Engine:
         self._last_poll_at: dict[str, float] = {}
         """When each operation's last poll left: a push never polls sooner than the
         server's interval after it (X3 rule 1)."""
+        self._polls_not_before: dict[str, float] = {}
+        """Per server: a 429/503's Retry-After holds every poll to it until then (X3),
+        whichever operation's request met it (found by the simulator's Retry-After gate)."""
         self._seq = itertools.count()
         self._buckets: dict[str, TokenBucket] = {}
         self._windows: dict[str, WindowLimit] = {}
@@ -341,6 +344,10 @@ class Engine:
             if not breaker.allows(now):
                 retry_at = breaker.retry_at() or now
                 self._push(node, kind, planned[2], max(retry_at, now))
+                continue
+            not_before = self._polls_not_before.get(server, now) if kind == "Poll" else now
+            if not_before > now:
+                self._push(node, kind, planned[2], not_before)
                 continue
             if kind == "Poll" and (node, kind) not in self._token_held:
                 wait_s = self._take_poll_token(server, now)
@@ -620,6 +627,9 @@ class Engine:
         breaker = self.breakers.get(server, self._breaker_template)
         if isinstance(event, e.RequestFailed):
             self.breakers[server] = breaker.on_failure(now, event.failure)
+            if event.retry_after_s:
+                until = max(self._polls_not_before.get(server, now), now + event.retry_after_s)
+                self._polls_not_before[server] = until
         elif not isinstance(event, (e.SubmitOutcomeLost, e.ResultFetchFailed)):
             self.breakers[server] = breaker.on_success()
 

@@ -1,20 +1,40 @@
 """Safety checks after every committed step, and the end-of-run ledger audit (SPEC F2).
 
 :class:`ObservedLedger` is the real SQLite ledger with one addition: after each
-successful write it tells the :class:`Checker`, which checks that write at once
-(at most one receipt per call node; no completed receipt without a fetched payload of
-that digest; nothing moves after an accepted cancel; every SUBMISSION_UNKNOWN and
-RECONCILIATION_REQUIRED record findable by key or operation id; every edge in
-:data:`~longcall.core.TRANSITIONS`; versions advance by one and the execution epoch
-never goes back). :func:`audit` re-reads the whole ledger at the end.
+successful write it tells the :class:`Checker`, which checks that write at once. Each
+check has a name (the catch table of ``longcall sim --mutants`` shows which one caught
+what):
+
+* ``transition table`` — every edge is in :data:`~longcall.core.TRANSITIONS`, terminal
+  states are never left, a node is created once and written only after;
+* ``versions and epochs`` — versions advance by one (L4), the execution epoch never goes
+  back (D1);
+* ``accepted without fetching`` — a completed/failed receipt not settled by an operator
+  has the digest of a result body a server actually sent for that node (X6);
+* ``receipt from a stale epoch`` (D1);
+* ``findable unknown`` — every SUBMISSION_UNKNOWN / RECONCILIATION_REQUIRED record is
+  found by its submission key or operation id (X7);
+* ``never created without proof`` — a SubmissionNeverCreated is backed by a lookup
+  answer ``found: false`` the server sent for that key (X2);
+* ``one terminal per task`` — no escalation for reading two different terminals of one
+  task: the simulated server never changes a terminal (S4), so such a read is the
+  client's own contradiction;
+* ``cancel ack for its own request`` — a cancel generation is acknowledged only once
+  its request reached the server (X5);
+* ``stale-epoch reply committed`` — a reply to an older execution epoch changes
+  nothing (D1; checked by the world around each delivery).
+
+The structural guarantees (one receipt per node: a UNIQUE constraint; every outbox row
+traced to its receipt: a foreign key) are re-read by :func:`audit` and reported apart.
 
 This module only observes: it never changes what the ledger stores or refuses.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from longcall.core import (
     TERMINAL_STATES,
@@ -27,6 +47,19 @@ from longcall.core import (
 from longcall.ledger import SQLiteLedger
 
 UNKNOWN_STATES = (State.SUBMISSION_UNKNOWN, State.RECONCILIATION_REQUIRED)
+TERMINAL_READS = frozenset({"ResultFetched", "TerminalObserved", "CancellationObserved"})
+"""Events that read a terminal: escalating on one means two terminals were read."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Violation:
+    """One finding: which check or gate, and what it saw."""
+
+    check: str
+    detail: str
+
+    def __str__(self) -> str:
+        return f"{self.check}: {self.detail}"
 
 
 class Checker:
@@ -34,13 +67,19 @@ class Checker:
 
     def __init__(self) -> None:
         self.now = 0.0
-        self.violations: list[str] = []
+        self.violations: list[Violation] = []
         self.state: dict[str, State] = {}
+        self.last: dict[str, OperationRecord] = {}
         self.version: dict[str, int] = {}
         self.epoch: dict[str, int] = {}
         self.receipts: dict[str, int] = {}
+        self.writes = 0
         self.fetched: dict[str, set[str]] = {}
-        """call node -> digests of result bodies a server actually sent for it (X6)."""
+        """call node -> digests of result bodies a server sent for it that arrived (X6)."""
+        self.proofs: dict[str, int] = {}
+        """call node -> lookup answers ``found: false`` for its key that arrived (X2)."""
+        self.cancel_received: Callable[[str], int] = lambda node: 0
+        """call node -> the highest cancel generation whose request reached a server."""
         self.unknown_since: dict[str, float] = {}
         self.unknown_durations: list[float] = []
         self.cancel_since: dict[str, float] = {}
@@ -49,56 +88,98 @@ class Checker:
         """The subset settled by an operator's reconciliation (reported apart)."""
         self.ledger: SQLiteLedger | None = None
 
-    def fail(self, message: str) -> None:
-        self.violations.append(f"t={self.now:.3f} {message}")
+    def fail(self, check: str, detail: str) -> None:
+        self.violations.append(Violation(check=check, detail=f"t={self.now:.3f} {detail}"))
 
     def on_write(
         self, record: OperationRecord, event: str, receipt: TerminalReceipt | None
     ) -> None:
         node = record.call_node_id
+        self.writes += 1
         before = self.state.get(node)
         if event == "Created":
             if before is not None:
-                self.fail(f"{node}: created twice")
+                self.fail("transition table", f"{node}: created twice")
         else:
-            if before is None:
-                self.fail(f"{node}: written before it was created")
-            elif record.state not in TRANSITIONS.get((before, event), frozenset()):
-                # F2: the ledger only ever holds what the table allows.
-                self.fail(
-                    f"{node}: edge {before.name} --{event}--> {record.state.name} not in table"
-                )
-            if before in TERMINAL_STATES and record.state is not before:
-                self.fail(f"{node}: left terminal {before.name} for {record.state.name}")
-            expected = self.version.get(node, 0) + 1
-            if record.version != expected:
-                self.fail(f"{node}: version {record.version} written, expected {expected} (L4)")
-            if record.execution_epoch < self.epoch.get(node, 0):
-                self.fail(
-                    f"{node}: execution epoch went back from {self.epoch[node]} to "
-                    f"{record.execution_epoch} (a stale executor's write, D1)"
-                )
+            self._edge(node, before, record, event)
         self.state[node] = record.state
+        self.last[node] = record
         self.version[node] = max(self.version.get(node, 0), record.version)
         self.epoch[node] = max(self.epoch.get(node, 0), record.execution_epoch)
         if receipt is not None:
             self._on_receipt(node, receipt)
+        self._evidence(node, record, event, before)
         if event == "CancelRefused":
             self._cancel_done(node)
         self._track_unknown(record)
+
+    def _edge(self, node: str, before: State | None, record: OperationRecord, event: str) -> None:
+        if before is None:
+            self.fail("transition table", f"{node}: written before it was created")
+            return
+        if record.state not in TRANSITIONS.get((before, event), frozenset()):
+            # F2: the ledger only ever holds what the table allows.
+            self.fail(
+                "transition table",
+                f"{node}: edge {before.name} --{event}--> {record.state.name} not in table",
+            )
+        if before in TERMINAL_STATES and record.state is not before:
+            self.fail("transition table", f"{node}: left terminal {before.name}")
+        expected = self.version.get(node, 0) + 1
+        if record.version != expected:
+            self.fail(
+                "versions and epochs",
+                f"{node}: version {record.version} written, expected {expected} (L4)",
+            )
+        if record.execution_epoch < self.epoch.get(node, 0):
+            self.fail(
+                "versions and epochs",
+                f"{node}: execution epoch went back from {self.epoch[node]} to "
+                f"{record.execution_epoch} (a stale executor's write, D1)",
+            )
+
+    def _evidence(
+        self, node: str, record: OperationRecord, event: str, before: State | None
+    ) -> None:
+        """What the servers must have said for this write to be sound (X2, X5, S4)."""
+        if event == "SubmissionNeverCreated":
+            proofs = self.proofs.get(node, 0)
+            if proofs <= 0:
+                self.fail(
+                    "never created without proof",
+                    f"{node}: taken as never created, but no lookup said found: false (X2)",
+                )
+            self.proofs[node] = max(0, proofs - 1)
+        elif event == "CancelAcknowledged":
+            received = self.cancel_received(node)
+            if received < record.cancel_generation:
+                self.fail(
+                    "cancel ack for its own request",
+                    f"{node}: cancel generation {record.cancel_generation} acknowledged, but"
+                    f" the server has received generation {received} at most (X5)",
+                )
+        elif event in TERMINAL_READS and record.state is State.RECONCILIATION_REQUIRED:
+            self.fail(
+                "one terminal per task",
+                f"{node}: escalated from {before.name if before else '?'} on {event}"
+                f" ({record.reconciliation_reason}); the server's terminal never changes",
+            )
 
     def _on_receipt(self, node: str, receipt: TerminalReceipt) -> None:
         count = self.receipts.get(node, 0) + 1
         self.receipts[node] = count
         if count > 1:
-            self.fail(f"{node}: {count} terminal receipts (L5)")
+            self.fail("one receipt per node", f"{node}: {count} terminal receipts (L5)")
         if receipt.execution_epoch < self.epoch.get(node, 0):
-            self.fail(f"{node}: receipt from stale epoch {receipt.execution_epoch}")
+            self.fail("receipt from a stale epoch", f"{node}: epoch {receipt.execution_epoch}")
         fetched = receipt.terminal_status in (ServerStatus.COMPLETED, ServerStatus.FAILED)
         unfetched = receipt.result_digest not in self.fetched.get(node, set())
         if fetched and receipt.resolved_by is None and unfetched:
             # F2/X6: a completed status whose result was not fetched never advances.
-            self.fail(f"{node}: accepted {receipt.terminal_status.value} without fetching it")
+            self.fail(
+                "accepted without fetching",
+                f"{node}: accepted {receipt.terminal_status.value} whose result no server sent",
+            )
         if receipt.resolved_by is not None and node in self.cancel_since:
             self.cancel_latencies_operator.append(self.now - self.cancel_since[node])
         self._cancel_done(node)
@@ -113,7 +194,10 @@ class Checker:
         if record.state in UNKNOWN_STATES:
             self.unknown_since.setdefault(node, self.now)
             if self.ledger is not None and not _findable(self.ledger, record):
-                self.fail(f"{node}: {record.state.name} but not findable by key or id (X7)")
+                self.fail(
+                    "findable unknown",
+                    f"{node}: {record.state.name} but not findable by key or id (X7)",
+                )
         elif node in self.unknown_since:
             self.unknown_durations.append(self.now - self.unknown_since.pop(node))
 
@@ -151,7 +235,7 @@ class ObservedLedger(SQLiteLedger):
         return out
 
     def update(self, record: OperationRecord, *, expected_version: int, event: str) -> None:
-        self.write_update(record, expected_version=expected_version, event=event)
+        super().update(record, expected_version=expected_version, event=event)
         if self.checker is not None:
             self.checker.on_write(record, event, None)
 
@@ -164,7 +248,7 @@ class ObservedLedger(SQLiteLedger):
         result_payload: bytes,
         event: str,
     ) -> int:
-        receipt_id = self.write_accept(
+        receipt_id = super().accept_terminal(
             record,
             receipt,
             expected_version=expected_version,
@@ -175,35 +259,23 @@ class ObservedLedger(SQLiteLedger):
             self.checker.on_write(record, event, receipt)
         return receipt_id
 
-    # The writes themselves: the real ones (planted-bug tests override these).
-    def write_update(self, record: OperationRecord, *, expected_version: int, event: str) -> None:
-        SQLiteLedger.update(self, record, expected_version=expected_version, event=event)
 
-    def write_accept(
-        self,
-        record: OperationRecord,
-        receipt: TerminalReceipt,
-        *,
-        expected_version: int,
-        result_payload: bytes,
-        event: str,
-    ) -> int:
-        return SQLiteLedger.accept_terminal(
-            self,
-            record,
-            receipt,
-            expected_version=expected_version,
-            result_payload=result_payload,
-            event=event,
-        )
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Audit:
+    """The end-of-run re-read: history problems, and the structural guarantees."""
+
+    problems: list[Violation]
+    receipts_max: int
+    """Receipts of the busiest node (a UNIQUE constraint keeps it at 1)."""
+    receipts: int
+    outbox_rows: int
+    outbox_traced: int
+    """Outbox rows whose node holds a receipt (a foreign key keeps them all)."""
 
 
-def audit(ledger: SQLiteLedger, nodes: list[str]) -> tuple[list[str], int, int, int]:
-    """Re-read the ledger: history edges, receipts per node, outbox traceability (L6).
-
-    Returns (violations, max receipts per node, outbox rows, traced outbox rows).
-    """
-    problems: list[str] = []
+def audit(ledger: SQLiteLedger, nodes: list[str]) -> Audit:
+    """Re-read the ledger: history edges and versions, receipts, outbox rows (L6)."""
+    problems: list[Violation] = []
     receipts = ledger.receipts()
     per_node: dict[str, int] = {}
     for receipt in receipts:
@@ -213,15 +285,24 @@ def audit(ledger: SQLiteLedger, nodes: list[str]) -> tuple[list[str], int, int, 
         for before, after in itertools.pairwise(rows):
             allowed = TRANSITIONS.get((before.state, after.event), frozenset())
             if after.state not in allowed:
-                problems.append(
-                    f"audit {node}: history edge {before.state.name} --{after.event}--> "
+                detail = (
+                    f"{node}: history edge {before.state.name} --{after.event}--> "
                     f"{after.state.name} not in table"
                 )
+                problems.append(Violation(check="transition table", detail=detail))
             if after.version != before.version + 1:
-                problems.append(f"audit {node}: history version gap at {after.version}")
+                detail = f"{node}: history version gap at {after.version}"
+                problems.append(Violation(check="versions and epochs", detail=detail))
     by_node = {r.call_node_id: r for r in receipts}
     outbox = ledger.outbox()
     traced = sum(1 for row in outbox if row.call_node_id in by_node)
-    if len(outbox) != len(receipts):
-        problems.append(f"audit: {len(outbox)} outbox rows for {len(receipts)} receipts")
-    return problems, max(per_node.values(), default=0), len(outbox), traced
+    return Audit(
+        problems=problems,
+        receipts_max=max(per_node.values(), default=0),
+        receipts=len(receipts),
+        outbox_rows=len(outbox),
+        outbox_traced=traced,
+    )
+
+
+__all__ = ["Audit", "Checker", "ObservedLedger", "Violation", "audit"]

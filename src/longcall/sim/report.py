@@ -3,8 +3,15 @@
 Permutation ``i`` of a run with seed ``S`` uses the seed :func:`derive_seed` makes
 from ``(S, i)``, so any failure is replayed alone with ``longcall sim --replay SEED``.
 Permutations are independent, so a run may be split over worker processes without
-changing any result. This module aggregates and judges; it never prints (the CLI
-renders the report).
+changing any result.
+
+Every gate says what it judged (receipts compared with the truth, reads measured on
+the wire, cancels timed…) and a gate that judged nothing fails: a measurement that
+stopped being recorded never reads as a pass. The structural guarantees — one receipt
+per node (a UNIQUE constraint), every outbox row traced to a receipt (a foreign key) —
+cannot fail while the schema stands; they are re-read and reported apart, as such.
+
+This module aggregates and judges; it never prints (the console renders the report).
 """
 
 from __future__ import annotations
@@ -14,15 +21,19 @@ import hashlib
 import math
 import os
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from typing import Any
 
+from longcall.sim.checks import Violation
+from longcall.sim.config import DEFAULT, PROFILES, Profile
 from longcall.sim.world import FAULT_CLASSES, POLL_QPS_LIMIT, Result, run_one
 
 CANCEL_ACK_P99_LIMIT_S = 60.0
 UNKNOWN_RECONCILE_LIMIT_S = 15 * 60.0
 FAILURES_LISTED_MAX = 20
+CHUNK = 100
+"""Permutations per task handed to a worker process."""
 
 
 def derive_seed(run_seed: int, index: int) -> int:
@@ -31,8 +42,25 @@ def derive_seed(run_seed: int, index: int) -> int:
     return int.from_bytes(digest[:6], "big")
 
 
-def replay_command(seed: int) -> str:
-    return f"longcall sim --replay {seed}"
+def replay_command(seed: int, profile: str = DEFAULT.name) -> str:
+    suffix = "" if profile == DEFAULT.name else f" --profile {profile}"
+    return f"longcall sim --replay {seed}{suffix}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Gate:
+    """One gate: its value, how many cases it judged, and whether it holds."""
+
+    name: str
+    value: str
+    judged: int
+    judged_what: str
+    met: bool
+    """The value meets the gate (before asking whether anything was judged)."""
+
+    @property
+    def holds(self) -> bool:
+        return self.met and self.judged > 0
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -41,14 +69,20 @@ class Report:
 
     permutations: int
     seed: int
+    profile: str = DEFAULT.name
     terminal_divergence: int = 0
+    receipts_compared: int = 0
     duplicate_operations: int = 0
-    receipts_per_node_max: int = 0
+    requests: int = 0
     poll_qps_max: float = 0.0
     poll_qps_limit: float = POLL_QPS_LIMIT
-    poll_qps_max_all_executors: float = 0.0
-    """Informational: racing executors together (they share no token bucket)."""
-    poll_interval_violations: int = 0
+    polls: int = 0
+    interval_violations: int = 0
+    interval_judged: int = 0
+    unjittered: int = 0
+    jitter_judged: int = 0
+    retry_after_violations: int = 0
+    retry_after_judged: int = 0
     cancel_ack_p99_s: float = 0.0
     cancels: int = 0
     cancels_operator_resolved: int = 0
@@ -56,7 +90,8 @@ class Report:
     cancel_ack_p99_s_without_operator: float = 0.0
     unknown_reconcile_max_s: float = 0.0
     unknowns: int = 0
-    traceability: float = 1.0
+    receipts_per_node_max: int = 0
+    receipts: int = 0
     outbox_rows: int = 0
     outbox_traced: int = 0
     nodes: int = 0
@@ -65,126 +100,212 @@ class Report:
     fault_counts: dict[str, int] = dataclasses.field(
         default_factory=lambda: dict.fromkeys(FAULT_CLASSES, 0)
     )
+    checks_failed: dict[str, int] = dataclasses.field(default_factory=dict)
+    """check or gate name -> permutations in which it found something."""
     failures: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     failed_permutations: int = 0
     elapsed_s: float = 0.0
     permutations_per_s: float = 0.0
 
-    def gates(self) -> dict[str, bool]:
-        """Every gate of F3 (and the per-step checks of F2) and whether it holds."""
-        return {
-            "terminal_divergence = 0": self.terminal_divergence == 0,
-            "duplicate_operations = 0": self.duplicate_operations == 0,
-            "receipts_per_node_max <= 1": self.receipts_per_node_max <= 1,
-            f"poll_qps_max <= {self.poll_qps_limit:g}": self.poll_qps_max <= self.poll_qps_limit,
-            "poll interval respected": self.poll_interval_violations == 0,
-            f"cancel_ack_p99_s < {CANCEL_ACK_P99_LIMIT_S:g}": self.cancel_ack_p99_s
-            < CANCEL_ACK_P99_LIMIT_S,
-            f"unknown_reconcile_max_s <= {UNKNOWN_RECONCILE_LIMIT_S:g}": (
-                self.unknown_reconcile_max_s <= UNKNOWN_RECONCILE_LIMIT_S
+    @property
+    def traceability(self) -> float:
+        return self.outbox_traced / self.outbox_rows if self.outbox_rows else 1.0
+
+    def gate_list(self) -> list[Gate]:
+        """Every gate of F3 (and the per-step checks of F2), each with what it judged."""
+        return [
+            Gate(
+                name="terminal divergence = 0",
+                value=str(self.terminal_divergence),
+                judged=self.receipts_compared,
+                judged_what="receipts compared with the server's truth",
+                met=self.terminal_divergence == 0,
             ),
-            "traceability = 100%": self.traceability == 1.0,
-            "every safety/liveness check": self.failed_permutations == 0,
-        }
+            Gate(
+                name="duplicate operations = 0",
+                value=str(self.duplicate_operations),
+                judged=self.requests,
+                judged_what="business requests the servers saw",
+                met=self.duplicate_operations == 0,
+            ),
+            Gate(
+                name=f"poll QPS <= {self.poll_qps_limit:g}",
+                value=f"{self.poll_qps_max:g} / s per executor and server",
+                judged=self.polls,
+                judged_what="status reads measured at the servers",
+                met=self.poll_qps_max <= self.poll_qps_limit,
+            ),
+            Gate(
+                name="poll interval respected",
+                value=f"{self.interval_violations} violations",
+                judged=self.interval_judged,
+                judged_what="consecutive reads after a told interval",
+                met=self.interval_violations == 0,
+            ),
+            Gate(
+                name="poll delays jittered",
+                value=f"{self.unjittered} delays of exactly the interval",
+                judged=self.jitter_judged,
+                judged_what="reads planned from a reply with an interval",
+                met=self.unjittered == 0,
+            ),
+            Gate(
+                name="Retry-After honoured",
+                value=f"{self.retry_after_violations} reads too soon",
+                judged=self.retry_after_judged,
+                judged_what="reads after a 429/503 with Retry-After",
+                met=self.retry_after_violations == 0,
+            ),
+            Gate(
+                name=f"cancel ack p99 < {CANCEL_ACK_P99_LIMIT_S:g} s",
+                value=(
+                    f"{self.cancel_ack_p99_s:.1f} s ({self.cancel_ack_p99_s_without_operator:.1f}"
+                    f" s without the {self.cancels_operator_resolved} an operator settled)"
+                ),
+                judged=self.cancels,
+                judged_what="cancels timed",
+                met=self.cancel_ack_p99_s < CANCEL_ACK_P99_LIMIT_S,
+            ),
+            Gate(
+                name=f"UNKNOWN reconciled <= {UNKNOWN_RECONCILE_LIMIT_S / 60:g} min",
+                value=f"{self.unknown_reconcile_max_s:.1f} s at most",
+                judged=self.unknowns,
+                judged_what="UNKNOWN stretches timed",
+                met=self.unknown_reconcile_max_s <= UNKNOWN_RECONCILE_LIMIT_S,
+            ),
+            Gate(
+                name="every safety/liveness check",
+                value=f"{self.failed_permutations} failed permutations",
+                judged=self.permutations,
+                judged_what="permutations",
+                met=self.failed_permutations == 0,
+            ),
+        ]
+
+    def structural(self) -> list[Gate]:
+        """Guarantees the schema enforces, re-read (they cannot fail while it stands)."""
+        return [
+            Gate(
+                name="one receipt per node (UNIQUE)",
+                value=f"{self.receipts_per_node_max} at most",
+                judged=self.receipts,
+                judged_what="receipts",
+                met=self.receipts_per_node_max <= 1,
+            ),
+            Gate(
+                name="outbox rows traced to receipts (FOREIGN KEY)",
+                value=f"{self.traceability:.2%}",
+                judged=self.outbox_rows,
+                judged_what="outbox rows",
+                met=self.outbox_traced == self.outbox_rows,
+            ),
+        ]
+
+    def gates(self) -> dict[str, bool]:
+        """Gate name -> holds (a gate that judged nothing does not hold)."""
+        return {gate.name: gate.holds for gate in self.gate_list()}
 
     @property
     def ok(self) -> bool:
-        return all(self.gates().values())
+        structural = all(g.met for g in self.structural())
+        return all(self.gates().values()) and structural
 
     def as_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
-        data["gates"] = self.gates()
+        data["traceability"] = self.traceability
+        data["gates"] = {
+            g.name: {
+                "value": g.value,
+                "judged": g.judged,
+                "judged_what": g.judged_what,
+                "holds": g.holds,
+            }
+            for g in self.gate_list()
+        }
+        data["structural"] = {
+            g.name: {"value": g.value, "judged": g.judged, "holds": g.met}
+            for g in self.structural()
+        }
         data["ok"] = self.ok
         return data
 
 
-def _p99(values: list[float]) -> float:
+def p99(values: list[float]) -> float:
     if not values:
         return 0.0
     ordered = sorted(values)
     return ordered[max(0, math.ceil(0.99 * len(ordered)) - 1)]
 
 
-def guarded(runner: Callable[[int], Result], seed: int) -> Result:
+Runner = Callable[[int], Result]
+
+
+def guarded(runner: Runner, seed: int) -> Result:
     """Run one permutation; an exception out of the simulated world is a failure of
     that permutation (with its seed), never the end of the whole run."""
     try:
         return runner(seed)
     except Exception as exc:  # reported with the seed that replays it
-        return Result(
-            seed=seed,
-            violations=[f"the permutation raised {type(exc).__name__}: {exc}"],
-            divergence=0,
-            duplicates=0,
-            receipts_max=0,
-            poll_qps_max=0.0,
-            poll_qps_max_all_executors=0.0,
-            poll_interval_violations=0,
-            cancel_latencies=[],
-            cancel_latencies_operator=[],
-            unknown_durations=[],
-            outbox_rows=0,
-            outbox_traced=0,
-            faults={},
-            operator_resolutions=0,
-            nodes=0,
-            virtual_s=0.0,
-            trace=None,
-        )
+        detail = f"the permutation raised {type(exc).__name__}: {exc}"
+        return Result(seed=seed, violations=[Violation(check="world raised", detail=detail)])
 
 
-def _run_chunk(seeds: list[int]) -> list[Result]:
-    return [guarded(run_one, seed) for seed in seeds]
+def _run_chunk(job: tuple[list[int], str]) -> list[Result]:
+    seeds, profile = job
+    chosen = PROFILES[profile]
+    return [guarded(lambda s: run_one(s, profile=chosen), seed) for seed in seeds]
+
+
+def results(
+    seeds: list[int], *, profile: Profile = DEFAULT, workers: int = 1
+) -> Iterator[list[Result]]:
+    """The results of ``seeds``, in order, in batches (over ``workers`` processes)."""
+    if workers <= 1:
+        for start in range(0, len(seeds), CHUNK):
+            yield _run_chunk((seeds[start : start + CHUNK], profile.name))
+        return
+    jobs = [(seeds[i : i + CHUNK], profile.name) for i in range(0, len(seeds), CHUNK)]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        yield from pool.map(_run_chunk, jobs)
 
 
 def run(
     permutations: int,
     *,
     seed: int = 0,
+    profile: Profile = DEFAULT,
     workers: int | None = None,
     on_progress: Callable[[int], None] | None = None,
-    runner: Callable[[int], Result] | None = None,
+    runner: Runner | None = None,
 ) -> Report:
     """Run ``permutations`` permutations and judge them. ``runner`` replaces
-    :func:`run_one` (tests plant bugs through it; it forces one process)."""
+    :func:`run_one` (it forces one process)."""
+    if permutations <= 0:
+        raise ValueError(f"permutations must be a positive number, not {permutations}")
     started = time.perf_counter()
     seeds = [derive_seed(seed, i) for i in range(permutations)]
-    report = Report(permutations=permutations, seed=seed)
+    report = Report(permutations=permutations, seed=seed, profile=profile.name)
     latencies: list[float] = []
     operator: list[float] = []
-    results: Iterable[Result]
     if workers is None:
         workers = min(2, os.cpu_count() or 1) if permutations >= 500 else 1
-    if runner is not None or workers <= 1:
-        one = runner or run_one
-
-        def serial() -> Iterable[Result]:
-            for s in seeds:
-                yield guarded(one, s)
-
-        results = serial()
-        for result in results:
-            _add(report, result, latencies, operator)
-            if on_progress is not None:
-                on_progress(1)
+    batches: Iterable[list[Result]]
+    if runner is not None:
+        batches = ([guarded(runner, s)] for s in seeds)
     else:
-        size = 100
-        chunks = [seeds[i : i + size] for i in range(0, len(seeds), size)]
-        with ProcessPoolExecutor(max_workers=workers) as pool:
-            for batch in pool.map(_run_chunk, chunks):
-                for result in batch:
-                    _add(report, result, latencies, operator)
-                if on_progress is not None:
-                    on_progress(len(batch))
-    report.cancel_ack_p99_s = round(_p99(latencies), 3)
+        batches = results(seeds, profile=profile, workers=workers)
+    for batch in batches:
+        for result in batch:
+            _add(report, result, latencies, operator)
+        if on_progress is not None:
+            on_progress(len(batch))
+    report.cancel_ack_p99_s = round(p99(latencies), 3)
     report.cancels = len(latencies)
     report.cancels_operator_resolved = len(operator)
     automatic = list(latencies)
     for value in operator:
         automatic.remove(value)
-    report.cancel_ack_p99_s_without_operator = round(_p99(automatic), 3)
-    if report.outbox_rows:
-        report.traceability = report.outbox_traced / report.outbox_rows
+    report.cancel_ack_p99_s_without_operator = round(p99(automatic), 3)
     report.elapsed_s = round(time.perf_counter() - started, 3)
     report.permutations_per_s = round(permutations / max(report.elapsed_s, 1e-9), 1)
     report.virtual_hours = round(report.virtual_hours, 1)
@@ -193,19 +314,25 @@ def run(
 
 def _add(report: Report, result: Result, latencies: list[float], operator: list[float]) -> None:
     report.terminal_divergence += result.divergence
+    report.receipts_compared += result.receipts_compared
     report.duplicate_operations += result.duplicates
-    report.receipts_per_node_max = max(report.receipts_per_node_max, result.receipts_max)
+    report.requests += result.requests
     report.poll_qps_max = max(report.poll_qps_max, result.poll_qps_max)
-    report.poll_qps_max_all_executors = max(
-        report.poll_qps_max_all_executors, result.poll_qps_max_all_executors
-    )
-    report.poll_interval_violations += result.poll_interval_violations
+    report.polls += result.polls
+    report.interval_violations += result.interval_violations
+    report.interval_judged += result.interval_judged
+    report.unjittered += result.unjittered
+    report.jitter_judged += result.jitter_judged
+    report.retry_after_violations += result.retry_after_violations
+    report.retry_after_judged += result.retry_after_judged
     latencies.extend(result.cancel_latencies)
     operator.extend(result.cancel_latencies_operator)
     if result.unknown_durations:
         report.unknowns += len(result.unknown_durations)
         longest = round(max(result.unknown_durations), 3)
         report.unknown_reconcile_max_s = max(report.unknown_reconcile_max_s, longest)
+    report.receipts_per_node_max = max(report.receipts_per_node_max, result.receipts_max)
+    report.receipts += result.receipts
     report.outbox_rows += result.outbox_rows
     report.outbox_traced += result.outbox_traced
     report.nodes += result.nodes
@@ -215,11 +342,13 @@ def _add(report: Report, result: Result, latencies: list[float], operator: list[
         report.fault_counts[name] = report.fault_counts.get(name, 0) + count
     if result.violations:
         report.failed_permutations += 1
+        for check in {v.check for v in result.violations}:
+            report.checks_failed[check] = report.checks_failed.get(check, 0) + 1
         if len(report.failures) < FAILURES_LISTED_MAX and result.seed is not None:
             report.failures.append(
                 {
                     "seed": result.seed,
-                    "replay": replay_command(result.seed),
-                    "violations": result.violations[:5],
+                    "replay": replay_command(result.seed, report.profile),
+                    "violations": [str(v) for v in result.violations[:5]],
                 }
             )

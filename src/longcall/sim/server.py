@@ -1,20 +1,20 @@
-"""Simulated task servers that keep the authoritative truth (SPEC F1, F3, P3, P4).
+"""Simulated servers: the truth store and the read path every protocol shares (F1, F3).
 
-A :class:`SimServer` speaks either MCP task version (``2026-07-28`` extension
-semantics or ``2025-11-25`` semantics) in a normalised form: requests are small
-tuples, replies are :class:`Reply` values. :class:`Aip151Server` (SPEC P3) and
-:class:`ApifyServer` (SPEC P4) keep the same truth and answer with the wire bodies
-of their protocols (a ``google.longrunning.Operation``; an Apify run view and dataset
-pages) in :attr:`Reply.body`, which the sim adapters map with the real adapters'
-rules. It keeps what no client can see: every
-task ever created (also after expiry), the request it was created for, its true
-terminal and payload, and every poll it received. The gates compare the ledger with
-this truth.
+:class:`SimServer` keeps what no client can see — every task ever created (also after
+expiry), the business request it belongs to, its true terminal and payload, every
+status read it received and from which executor — and the faults every protocol's
+reads share (429/503 with or without ``Retry-After``, a 404 before expiry, the purge
+at expiry, a task id wrongly reused). The wire fronts subclass it:
+:class:`~longcall.sim.mcp.McpServer` answers MCP over HTTP (both task versions);
+:class:`Aip151Server` (P3) and :class:`ApifyServer` (P4) still answer the normalised
+:class:`Reply` their sim adapters read, until those protocols' mappings are exchanges.
 
-The server's own faults (a wrongly reused task id, a 404 before expiry, 429/503 on
-``tasks/get``, a replayed ``input_required``, a completion landing exactly on a
-cancel) are injected here, never in ``core`` or ``runtime``. Every random draw comes
-from the world's one ``random.Random``; the server never reads a clock.
+A request reaches a server as a :class:`Hop` (who sent it, for which action, when);
+the server answers :class:`Served` (the reply plus what it told whom: the notes the
+gates need) or :class:`Hold` (a long poll or a blocking stream: ask again then).
+
+Must not: read a clock or draw from any generator but the world's one
+``random.Random``; judge anything (the world and the checks do).
 """
 
 from __future__ import annotations
@@ -26,7 +26,20 @@ from typing import Any
 
 from longcall.adapters import aip151 as real_aip151
 from longcall.adapters import apify as real_apify
+from longcall.adapters.exchange import HttpReply
 from longcall.core.keys import canonical_json
+from longcall.sim.truth import (
+    CANCELLED,
+    COMPLETED,
+    FAILED,
+    INPUT_REQUIRED,
+    TERMINAL,
+    VALUE,
+    WORKING,
+    Plan,
+    ServerFaults,
+    Task,
+)
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
@@ -34,103 +47,27 @@ AIP151 = real_aip151.PROTOCOL
 APIFY = real_apify.PROTOCOL
 MCP_PROTOCOLS = (MODERN, LEGACY)
 
-WORKING = "working"
-INPUT_REQUIRED = "input_required"
-COMPLETED = "completed"
-FAILED = "failed"
-CANCELLED = "cancelled"
-TERMINAL = (COMPLETED, FAILED, CANCELLED)
-INPUT_KEY = "approve"
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Hop:
+    """One request on the simulated network, as the network stamps it."""
 
-@dataclasses.dataclass(slots=True, kw_only=True)
-class Task:
-    """One remote operation as the server really holds it."""
-
-    task_id: str
-    key: str
-    request: str
-    """The business request (arguments digest): two tasks for one request are a duplicate."""
-    created_at: float
-    duration_s: float
-    outcome: str
-    input_at_s: float | None
-    answered_at: float | None = None
-    cancel_effective_at: float | None = None
-    forced_done_at: float | None = None
-    cancel_wins_tie: bool = False
-    status: str = WORKING
-    terminal_at: float | None = None
-    polls: list[float] = dataclasses.field(default_factory=list)
-
-    ttl_s: float = 3600.0
-    protocol: str = MODERN
-    items: int = 0
-    """Apify: the items of the run's default dataset when it succeeds (P4)."""
-    cancel_graceful: bool = False
-    """Apify: a graceful abort was asked for and has not taken effect yet (ABORTING)."""
-
-    @property
-    def expires_at(self) -> float:
-        return self.created_at + self.ttl_s
-
-    def payload(self) -> bytes:
-        """The true result bytes (completed value or tool error), or cancel evidence.
-
-        AIP-151 and Apify tasks answer the bytes their real adapter builds from the wire
-        (the ``response`` Any or the ``google.rpc.Status``; ``{run, items, usage}``)."""
-        if self.protocol == AIP151:
-            return canonical_json(aip151_result(self))
-        if self.protocol == APIFY:
-            if self.status == CANCELLED:
-                return canonical_json(apify_run(self))
-            return apify_payload(self)
-        if self.status == CANCELLED:
-            return canonical_json({"taskId": self.task_id, "status": CANCELLED})
-        body = {"isError": self.outcome == FAILED, "request": self.request, "task": self.task_id}
-        return canonical_json(body)
-
-    def done_at(self) -> float:
-        """When the work completes, given the input answered so far (inf: never yet)."""
-        if self.forced_done_at is not None:
-            return self.forced_done_at
-        if self.input_at_s is not None:
-            if self.answered_at is None:
-                return float("inf")
-            paused = max(0.0, self.answered_at - (self.created_at + self.input_at_s))
-            return self.created_at + self.duration_s + paused
-        return self.created_at + self.duration_s
-
-    def advance(self, now: float) -> None:
-        """Bring the task's status to ``now`` (terminal statuses never change, S4)."""
-        if self.status in TERMINAL:
-            return
-        done = self.done_at()
-        cancel = self.cancel_effective_at
-        if (
-            cancel is not None
-            and now >= cancel
-            and (cancel < done or (cancel == done and self.cancel_wins_tie))
-        ):
-            self.status, self.terminal_at = CANCELLED, cancel
-            return
-        if now >= done:
-            self.status, self.terminal_at = self.outcome, done
-            return
-        waiting = (
-            self.input_at_s is not None
-            and self.answered_at is None
-            and now >= self.created_at + self.input_at_s
-        )
-        self.status = INPUT_REQUIRED if waiting else WORKING
+    client: int
+    """The executor process that sent it (a connection's identity)."""
+    action: str
+    """The engine command it serves (``Poll``, ``FetchResult``…)."""
+    node: str
+    sent_at: float
+    cancel_generation: int = 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Reply:
-    """A normalised server reply; ``error`` is None on success."""
+    """A normalised reply of the AIP-151 and Apify-style servers; ``error`` is None on
+    success (their sim adapters read it until those protocols' mappings are exchanges)."""
 
     error: str | None = None
-    """``429``, ``503``, ``404``, ``-32602`` (2025-11-25 cancel on a terminal task)."""
+    """``429``, ``503``, ``404``."""
     retry_after_s: float | None = None
     task_id: str | None = None
     status: str | None = None
@@ -143,41 +80,62 @@ class Reply:
     body: dict[str, Any] | None = None
     """AIP-151 and Apify: the wire body (an ``Operation``; a run view)."""
     pages: tuple[dict[str, Any] | None, ...] = ()
+    """Apify: the dataset pages of a result read, in order (None: lost on the wire)."""
     usage: dict[str, Any] | None = None
     """Apify: the usage ``_meta`` (``com.apify/ActorRun``) of a run answer."""
-    """Apify: the dataset pages of a result read, in order (None: lost on the wire)."""
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
-class ServerFaults:
-    """Per-request probabilities of the server's own faults (F1); zero once healed."""
+class Served:
+    """A server's answer to one hop, with what it told the sender (for the gates)."""
 
-    id_reuse: float = 0.0
-    not_found_early: float = 0.0
-    rate_limited: float = 0.0
-    unavailable: float = 0.0
-    input_replay: float = 0.0
-    cancel_completion_tie: float = 0.0
-    page_loss: float = 0.0
-    """Apify: a dataset page's response is lost on the wire (P4)."""
-    page_contradict: float = 0.0
-    """Apify: a dataset page whose items contradict its ``itemCount`` (P4, X6)."""
-    zero_items: float = 0.0
-    """Apify: a run that succeeds with an empty default dataset (P4)."""
+    reply: HttpReply | Reply
+    what: str
+    """``create``, ``lookup``, ``status``, ``result``, ``cancel``, ``input``, ``session``."""
+    task_id: str | None = None
+    interval_s: float | None = None
+    """The poll interval this reply carries for ``task_id`` (what the client was told)."""
+    retry_after_s: float | None = None
+    handed: str | None = None
+    """A task id this reply hands to the client (a create or a lookup)."""
+    result_digest: str | None = None
+    """The digest of the result body this reply carries, as the protocol defines it."""
+    absent_key: str | None = None
+    """The submission key this reply proves was never used (a lookup's found: false)."""
+    stream: bytes | None = None
+    """An event-stream body, to be decoded by the receiving driver (it may be cut)."""
+    stopped: bool = False
+    """The driver ends the stream by its watch (the side channel), not the server."""
+    delay_s: float = 0.0
+    """Extra time before the last byte leaves (the driver's gathering of siblings)."""
+    timed_out: bool = False
+    """The request blocked past its time budget: the driver gives up on it."""
 
-    def heal(self) -> None:
-        for field in dataclasses.fields(self):
-            setattr(self, field.name, 0.0)
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Hold:
+    """Not answered yet: serve the request again at ``until`` (a long poll or a
+    blocking stream), as ``request`` when it must be asked differently then."""
+
+    until: float
+    request: Any = None
+
+
+Violation = Callable[[str, str], None]
+"""(check, detail): a server-side check's finding."""
 
 
 class SimServer:
-    """One simulated MCP task server (one protocol version) with its truth."""
+    """One simulated server with its truth; subclasses add the wire."""
+
+    protocol: str = ""
+    expired_counter = "not_found_after_expiry"
+    """The fault counter of a read after the task is gone (its name per protocol)."""
 
     def __init__(
         self,
         name: str,
         *,
-        protocol: str,
         lookup: bool,
         idempotent: bool,
         poll_interval_s: float,
@@ -185,9 +143,9 @@ class SimServer:
         rng: random.Random,
         faults: ServerFaults,
         count: Callable[[str], None],
+        violation: Violation | None = None,
     ) -> None:
         self.name = name
-        self.protocol = protocol
         self.lookup_offered = lookup
         self.idempotent = idempotent
         self.poll_interval_s = poll_interval_s
@@ -195,15 +153,25 @@ class SimServer:
         self.rng = rng
         self.faults = faults
         self._count = count
+        self._violation = violation or (lambda check, detail: None)
         self.tasks: list[Task] = []
         """Every task ever created, in creation order: the truth (kept after expiry)."""
         self.by_id: dict[str, Task] = {}
         self.by_key: dict[str, Task] = {}
+        self.by_request: dict[str, Task] = {}
         self.creates = 0
         self.handed: set[str] = set()
-        """Task ids whose create or lookup reply reached an executor (the world says)."""
-        self.plans: dict[str, tuple[float, str, float | None]] = {}
-        """request -> (duration, outcome, input offset): how the work of a request goes."""
+        """Task ids whose create or lookup reply reached a live executor (the world says)."""
+        self.plans: dict[str, Plan] = {}
+        """request -> how its work goes (registered by the world)."""
+        self.reads: list[tuple[int, float, str, str]] = []
+        """Status reads of polls as they arrived: (executor, sent at, task id, call
+        node), F3."""
+        self.rejected: dict[str, str] = {}
+        """request -> the digest of the error a create of it was refused with (its truth
+        when no task was ever created)."""
+        self.cancels_received: dict[str, int] = {}
+        """call node -> the highest cancel generation whose request arrived (X5)."""
 
     # --- truth -----------------------------------------------------------------------
 
@@ -225,182 +193,118 @@ class SimServer:
             seen.add(task.request)
         return extra
 
-    # --- requests --------------------------------------------------------------------
+    def truth_payload(self, task: Task) -> bytes:
+        """The bytes a client must accept for ``task``'s terminal (its digest is compared)."""
+        raise NotImplementedError
 
-    def create(self, key: str, request: str, now: float) -> Reply:
-        # S3: a retried create with the same key maps to the same task, when the server
-        # honours keys (lookup extension) or the tool is idempotent by its arguments.
-        if (self.lookup_offered or self.idempotent) and key in self.by_key:
-            task = self.by_key[key]
-            return self._created(task)
-        self.creates += 1
-        task_id = f"{self.name}-t{self.creates}"
-        # Only ids an executor was actually handed are reused: a reused id nobody ever
-        # saw is indistinguishable from a fresh one, for any client.
-        live = [
-            t
-            for t in self.tasks
-            if t.request != request and now < t.expires_at and t.task_id in self.handed
-        ]
-        if live and self.rng.random() < self.faults.id_reuse:
-            # F1 "task id wrongly reused": the new task gets a live task's id.
-            task_id = self.rng.choice(live).task_id
-            self._count("task_id_reused")
-        duration, outcome, input_at = self.plans[request]
+    def terminal_status(self, outcome: str) -> str:
+        """The status a task with this plan outcome ends with (AIP-151, Apify: a tool
+        error and a protocol error both fail)."""
+        return COMPLETED if outcome == VALUE else FAILED
+
+    # --- creation (S3, F1 id reuse) ---------------------------------------------------
+
+    def existing(self, key: str | None, request: str) -> Task | None:
+        """The task a create must answer instead of creating one: by the submission key
+        when the server honours keys, by the arguments when the tool is idempotent."""
+        if key is not None and self.lookup_offered and key in self.by_key:
+            return self.by_key[key]
+        if self.idempotent and request in self.by_request:
+            return self.by_request[request]
+        return None
+
+    def new_task(
+        self, key: str, request: str, now: float, *, task_id: str, reuse: bool = True
+    ) -> Task:
+        """Create the task of ``request`` (its id possibly a wrongly reused one, F1)."""
+        if reuse:
+            # Only ids an executor was actually handed are reused: a reused id nobody
+            # ever saw is indistinguishable from a fresh one, for any client.
+            live = [
+                t
+                for t in self.tasks
+                if t.request != request and now < t.expires_at and t.task_id in self.handed
+            ]
+            if live and self.rng.random() < self.faults.id_reuse:
+                task_id = self.rng.choice(live).task_id
+                self._count("task_id_reused")
+        plan = self.plans[request]
         task = Task(
             task_id=task_id,
             key=key,
             request=request,
             created_at=now,
-            duration_s=duration,
-            outcome=outcome,
-            input_at_s=input_at,
+            plan=plan,
+            terminal_status=self.terminal_status(plan.outcome),
             ttl_s=self.ttl_s,
+            protocol=self.protocol,
         )
         self.tasks.append(task)
         # A reused id keeps answering for the task that had it first (the store kept
         # the older row): the new creator is handed an id that names another task.
         self.by_id.setdefault(task_id, task)
-        self.by_key.setdefault(key, task)
-        return self._created(task)
+        if key:
+            self.by_key.setdefault(key, task)
+        self.by_request.setdefault(request, task)
+        return task
 
-    def _created(self, task: Task) -> Reply:
-        return Reply(
-            task_id=task.task_id,
-            status=WORKING,
-            poll_interval_s=self.poll_interval_s,
-            ttl_s=self.ttl_s,
-        )
+    # --- the read path every protocol shares (F1 faults) ------------------------------
 
-    def lookup(self, key: str, now: float) -> Reply:
-        """The ``longcall`` lookup-by-submission-key extension (S3); keys outlive expiry."""
-        task = self.by_key.get(key)
-        if task is None:
-            return Reply(found=False)
-        return Reply(
-            found=True, task_id=task.task_id, poll_interval_s=self.poll_interval_s, ttl_s=None
-        )
+    def retry_after_s(self) -> float | None:
+        """The ``Retry-After`` of a 429/503: absent, or a few whole seconds."""
+        return self.rng.choice((None, float(self.rng.randint(1, 10))))
 
-    # --- the path every status read shares (F1 faults of the poll) --------------------
-
-    expired_counter = "not_found_after_expiry"
-    """The fault counter of a read after the task is gone (its name per protocol)."""
-
-    def _retry_after_s(self) -> float | None:
-        """The ``Retry-After`` of a 429/503: absent, or a few seconds."""
-        return self.rng.choice((None, self.rng.uniform(1.0, 10.0)))
-
-    def _live(self, task_id: str, now: float) -> Task | None:
+    def live(self, task_id: str, now: float) -> Task | None:
+        """The task an id names, unless it was never created or is gone (expiry)."""
         task = self.by_id.get(task_id)
         if task is None:
             return None
         if now >= task.expires_at:
             self._count(self.expired_counter)
             return None
+        task.advance(now)
         return task
 
-    def _throttled(self) -> Reply | None:
-        """A 429 or 503 instead of an answer, when the dice say so (F1)."""
-        for error, rate, counter in (
-            ("429", self.faults.rate_limited, "poll_429"),
-            ("503", self.faults.unavailable, "poll_503"),
+    def throttled(self) -> tuple[int, float | None] | None:
+        """A 429 or 503 (and its Retry-After) instead of an answer, when the dice say so."""
+        for status, rate, counter in (
+            (429, self.faults.rate_limited, "poll_429"),
+            (503, self.faults.unavailable, "poll_503"),
         ):
             if self.rng.random() < rate:
                 self._count(counter)
-                return Reply(error=error, retry_after_s=self._retry_after_s())
+                return status, self.retry_after_s()
         return None
 
-    def _observe(self, task_id: str, now: float) -> Task | Reply:
-        """The task as one read sees it (recorded as a poll), or a 404 (F1)."""
-        task = self._live(task_id, now)
+    def observe(self, task_id: str, now: float, hop: Hop | None) -> Task | None:
+        """The task as one status read sees it (recorded as a poll), or None: a 404,
+        after expiry or, when the dice say so, before it (F1)."""
+        task = self.live(task_id, now)
         if task is None:
-            return Reply(error="404")
+            return None
         if self.rng.random() < self.faults.not_found_early:
             self._count("not_found_before_expiry")
-            return Reply(error="404")
-        task.polls.append(now)
-        task.advance(now)
+            return None
+        if hop is not None and hop.action == "Poll":
+            self.reads.append((hop.client, hop.sent_at, task.task_id, hop.node))
         return task
 
-    def get(self, task_id: str, now: float) -> Reply:
-        """``tasks/get``: status (and, in 2026-07-28, the inlined result)."""
-        refused = self._throttled()
-        if refused is not None:
-            return refused
-        task = self._observe(task_id, now)
-        if isinstance(task, Reply):
-            return task
-        status = task.status
-        keys: tuple[str, ...] = (INPUT_KEY,) if status == INPUT_REQUIRED else ()
-        if (
-            status == WORKING
-            and task.answered_at is not None
-            and self.rng.random() < self.faults.input_replay
-        ):
-            # F1 "input_required replayed": a stale snapshot of the answered round.
-            self._count("input_required_replayed")
-            status, keys = INPUT_REQUIRED, (INPUT_KEY,)
-        payload = None
-        if status in TERMINAL and (self.protocol == MODERN or status == CANCELLED):
-            payload = task.payload()
-        return Reply(
-            task_id=task.task_id,
-            status=status,
-            poll_interval_s=self.poll_interval_s,
-            input_keys=keys,
-            payload=payload,
-            content_length=None if payload is None else len(payload),
-        )
+    def note_cancel(self, hop: Hop | None) -> None:
+        """A cancel request of this generation arrived (the X5 ack check needs it)."""
+        if hop is not None and hop.action == "SendCancel":
+            known = self.cancels_received.get(hop.node, 0)
+            self.cancels_received[hop.node] = max(known, hop.cancel_generation)
 
-    def result(self, task_id: str, now: float) -> Reply:
-        """2025-11-25 ``tasks/result`` (2026-07-28 fetches through ``tasks/get``)."""
-        if self.protocol == MODERN:
-            return self.get(task_id, now)
-        task = self._live(task_id, now)
-        if task is None:
-            return Reply(error="404")
-        task.advance(now)
-        if task.status not in TERMINAL:
-            return Reply(error="blocked", task_id=task.task_id, status=task.status)
-        payload = task.payload()
-        return Reply(
-            task_id=task.task_id, status=task.status, payload=payload, content_length=len(payload)
-        )
-
-    def cancel(self, task_id: str, now: float, cooperative_s: float) -> Reply:
-        """``tasks/cancel``: 2025-11-25 cancels before answering (-32602 when terminal);
-        2026-07-28 only acknowledges and cancels cooperatively later (S4, X5)."""
-        task = self._live(task_id, now)
-        if task is None:
-            return Reply(error="404")
-        task.advance(now)
-        if task.status in TERMINAL:
-            return Reply(error="-32602" if self.protocol == LEGACY else None, status=task.status)
-        effective = now if self.protocol == LEGACY else now + cooperative_s
+    def cancel_task(self, task: Task, now: float, *, effective: float, tie: str) -> None:
+        """Make a live task's cancel take effect at ``effective``; a completion landing
+        exactly then is decided by a coin the truth keeps (F1 counter ``tie``)."""
         if task.cancel_effective_at is None or effective < task.cancel_effective_at:
             task.cancel_effective_at = effective
         if self.rng.random() < self.faults.cancel_completion_tie:
-            # F1 "completion and cancel arriving together": the server's truth decides.
-            self._count("completion_cancel_together")
+            self._count(tie)
             task.forced_done_at = task.cancel_effective_at
             task.cancel_wins_tie = self.rng.random() < 0.5
         task.advance(now)
-        if self.protocol == LEGACY:
-            if task.status != CANCELLED:
-                return Reply(error="-32602", status=task.status)
-            payload = task.payload()
-            return Reply(task_id=task.task_id, status=CANCELLED, payload=payload)
-        return Reply(task_id=task.task_id)
-
-    def answer(self, task_id: str, keys: tuple[str, ...], now: float) -> Reply:
-        """Input delivery (``tasks/update`` or the 2025-11-25 side channel), idempotent."""
-        task = self._live(task_id, now)
-        if task is None:
-            return Reply(error="404")
-        task.advance(now)
-        if INPUT_KEY in keys and task.answered_at is None and task.status == INPUT_REQUIRED:
-            task.answered_at = now
-        return Reply(task_id=task.task_id)
 
 
 # --- AIP-151 (SPEC P3) --------------------------------------------------------------------
@@ -436,9 +340,15 @@ class Aip151Server(SimServer):
     client is never told: later requests get 404. Operations take no input.
     """
 
+    protocol = AIP151
+    expired_counter = "not_found_after_retention"
+
     def __init__(self, name: str, **kwargs: Any) -> None:
-        super().__init__(name, protocol=AIP151, **kwargs)
+        super().__init__(name, **kwargs)
         self.by_request_id: dict[str, Task] = {}
+
+    def truth_payload(self, task: Task) -> bytes:
+        return canonical_json(aip151_result(task))
 
     def _operation(self, task: Task) -> dict[str, Any]:
         metadata = {"pollIntervalMs": self.poll_interval_s * 1000.0}
@@ -458,7 +368,7 @@ class Aip151Server(SimServer):
         body = self._operation(task)
         payload = None
         if task.status in (COMPLETED, FAILED):
-            payload = task.payload()
+            payload = self.truth_payload(task)
         return Reply(
             task_id=task.task_id,
             status=task.status,
@@ -474,21 +384,8 @@ class Aip151Server(SimServer):
         task = self.by_request_id.get(request_id)
         if task is None:
             self.creates += 1
-            duration, outcome, _input_at = self.plans[request]
-            task = Task(
-                task_id=f"{real_aip151.COLLECTION}{self.name}-t{self.creates}",
-                key=key,
-                request=request,
-                created_at=now,
-                duration_s=duration,
-                outcome=outcome,
-                input_at_s=None,
-                ttl_s=self.ttl_s,
-                protocol=AIP151,
-            )
-            self.tasks.append(task)
-            self.by_id[task.task_id] = task
-            self.by_key.setdefault(key, task)
+            task_id = f"{real_aip151.COLLECTION}{self.name}-t{self.creates}"
+            task = self.new_task(key, request, now, task_id=task_id, reuse=False)
             self.by_request_id[request_id] = task
         task.advance(now)
         return self._reply(task, found=True)
@@ -501,44 +398,36 @@ class Aip151Server(SimServer):
         task.advance(now)
         return dataclasses.replace(self._reply(task, found=True), poll_interval_s=None)
 
-    expired_counter = "not_found_after_retention"
-
-    def _retry_after_s(self) -> float | None:
+    def retry_after_s(self) -> float | None:
         return self.rng.choice((None, 5.0))
 
-    def get(self, task_id: str, now: float) -> Reply:
+    def get(self, task_id: str, now: float, hop: Hop | None = None) -> Reply:
         """``GetOperation``."""
-        refused = self._throttled()
-        return refused if refused is not None else self.result(task_id, now)
+        refused = self.throttled()
+        if refused is not None:
+            return Reply(error=str(refused[0]), retry_after_s=refused[1])
+        return self.result(task_id, now, hop)
 
-    def result(self, task_id: str, now: float) -> Reply:
+    def result(self, task_id: str, now: float, hop: Hop | None = None) -> Reply:
         """``GetOperation`` for the result (the fetch after a restart re-reads, X6)."""
-        task = self._observe(task_id, now)
-        return task if isinstance(task, Reply) else self._reply(task)
+        task = self.observe(task_id, now, hop)
+        return Reply(error="404") if task is None else self._reply(task)
 
     def cancel(self, task_id: str, now: float, cooperative_s: float) -> Reply:
         """``CancelOperation``: 200 and a cooperative cancel; never a terminal (X5)."""
-        task = self._live(task_id, now)
+        task = self.live(task_id, now)
         if task is None:
             return Reply(error="404")
-        task.advance(now)
         if task.status in TERMINAL:
             if task.status != CANCELLED:
                 self._count("aip151_cancel_races_completion")
             return Reply(task_id=task.task_id)
-        effective = now + cooperative_s
-        if task.cancel_effective_at is None or effective < task.cancel_effective_at:
-            task.cancel_effective_at = effective
-        if self.rng.random() < self.faults.cancel_completion_tie:
-            # The operation completes exactly when the cancel would take effect: the
-            # server's truth decides, and a completion that wins stays completed (X5).
-            self._count("aip151_cancel_races_completion")
-            task.forced_done_at = task.cancel_effective_at
-            task.cancel_wins_tie = self.rng.random() < 0.5
+        # A completion landing exactly on the cancel is decided by the truth's coin, and
+        # a completion that wins stays completed (X5).
+        self.cancel_task(
+            task, now, effective=now + cooperative_s, tie="aip151_cancel_races_completion"
+        )
         return Reply(task_id=task.task_id)
-
-    def answer(self, task_id: str, keys: tuple[str, ...], now: float) -> Reply:
-        raise ValueError("AIP-151 operations take no input")
 
 
 # --- Apify-style (SPEC P4) ----------------------------------------------------------------
@@ -549,7 +438,7 @@ APIFY_USAGE = {"usageTotalUsd": 0.0125, "usageUsd": {"ACTOR_COMPUTE_UNITS": 0.01
 
 def apify_run(task: Task) -> dict[str, Any]:
     """The run view (``structuredContent`` of ``get-actor-run``), without model text."""
-    status = APIFY_STATUS[task.status]
+    status = APIFY_STATUS[task.status if task.status != INPUT_REQUIRED else WORKING]
     if task.status == WORKING and task.cancel_graceful:
         status = "ABORTING"
     count = task.items if task.status == COMPLETED else 0
@@ -584,9 +473,17 @@ class ApifyServer(SimServer):
     gracefully (ABORTING, then ABORTED). Runs are purged after ``ttl_s``: "not found".
     """
 
+    protocol = APIFY
+    expired_counter = "not_found_after_retention"
+
     def __init__(self, name: str, *, graceful: bool, **kwargs: Any) -> None:
-        super().__init__(name, protocol=APIFY, **kwargs)
+        super().__init__(name, **kwargs)
         self.graceful = graceful
+
+    def truth_payload(self, task: Task) -> bytes:
+        if task.status == CANCELLED:
+            return canonical_json(apify_run(task))
+        return apify_payload(task)
 
     def _reply(self, task: Task) -> Reply:
         return Reply(
@@ -598,51 +495,32 @@ class ApifyServer(SimServer):
         )
 
     def create(self, key: str, request: str, now: float) -> Reply:
-        if (self.lookup_offered or self.idempotent) and key in self.by_key:
+        dedup = (self.lookup_offered or self.idempotent) and key in self.by_key
+        if dedup:
             task = self.by_key[key]
             task.advance(now)
             return self._reply(task)
         self.creates += 1
-        duration, outcome, _input_at = self.plans[request]
-        items = self.rng.randint(1, 250)
-        if outcome == COMPLETED and self.rng.random() < self.faults.zero_items:
-            self._count("apify_zero_items")
-            items = 0
-        task = Task(
-            task_id=f"{self.name}-run{self.creates}",
-            key=key,
-            request=request,
-            created_at=now,
-            duration_s=duration,
-            outcome=outcome,
-            input_at_s=None,
-            ttl_s=self.ttl_s,
-            protocol=APIFY,
-            items=items,
+        task = self.new_task(
+            key, request, now, task_id=f"{self.name}-run{self.creates}", reuse=False
         )
-        self.tasks.append(task)
-        self.by_id[task.task_id] = task
-        self.by_key.setdefault(key, task)
+        task.items = self.rng.randint(1, 250)
+        if task.outcome == VALUE and self.rng.random() < self.faults.zero_items:
+            self._count("apify_zero_items")
+            task.items = 0
         return self._reply(task)
 
     def release_at(self, task_id: str, now: float, wait_s: float) -> float:
         """When a long-poll of ``wait_s`` answers: at the run's next change, or the end."""
         task = self.by_id.get(task_id)
-        end = now + wait_s
         if task is None:
             return now
         task.advance(now)
         if task.status in TERMINAL:
             return now
-        changes = [task.done_at(), task.expires_at]
-        if task.cancel_effective_at is not None:
-            changes.append(task.cancel_effective_at)
-        later = [t for t in changes if t > now]
-        return min([end, *later])
+        return min(now + wait_s, task.next_change(now), max(task.expires_at, now))
 
-    expired_counter = "not_found_after_retention"
-
-    def _retry_after_s(self) -> float | None:
+    def retry_after_s(self) -> float | None:
         return self.rng.choice((None, 5.0))
 
     def view(self, task_id: str, now: float) -> Reply:
@@ -651,23 +529,22 @@ class ApifyServer(SimServer):
         task.advance(now)
         return self._reply(task)
 
-    def get(self, task_id: str, now: float) -> Reply:
+    def get(self, task_id: str, now: float, hop: Hop | None = None) -> Reply:
         """``get-actor-run`` (its wait already served by the world)."""
-        refused = self._throttled()
+        refused = self.throttled()
         if refused is not None:
-            return refused
-        task = self._observe(task_id, now)
-        return task if isinstance(task, Reply) else self._reply(task)
+            return Reply(error=str(refused[0]), retry_after_s=refused[1])
+        task = self.observe(task_id, now, hop)
+        return Reply(error="404") if task is None else self._reply(task)
 
-    def result(self, task_id: str, now: float) -> Reply:
+    def result(self, task_id: str, now: float, hop: Hop | None = None) -> Reply:
         """The run and its default dataset, page by page (``get-dataset-items``, X6).
 
         A lost page is ``None``; a contradicting page says one item more than it holds.
         ``payload`` is the true accepted body, sent only when every page is intact."""
-        task = self._live(task_id, now)
+        task = self.live(task_id, now)
         if task is None:
             return Reply(error="404")
-        task.advance(now)
         reply = self._reply(task)
         if task.status not in TERMINAL:
             return reply
@@ -677,7 +554,7 @@ class ApifyServer(SimServer):
         intact = True
         for offset in range(0, max(1, len(items)), limit):
             chunk = items[offset : offset + limit]
-            page: dict[str, Any] | None = {
+            page: dict[str, Any] = {
                 "items": chunk,
                 "offset": offset,
                 "itemCount": len(chunk),
@@ -690,36 +567,42 @@ class ApifyServer(SimServer):
                 break
             if self.rng.random() < self.faults.page_contradict:
                 self._count("apify_page_contradicts")
-                assert page is not None
                 page["itemCount"] = len(chunk) + 1
                 intact = False
             pages.append(page)
-        payload = task.payload() if intact and task.status != CANCELLED else None
+        payload = self.truth_payload(task) if intact and task.status != CANCELLED else None
         return dataclasses.replace(reply, pages=tuple(pages), payload=payload)
 
     def cancel(self, task_id: str, now: float, cooperative_s: float) -> Reply:
         """``abort-actor-run``: at once (ABORTED) or gracefully (ABORTING), X5."""
-        task = self._live(task_id, now)
+        task = self.live(task_id, now)
         if task is None:
             return Reply(error="404")
-        task.advance(now)
         if task.status not in TERMINAL:
             effective = now + cooperative_s if self.graceful else now
-            if task.cancel_effective_at is None or effective < task.cancel_effective_at:
-                task.cancel_effective_at = effective
             task.cancel_graceful = self.graceful
-            if self.rng.random() < self.faults.cancel_completion_tie:
-                # The run ends exactly when the abort lands: the truth's coin decides.
-                task.forced_done_at = task.cancel_effective_at
-                task.cancel_wins_tie = self.rng.random() < 0.5
-            task.advance(now)
+            # The run ends exactly when the abort lands: the truth's coin decides.
+            self.cancel_task(task, now, effective=effective, tie="apify_abort_races_completion")
         if task.status in (COMPLETED, FAILED):
             # The abort came after the run ended: the run keeps its terminal (X5).
             self._count("apify_abort_races_completion")
         reply = self._reply(task)
         if task.status == CANCELLED:
-            reply = dataclasses.replace(reply, payload=task.payload())
+            reply = dataclasses.replace(reply, payload=self.truth_payload(task))
         return reply
 
-    def answer(self, task_id: str, keys: tuple[str, ...], now: float) -> Reply:
-        raise ValueError("Apify-style runs take no input")
+
+__all__ = [
+    "AIP151",
+    "APIFY",
+    "LEGACY",
+    "MCP_PROTOCOLS",
+    "MODERN",
+    "Aip151Server",
+    "ApifyServer",
+    "Hold",
+    "Hop",
+    "Reply",
+    "Served",
+    "SimServer",
+]

@@ -1,20 +1,28 @@
-"""One simulated world: the real executor against simulated servers on virtual time.
+"""One simulated world: the real executor and mappings against simulated servers.
 
 A :class:`World` is built from one ``random.Random`` (and nothing else random, no wall
 clock), so one seed replays one run exactly and hypothesis can shrink a failing
 schedule. It owns the virtual clock and the seeded discrete-event queue, the
-simulated network (latency, loss of a request or of a response, reordering), the
-simulated servers (their truth), crashes and restarts of the executor, a second racing
-executor with a stale epoch, the caller's cancels, and an operator who resolves
-reconciliations where the simulated server knows the truth.
+simulated network, crashes and restarts of the executor, a second racing executor
+with a stale epoch, the caller's cancels, the people who answer input, and an
+operator who resolves reconciliations where the simulated server knows the truth.
 
-The executor side is the REAL :class:`~longcall.runtime.engine.Engine` with the real
-core and the real SQLite ledger: the world takes the engine's actions from
-``due(now)``, carries them over the simulated network, and hands each reply back with
-``complete(action, outcome, now)`` at the virtual time it arrives (SPEC F1–F3).
-Faults live only here, in :mod:`longcall.sim.server` and in the sim adapter, never
-as flags inside ``core`` or ``runtime``; the world never patches or reaches into
-those, never reads a wall clock and draws nothing from any generator but its own.
+The executor side is real: :class:`~longcall.runtime.engine.Engine` with the real core
+and SQLite ledger decides; each engine :class:`~longcall.runtime.engine.Action` becomes
+the real mapping's exchange (:mod:`longcall.adapters.mcp`, one mapping per executor
+process and server, as the executor holds them), and this module plays the part of
+the I/O driver (:class:`~longcall.adapters.http.HttpDriver`): each request the
+exchange yields is one network hop (latency, loss of the request or of the response,
+reordering); an answer comes back as the ``HttpReply`` the driver would build (an event
+stream decoded by the real :class:`~longcall.adapters.sse.SseDecoder`), a request that
+gets no answer as the driver's ``TransportFailure(TIMEOUT)`` after the request's time
+budget, a body cut mid-way as the driver's translation of the reset; an action still
+unanswered after the executor's per-action budget ends as
+:func:`~longcall.adapters.outcomes.failure_outcome`. The outcome the exchange returns
+goes to ``Engine.complete`` at the virtual time it arrives.
+
+Faults live here, in the simulated servers and in the network, never as flags inside
+``core``, ``runtime`` or ``adapters``.
 """
 
 from __future__ import annotations
@@ -26,31 +34,43 @@ import os
 import random
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections import defaultdict
+from collections.abc import Callable, Generator
 from typing import Any
 
-from longcall.adapters.base import Outcome, ToolBinding
-from longcall.core import IllegalTransition, LongcallError, OperationRecord, StaleEvent, State
+import httpx
+
+from longcall.adapters.base import Outcome
+from longcall.adapters.exchange import HttpReply, HttpRequest, TransportFailure
+from longcall.adapters.http import failure_of_exception
+from longcall.adapters.outcomes import failure_outcome
+from longcall.adapters.sse import SseDecoder
+from longcall.core import DEFAULT_POLICY, OperationRecord, State
 from longcall.core import commands as c
 from longcall.core import events as e
-from longcall.core.keys import digest_bytes
+from longcall.core.keys import digest_bytes, digest_json
+from longcall.core.retry import FailureKind
+from longcall.errors import IllegalTransition, LongcallError, StaleEvent
 from longcall.runtime.engine import Action, CallSpec, Engine
 from longcall.runtime.step import apply_event
-from longcall.sim.adapter import AdapterFactory, Request, SimAdapter, sim_adapter
-from longcall.sim.checks import Checker, ObservedLedger, audit
+from longcall.sim import measures
+from longcall.sim.adapter import Route, connect, exchange_for
+from longcall.sim.checks import Checker, ObservedLedger, Violation, audit
+from longcall.sim.config import DEFAULT, Config, Profile
+from longcall.sim.interim import TIMED_OUT, Request
+from longcall.sim.mcp import McpServer
 from longcall.sim.server import (
     AIP151,
     APIFY,
-    LEGACY,
-    MCP_PROTOCOLS,
-    MODERN,
-    TERMINAL,
     Aip151Server,
     ApifyServer,
+    Hold,
+    Hop,
     Reply,
-    ServerFaults,
+    Served,
     SimServer,
 )
+from longcall.sim.truth import TERMINAL
 
 FAULT_CLASSES: tuple[str, ...] = (
     "create_response_lost",
@@ -67,6 +87,8 @@ FAULT_CLASSES: tuple[str, ...] = (
     "poll_503",
     "executor_crash",
     "executor_race",
+    "request_refused_unread",
+    "reply_crossed",
     "aip151_start_response_lost",
     "aip151_cancel_races_completion",
     "apify_page_lost",
@@ -77,8 +99,6 @@ FAULT_CLASSES: tuple[str, ...] = (
 )
 """Every fault class of SPEC F1, each with its own counter in the report (the last
 seven belong to the AIP-151 and Apify-style worlds, SPEC P3, P4)."""
-PROTOCOL_SHARES = ((0.15, AIP151), (0.30, APIFY))
-"""A world is AIP-151 below 0.15 of its draw, Apify-style below 0.30, else MCP (70 %)."""
 
 POLL_QPS_LIMIT = 2.0
 """The configured per-server poll QPS of every simulated executor (X3, F3)."""
@@ -86,181 +106,60 @@ HEAL_AT_S = 900.0
 """Faults stop here; the liveness phase follows (virtual seconds)."""
 LIVENESS_BOUND_S = 1800.0
 """After healing, every node must be terminal within this much virtual time."""
-POLL_INTERVAL_EPSILON_S = 1e-6
-OPERATOR_TICK_S = 10.0
+ACTION_TIMEOUT_S = 60.0
+"""The executor's budget for one action, all its requests together
+(``Executor(request_timeout_s=60)``): past it the action has failed with a timeout."""
 OPERATOR = "sim-operator"
 OPERATOR_NOTE = "resolved from the simulated server's truth"
 
 LedgerFactory = Callable[[str], ObservedLedger]
+Exchange = Generator[Any, Any, Outcome | None]
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
-class NetFaults:
-    request_loss: float = 0.0
-    response_loss: float = 0.0
-    reorder: float = 0.0
-    truncate: float = 0.0
-    stale_callback: float = 0.0
-    cancel_ack_loss: float = 0.0
-    create_response_loss: float = 0.0
+class Flight:
+    """One action on its way: its exchange and the hop it waits on."""
 
-    def heal(self) -> None:
-        for field in dataclasses.fields(self):
-            setattr(self, field.name, 0.0)
-
-
-@dataclasses.dataclass(slots=True, kw_only=True)
-class ServerConfig:
-    name: str
-    protocol: str
-    lookup: bool
-    idempotent: bool
-    poll_interval_s: float
-    ttl_s: float
-    graceful: bool = False
-    """Apify: ``abort-actor-run`` aborts gracefully (ABORTING first)."""
-
-
-@dataclasses.dataclass(slots=True, kw_only=True)
-class Config:
-    """Everything a seed expands into (printed first by ``--replay``)."""
-
-    servers: list[ServerConfig]
-    nodes: list[tuple[str, str, float]]
-    """(call node id, server name, start time)."""
-    cancels: list[tuple[str, float]]
-    crashes: list[float]
-    race_at: float | None
-    crash_on_action: int | None
-    """Crash between a committed decision and its request: at the n-th action sent."""
-    file_ledger: bool
-    net: NetFaults
-    server_faults: ServerFaults
-    latency_s: tuple[float, float]
-    operator_delay_s: float
-    plans: dict[str, tuple[float, str, float | None]]
-    budgets: dict[str, float]
-    """Call nodes with a total wait budget (X3); the others wait as long as it takes."""
-    repeat_cancel: bool
-    human_gate: bool
-    """Input is answered by a person through ``Engine.answer`` after a while (X4),
-    not by a policy hook at once."""
-    """The caller asks to cancel a second time (a new cancel generation, X5)."""
-
-    @classmethod
-    def draw(cls, rng: random.Random) -> Config:
-        servers = []
-        for i in range(rng.choice((1, 1, 2))):
-            short_ttl = rng.random() < 0.15
-            servers.append(
-                ServerConfig(
-                    name=f"s{i}",
-                    protocol=rng.choice((MODERN, LEGACY)),
-                    lookup=rng.random() < 0.5,
-                    idempotent=rng.random() < 0.5,
-                    poll_interval_s=round(rng.uniform(1.0, 6.0), 3),
-                    ttl_s=round(rng.uniform(30.0, 120.0) if short_ttl else 3600.0, 3),
-                )
-            )
-        nodes = []
-        plans: dict[str, tuple[float, str, float | None]] = {}
-        budgets: dict[str, float] = {}
-        for i in range(rng.randint(1, 4)):
-            node = f"n{i}"
-            nodes.append((node, rng.choice(servers).name, round(rng.uniform(0.0, 60.0), 3)))
-            duration = round(rng.uniform(1.0, 60.0), 3)
-            outcome = "completed" if rng.random() < 0.85 else "failed"
-            input_at = round(rng.uniform(0.0, duration), 3) if rng.random() < 0.25 else None
-            plans[node] = (duration, outcome, input_at)
-            if rng.random() < 0.1:
-                budgets[node] = round(rng.uniform(20.0, 120.0), 3)
-        cancels = [
-            (n, round(start + rng.uniform(0.0, 60.0), 3))
-            for n, _, start in nodes
-            if rng.random() < 0.3
-        ]
-        crashes = (
-            sorted(round(rng.uniform(0.0, 600.0), 3) for _ in range(rng.randint(1, 3)))
-            if rng.random() < 0.3
-            else []
-        )
-        race_at = round(rng.uniform(0.0, 300.0), 3) if rng.random() < 0.15 else None
-        crash_on_action = rng.randint(1, 40) if rng.random() < 0.15 else None
-
-        def pick(p: float, values: tuple[float, ...]) -> float:
-            return rng.choice(values) if rng.random() < p else 0.0
-
-        net = NetFaults(
-            request_loss=pick(0.4, (0.01, 0.03, 0.08)),
-            response_loss=pick(0.4, (0.01, 0.03, 0.08)),
-            reorder=pick(0.3, (0.05, 0.2)),
-            truncate=pick(0.2, (0.1, 0.3)),
-            stale_callback=pick(0.5, (0.5, 1.0)),
-            cancel_ack_loss=pick(0.3, (0.3, 0.6)),
-            create_response_loss=pick(0.3, (0.2, 0.5)),
-        )
-        faults = ServerFaults(
-            id_reuse=pick(0.05, (0.3, 1.0)),
-            not_found_early=pick(0.05, (0.01, 0.03)),
-            rate_limited=pick(0.25, (0.05, 0.15)),
-            unavailable=pick(0.25, (0.05, 0.15)),
-            input_replay=pick(0.3, (0.2, 0.5)),
-            cancel_completion_tie=pick(0.3, (0.5, 1.0)),
-        )
-        # SPEC P3, P4: the world's protocol, drawn last so the MCP draws above keep
-        # their shape; a world is all MCP, all AIP-151 or all Apify-style.
-        family = rng.random()
-        protocol = next((p for share, p in PROTOCOL_SHARES if family < share), None)
-        if protocol is not None:
-            for server in servers:
-                server.protocol = protocol
-                server.graceful = protocol == APIFY and rng.random() < 0.5
-            if protocol == APIFY:
-                faults.page_loss = pick(0.4, (0.1, 0.3))
-                faults.page_contradict = pick(0.2, (0.05, 0.2))
-                faults.zero_items = pick(0.4, (0.3, 1.0))
-        return cls(
-            servers=servers,
-            nodes=nodes,
-            cancels=cancels,
-            crashes=crashes,
-            race_at=race_at,
-            crash_on_action=crash_on_action,
-            file_ledger=bool(crashes) and rng.random() < 0.05,
-            net=net,
-            server_faults=faults,
-            latency_s=(round(rng.uniform(0.005, 0.05), 4), round(rng.uniform(0.05, 0.5), 4)),
-            operator_delay_s=round(rng.uniform(10.0, 45.0), 3),
-            plans=plans,
-            budgets=budgets,
-            repeat_cancel=rng.random() < 0.3,
-            human_gate=rng.random() < 0.3,
-        )
+    eid: int
+    action: Action
+    exchange: Exchange
+    deadline: float
+    hop: int = 0
+    """The number of the hop in flight: events of older hops are void."""
+    done: bool = False
+    deadline_armed: bool = False
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
 class Result:
-    """What one permutation measured."""
+    """What one permutation measured; every gate with the number of cases it judged."""
 
     seed: int | None
-    violations: list[str]
-    divergence: int
-    duplicates: int
-    receipts_max: int
-    poll_qps_max: float
-    poll_qps_max_all_executors: float
-    """Informational: all executors of a world together (racing ones share no bucket)."""
-    poll_interval_violations: int
-    cancel_latencies: list[float]
-    cancel_latencies_operator: list[float]
-    unknown_durations: list[float]
-    outbox_rows: int
-    outbox_traced: int
-    faults: dict[str, int]
-    operator_resolutions: int
-    nodes: int
-    virtual_s: float
-    trace: list[str] | None
+    violations: list[Violation]
+    divergence: int = 0
+    receipts_compared: int = 0
+    duplicates: int = 0
+    requests: int = 0
+    poll_qps_max: float = 0.0
+    polls: int = 0
+    interval_violations: int = 0
+    interval_judged: int = 0
+    unjittered: int = 0
+    jitter_judged: int = 0
+    retry_after_violations: int = 0
+    retry_after_judged: int = 0
+    cancel_latencies: list[float] = dataclasses.field(default_factory=list)
+    cancel_latencies_operator: list[float] = dataclasses.field(default_factory=list)
+    unknown_durations: list[float] = dataclasses.field(default_factory=list)
+    receipts_max: int = 0
+    receipts: int = 0
+    outbox_rows: int = 0
+    outbox_traced: int = 0
+    faults: dict[str, int] = dataclasses.field(default_factory=dict)
+    operator_resolutions: int = 0
+    nodes: int = 0
+    virtual_s: float = 0.0
+    trace: list[str] | None = None
 
 
 class World:
@@ -272,13 +171,13 @@ class World:
         *,
         seed: int | None = None,
         trace: bool = False,
+        profile: Profile = DEFAULT,
         ledger_factory: LedgerFactory = ObservedLedger,
-        adapter_factory: AdapterFactory = sim_adapter,
     ) -> None:
         self.rng = rng
         self.seed = seed
         self.trace: list[str] | None = [] if trace else None
-        self.config = Config.draw(rng)
+        self.config = Config.draw(rng, profile)
         self.faults: dict[str, int] = dict.fromkeys(FAULT_CLASSES, 0)
         self.checker = Checker()
         self._ledger_factory = ledger_factory
@@ -287,28 +186,12 @@ class World:
             os.path.join(self._tmpdir, "ledger.db") if self._tmpdir is not None else ":memory:"
         )
         self.ledger = self._open_ledger()
-        self.servers: dict[str, SimServer] = {}
-        self.adapters: dict[tuple[int, str], SimAdapter] = {}
-        """One sim adapter per executor process and server (a restart forgets, P3)."""
-        self._adapter_factory = adapter_factory
-        for sc in self.config.servers:
-            server: SimServer
-            common: dict[str, Any] = {
-                "lookup": sc.lookup,
-                "idempotent": sc.idempotent,
-                "poll_interval_s": sc.poll_interval_s,
-                "ttl_s": sc.ttl_s,
-                "rng": rng,
-                "faults": self.config.server_faults,
-                "count": self.count,
-            }
-            if sc.protocol == AIP151:
-                server = Aip151Server(sc.name, **common)
-            elif sc.protocol == APIFY:
-                server = ApifyServer(sc.name, graceful=sc.graceful, **common)
-            else:
-                server = SimServer(sc.name, protocol=sc.protocol, **common)
-            self.servers[sc.name] = server
+        self.servers: dict[str, SimServer] = {
+            sc.name: self._server(sc) for sc in self.config.servers
+        }
+        self.checker.cancel_received = self._cancel_received
+        self.routes: dict[tuple[int, str], Route] = {}
+        """One route (mapping) per executor process and server (a restart forgets, P3)."""
         self.node_server = {node: server for node, server, _ in self.config.nodes}
         self.request_of: dict[str, str] = {}
         self.now = 0.0
@@ -316,19 +199,47 @@ class World:
         self._seq = itertools.count()
         self._engine_ids = itertools.count()
         self.engines: dict[int, Engine] = {}
-        self.newest = self._new_engine()
+        self.newest_id = self._new_engine()
         self.started: set[str] = set()
-        self.cancel_pending: set[str] = {node for node, _ in self.config.cancels}
-        self.poll_sends: dict[tuple[int, str], list[float]] = {}
-        self.last_poll: dict[tuple[int, str], float] = {}
-        self.told_interval: dict[str, float] = {}
-        self.poll_interval_violations = 0
+        self.told: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
+        """(executor, task id) -> (delivered at, interval) the servers told it (X3)."""
+        self.bases: dict[tuple[int, str], list[tuple[float, bool]]] = defaultdict(list)
+        """(executor, node) -> when it applied a reply or an answer, and whether plainly."""
+        self.retry_afters: dict[str, list[tuple[int, float, float]]] = defaultdict(list)
+        """server -> (executor, delivered at, Retry-After) of its 429/503 answers."""
         self.operator_resolutions = 0
         self.actions_sent = 0
         self.cancels_requested: set[str] = set()
         self._essential = 0
 
+    @property
+    def newest(self) -> Engine:
+        return self.engines[self.newest_id]
+
     # --- plumbing --------------------------------------------------------------------
+
+    def _server(self, sc: Any) -> SimServer:
+        common: dict[str, Any] = {
+            "lookup": sc.lookup,
+            "idempotent": sc.idempotent,
+            "poll_interval_s": sc.poll_interval_s,
+            "ttl_s": sc.ttl_s,
+            "rng": self.rng,
+            "faults": self.config.server_faults,
+            "count": self.count,
+            "violation": self.checker.fail,
+        }
+        if sc.protocol == AIP151:
+            return Aip151Server(sc.name, **common)
+        if sc.protocol == APIFY:
+            return ApifyServer(sc.name, graceful=sc.graceful, **common)
+        return McpServer(
+            sc.name,
+            protocol=sc.protocol,
+            streams=sc.streams,
+            input_interval_s=sc.input_interval_s,
+            **common,
+        )
 
     def count(self, fault: str) -> None:
         self.faults[fault] = self.faults.get(fault, 0) + 1
@@ -339,53 +250,75 @@ class World:
             self.trace.append(f"{self.now:11.4f} {who:<8} {what}")
 
     def _open_ledger(self) -> ObservedLedger:
-        if self._tmpdir is not None:
-            ledger = self._ledger_factory(self._ledger_path)
-        else:
-            ledger = self._ledger_factory(":memory:")
+        ledger = self._ledger_factory(self._ledger_path)
         ledger.checker = self.checker
         self.checker.ledger = ledger
         return ledger
 
-    def _new_engine(self) -> Engine:
+    def _new_engine(self) -> int:
         engine = Engine(
             self.ledger,
             rng=self.rng,
             poll_qps_max=POLL_QPS_LIMIT,
             input_policy=self._human_gate if self.config.human_gate else _answer_everything,
         )
-        self.engines[next(self._engine_ids)] = engine
-        return engine
+        eid = next(self._engine_ids)
+        self.engines[eid] = engine
+        return eid
 
-    def _adapter(self, eid: int, server: str) -> SimAdapter:
-        adapter = self.adapters.get((eid, server))
-        if adapter is None:
-            adapter = self._adapter_factory(self.servers[server].protocol)
-            self.adapters[(eid, server)] = adapter
-        return adapter
+    def _route(self, eid: int, server: str) -> Route:
+        route = self.routes.get((eid, server))
+        if route is None:
+            target = self.servers[server]
+            route = connect(target, lambda request: self._direct(target, request))
+            self.routes[(eid, server)] = route
+        return route
 
-    def _engine_id(self, engine: Engine) -> int:
-        for eid, candidate in self.engines.items():
-            if candidate is engine:
-                return eid
-        return -1
+    def _direct(self, server: SimServer, request: HttpRequest) -> HttpReply | TransportFailure:
+        """Negotiation's link: answered at once, no fault (X1 happens before any call)."""
+        assert isinstance(server, McpServer)
+        served = server.serve(request, self.now, None)
+        assert isinstance(served, Served)
+        reply: HttpReply | TransportFailure = received(served)
+        return reply
+
+    def _cancel_received(self, node: str) -> int:
+        """The highest cancel generation of ``node`` whose request reached a server."""
+        return max((s.cancels_received.get(node, 0) for s in self.servers.values()), default=0)
 
     def at(self, t: float, kind: str, *args: Any, essential: bool = True) -> None:
         if essential:
             self._essential += 1
         heapq.heappush(self._queue, (t, next(self._seq), kind, (essential, *args)))
 
+    def _call(self, eid: int, fn: Callable[[Engine], Any]) -> Any:
+        """Call an engine; an exception out of it is a finding, not a sim crash."""
+        engine = self.engines.get(eid)
+        if engine is None:
+            return None
+        try:
+            return fn(engine)
+        except LongcallError as exc:
+            self.checker.fail("engine raised", f"{type(exc).__name__}: {exc}")
+            return None
+        except Exception as exc:  # foreign: it should have been translated where it entered
+            self.checker.fail("engine raised", f"untranslated {type(exc).__name__}: {exc}")
+            return None
+
     # --- the run ---------------------------------------------------------------------
 
     def run(self) -> Result:
         cfg = self.config
+        plans = [(n, dataclasses.astuple(p)) for n, p in cfg.plans.items()]
         self.log(
             "config",
-            f"servers={[dataclasses.astuple(s) for s in cfg.servers]} nodes={cfg.nodes} "
+            f"profile={cfg.profile} servers={[dataclasses.astuple(s) for s in cfg.servers]} "
+            f"nodes={cfg.nodes} plans={plans} "
             f"cancels={cfg.cancels} crashes={cfg.crashes} race_at={cfg.race_at} "
             f"crash_on_action={cfg.crash_on_action} budgets={cfg.budgets} "
             f"repeat_cancel={cfg.repeat_cancel} human_gate={cfg.human_gate} "
-            f"file_ledger={cfg.file_ledger} net={dataclasses.astuple(cfg.net)} "
+            f"double_answer={cfg.double_answer} file_ledger={cfg.file_ledger} "
+            f"net={dataclasses.astuple(cfg.net)} "
             f"server_faults={dataclasses.astuple(cfg.server_faults)} latency={cfg.latency_s}",
         )
         for node, _server, start in cfg.nodes:
@@ -397,7 +330,7 @@ class World:
         if cfg.race_at is not None:
             self.at(cfg.race_at, "race")
         self.at(HEAL_AT_S, "heal", essential=False)
-        self.at(OPERATOR_TICK_S, "operator", essential=False)
+        self.at(cfg.operator_tick_s, "operator", essential=False)
         end = HEAL_AT_S + LIVENESS_BOUND_S
         try:
             self._loop(end)
@@ -432,15 +365,18 @@ class World:
                 self._advance(t_engine)
                 if self.now > end:
                     break
-                for eid, engine in list(self.engines.items()):
-                    for action in self._call(engine, lambda en: en.due(self.now)) or []:
-                        self.actions_sent += 1
-                        if self.actions_sent == self.config.crash_on_action:
-                            # L7: the decision is committed, its request never leaves.
-                            self.log(f"e{eid}", f"crash before sending {action.kind}")
-                            self._on_crash()
-                            break
-                        self._send(eid, engine, action)
+                self._dispatch()
+
+    def _dispatch(self) -> None:
+        for eid in list(self.engines):
+            for action in self._call(eid, lambda en: en.due(self.now)) or []:
+                self.actions_sent += 1
+                if self.actions_sent == self.config.crash_on_action:
+                    # L7: the decision is committed, its request never leaves.
+                    self.log(f"e{eid}", f"crash before sending {action.kind}")
+                    self._on_crash()
+                    return
+                self._start_flight(eid, action)
 
     def _advance(self, t: float) -> None:
         self.now = max(self.now, t)
@@ -452,64 +388,83 @@ class World:
             State.CANCELLED_ACCEPTED,
         )
 
-    def _call(self, engine: Engine, fn: Callable[[Engine], Any]) -> Any:
-        """Call the engine; an exception out of it is a finding, not a sim crash."""
-        try:
-            return fn(engine)
-        except LongcallError as exc:
-            self.checker.fail(f"engine raised {type(exc).__name__}: {exc}")
-            return None
+    # --- the driver: one action's exchange over the network ----------------------------
 
-    # --- network ---------------------------------------------------------------------
-
-    def _send(self, eid: int, engine: Engine, action: Action) -> None:
+    def _start_flight(self, eid: int, action: Action) -> None:
+        engine = self.engines[eid]
         node = action.call_node_id
-        adapter = self._adapter(eid, action.server)
         self.log(f"e{eid}", f"send {action.kind} {node} {_detail(action.command)}")
-        if isinstance(action.command, c.Poll):
-            self._note_poll(eid, action)
-        shortcut = adapter.shortcut(action)
-        if shortcut is not None:
-            self.at(self.now, "deliver", eid, action, shortcut, None)
+        route = self._route(eid, action.server)
+        exchange = exchange_for(
+            route, action, engine, request_id=self.request_of.get(node, ""), now=self.now
+        )
+        flight = Flight(
+            eid=eid, action=action, exchange=exchange, deadline=self.now + ACTION_TIMEOUT_S
+        )
+        try:
+            request = next(exchange)
+        except StopIteration as stop:
+            # Settled without the network (known locally, or a cache): lands now.
+            self.at(self.now, "land", flight, stop.value)
             return
-        request = adapter.request_at(action, action.record.request_digest, self.now)
-        net = self.config.net
+        self._hop(flight, request)
+
+    def _flight_at(self, flight: Flight, t: float, kind: str, *args: Any) -> None:
+        """Schedule a flight's next step; past its deadline, the deadline comes first."""
+        if t > flight.deadline:
+            if not flight.deadline_armed:
+                flight.deadline_armed = True
+                self.at(flight.deadline, "deadline", flight)
+            return
+        self.at(t, kind, flight, flight.hop, *args)
+
+    def _hop(self, flight: Flight, request: HttpRequest | Request) -> None:
+        flight.hop += 1
+        action = flight.action
+        sent = self.now + (request.delay_s if isinstance(request, HttpRequest) else 0.0)
+        command = action.command
+        hop = Hop(
+            client=flight.eid,
+            action=action.kind,
+            node=action.call_node_id,
+            sent_at=sent,
+            cancel_generation=getattr(command, "cancel_generation", 0),
+        )
+        if self.rng.random() < self.config.net.request_loss:
+            self.log("net", f"request lost {action.kind} {action.call_node_id}")
+            self._flight_at(flight, sent + request.timeout_s, "timeout", request)
+            return
         lo, hi = self.config.latency_s
-        if self.rng.random() < net.request_loss:
-            self.log("net", f"request lost {action.kind} {node}")
-            self.at(self.now + adapter.timeout_s(request), "timeout", eid, action)
-            return
-        self.at(self.now + self.rng.uniform(lo, hi), "arrive", eid, action, request, self.now)
+        self._flight_at(flight, sent + self.rng.uniform(lo, hi), "arrive", request, hop, None)
 
     def _on_arrive(
-        self, eid: int, action: Action, request: Request, sent_at: float, held: bool = False
+        self,
+        flight: Flight,
+        number: int,
+        request: HttpRequest | Request,
+        hop: Hop,
+        held_since: float | None,
     ) -> None:
-        server = self.servers[action.server]
-        node = action.call_node_id
-        if isinstance(server, ApifyServer) and request.wait_s > 0:
-            # P4: the start and get-actor-run long-poll; the answer leaves when the run
-            # changes or waitSecs ends (the run is created on arrival).
-            if request.method == "create":
-                created = self._serve(server, action, request)
-                run_id = created.task_id or ""
-            else:
-                run_id = request.task_id
-            release = server.release_at(run_id, self.now, request.wait_s)
-            if release > self.now:
-                later = dataclasses.replace(request, wait_s=0.0, task_id=run_id)
-                self.log("server", f"{server.name} holds {request.method} {node} to {release:.4f}")
-                self.at(release, "arrive", eid, action, later, sent_at, True)
-                return
-            if request.method == "create":
-                request = dataclasses.replace(request, wait_s=0.0, task_id=run_id)
-        reply = self._serve(server, action, request)
-        self.log("server", f"{server.name} {request.method} {node} -> {_reply_text(reply)}")
+        if flight.done or number != flight.hop:
+            return
+        server = self.servers[flight.action.server]
+        answer = self._serve(server, flight, request, hop, held_since)
+        node = hop.node
+        if isinstance(answer, Hold):
+            since = self.now if held_since is None else held_since
+            self.log("server", f"{server.name} holds {hop.action} {node} to {answer.until:.4f}")
+            later = request if answer.request is None else answer.request
+            self._flight_at(flight, answer.until, "arrive", later, hop, since)
+            return
+        if answer.timed_out:
+            self._flight_at(flight, hop.sent_at + request.timeout_s, "timeout", request)
+            return
+        self.log("server", f"{server.name} {hop.action} {node} -> {_served_text(answer)}")
         net = self.config.net
-        lo, hi = self.config.latency_s
         loss = net.response_loss
-        if request.method == "cancel":
+        if answer.what == "cancel":
             loss = max(loss, net.cancel_ack_loss)
-        elif request.method == "create":
+        elif answer.what == "create":
             loss = max(loss, net.create_response_loss)
         if self.rng.random() < loss:
             fault = {
@@ -518,163 +473,226 @@ class World:
                 else "create_response_lost",
                 "cancel": "cancel_ack_lost",
                 "result": "result_lost_or_truncated",
-            }.get(request.method)
+            }.get(answer.what)
             if fault is not None:
                 self.count(fault)
-            self.log("net", f"response lost {action.kind} {node}")
-            timeout_s = self._adapter(eid, action.server).timeout_s(request)
-            self.at((self.now if held else sent_at) + timeout_s, "timeout", eid, action)
+            self.log("net", f"response lost {hop.action} {node}")
+            timeout_at = max(self.now, hop.sent_at + request.timeout_s)
+            self._flight_at(flight, timeout_at, "timeout", request)
             return
-        if (
-            server.protocol in MCP_PROTOCOLS
-            and request.method == "result"
-            and reply.payload is not None
-            and self.rng.random() < net.truncate
-        ):
-            self.count("result_lost_or_truncated")
-            reply = dataclasses.replace(reply, payload=reply.payload[: len(reply.payload) // 2])
-        delay = self.rng.uniform(lo, hi)
+        reply: Any = answer.reply
+        intact = True
+        if isinstance(reply, HttpReply):
+            cut = answer.what == "result" and self.rng.random() < net.truncate
+            if cut:
+                self.count("result_lost_or_truncated")
+                intact = False
+            reply = received(answer, cut=self.rng.uniform(0.2, 0.9) if cut else None)
+        lo, hi = self.config.latency_s
+        delay = self.rng.uniform(lo, hi) + answer.delay_s
         if self.rng.random() < net.reorder:
             self.count("replies_reordered")
             delay += self.rng.uniform(2.0, 12.0)
-        fetched = request.method == "result" or server.protocol == AIP151
-        if fetched and reply.payload is not None and reply.error is None:
-            ok = reply.content_length is None or len(reply.payload) == reply.content_length
-            if ok and reply.status in TERMINAL:
-                self.checker.fetched.setdefault(node, set()).add(digest_bytes(reply.payload))
-        self.at(self.now + delay, "deliver", eid, action, None, reply)
+        self._flight_at(flight, self.now + delay, "deliver", reply, answer, intact)
 
-    def _serve(self, server: SimServer, action: Action, request: Request) -> Reply:
-        if isinstance(server, Aip151Server) and request.method in ("create", "restart"):
-            # P3: a start, or the lookup's resend of it; the requestId deduplicates.
-            self.request_of[action.call_node_id] = request.request
-            server.plans.setdefault(request.request, self.config.plans[action.call_node_id])
-            return server.start(request.request_id, request.key, request.request, self.now)
-        if isinstance(server, Aip151Server) and request.method == "list":
-            return server.list_request(request.request_id, self.now)
-        if isinstance(server, ApifyServer) and request.method == "create" and request.task_id:
-            return server.view(request.task_id, self.now)
+    def _serve(
+        self,
+        server: SimServer,
+        flight: Flight,
+        request: HttpRequest | Request,
+        hop: Hop,
+        held_since: float | None,
+    ) -> Served | Hold:
+        if isinstance(server, McpServer):
+            assert isinstance(request, HttpRequest)
+            return server.serve(request, self.now, hop, held_since=held_since)
+        assert isinstance(request, Request)
+        return self._serve_interim(server, request, hop)
+
+    def _serve_interim(self, server: SimServer, request: Request, hop: Hop) -> Served | Hold:
+        """AIP-151 and Apify-style: the normalised requests of the interim adapters."""
+        if isinstance(server, ApifyServer) and request.wait_s > 0:
+            # P4: the start and get-actor-run long-poll; the answer leaves when the run
+            # changes or waitSecs ends (the run is created on arrival).
+            run_id = request.task_id
+            if request.method == "create":
+                run_id = server.create(request.key, request.request, self.now).task_id or ""
+            later = dataclasses.replace(request, wait_s=0.0, task_id=run_id)
+            release = server.release_at(run_id, self.now, request.wait_s)
+            if release > self.now:
+                return Hold(release, request=later)
+            request = later
+        reply = self._interim_reply(server, request, hop)
+        what = {"create": "create", "restart": "create", "list": "lookup", "get": "status"}
+        served = Served(reply=reply, what=what.get(request.method, request.method))
+        if reply.error is None:
+            handed = request.method in ("create", "restart", "list") and reply.task_id
+            served.handed = reply.task_id if handed else None
+            served.task_id = reply.task_id
+            served.interval_s = reply.poll_interval_s
+            fetched = request.method == "result" or server.protocol == AIP151
+            if fetched and reply.payload is not None and reply.status in TERMINAL:
+                served.result_digest = digest_bytes(reply.payload)
+        served.retry_after_s = reply.retry_after_s
+        if request.method == "list" and reply.error is None and not reply.found:
+            served.absent_key = request.key
+        if request.method == "cancel":
+            server.note_cancel(hop)
+        return served
+
+    def _interim_reply(self, server: SimServer, request: Request, hop: Hop) -> Reply:
+        if isinstance(server, Aip151Server):
+            match request.method:
+                case "create" | "restart":
+                    return server.start(request.request_id, request.key, request.request, self.now)
+                case "list":
+                    return server.list_request(request.request_id, self.now)
+        if isinstance(server, ApifyServer) and request.method == "create":
+            if request.task_id:
+                return server.view(request.task_id, self.now)
+            return server.create(request.key, request.request, self.now)
+        assert isinstance(server, Aip151Server | ApifyServer)
         match request.method:
-            case "create":
-                self.request_of[action.call_node_id] = request.request
-                server.plans.setdefault(request.request, self.config.plans[action.call_node_id])
-                return server.create(request.key, request.request, self.now)
-            case "lookup":
-                return server.lookup(request.key, self.now)
             case "get":
-                return server.get(request.task_id, self.now)
+                return server.get(request.task_id, self.now, hop)
             case "result":
-                return server.result(request.task_id, self.now)
+                return server.result(request.task_id, self.now, hop)
             case "cancel":
                 return server.cancel(request.task_id, self.now, self.rng.uniform(0.0, 10.0))
-            case "answer":
-                return server.answer(request.task_id, request.keys, self.now)
         raise ValueError(request.method)
 
-    def _on_timeout(self, eid: int, action: Action) -> None:
-        outcome = self._adapter(eid, action.server).timeout(action)
-        self._deliver(eid, action, outcome)
-
     def _on_deliver(
-        self, eid: int, action: Action, outcome: Outcome | None, reply: Reply | None
+        self, flight: Flight, number: int, reply: Any, served: Served, intact: bool
     ) -> None:
-        if reply is not None:
-            # What a live executor was told: the ids it holds (only those are ever
-            # reused, F1) and the poll interval it must honour (X3).
-            alive = eid in self.engines
-            handed = isinstance(action.command, (c.SendSubmit, c.LookupSubmission))
-            if alive and handed and reply.task_id is not None:
-                self.servers[action.server].handed.add(reply.task_id)
-            if alive and reply.poll_interval_s is not None and reply.error is None:
-                self.told_interval[action.call_node_id] = reply.poll_interval_s
-            outcome = self._adapter(eid, action.server).outcome(action, reply)
-            if outcome is None:
-                engine = self.engines.get(eid)
-                if engine is not None:
-                    engine.finish(action)
-                return
-        assert outcome is not None
-        self._deliver(eid, action, outcome)
-
-    def _deliver(self, eid: int, action: Action, outcome: Outcome) -> None:
-        engine = self.engines.get(eid)
-        node = action.call_node_id
-        if engine is None:
+        if flight.done or number != flight.hop:
+            return
+        alive = flight.eid in self.engines
+        if alive and intact:
+            self._note(flight, served)
+        elif not alive and self.rng.random() >= self.config.net.stale_callback:
             # The executor that sent this died. F1 "a callback from an old execution
             # epoch": sometimes its reply still reaches the new executor.
-            if self.rng.random() < self.config.net.stale_callback:
-                self.count("stale_epoch_callback")
-                engine, eid = self.newest, self._engine_id(self.newest)
-            else:
-                self.log("net", f"reply to dead e{eid} dropped {action.kind} {node}")
-                return
-        self.log(f"e{eid}", f"recv {action.kind} {node} {outcome.event.name}")
-        self._call(engine, lambda en: en.complete(action, outcome, now=self.now))
+            self.log("net", f"reply to dead e{flight.eid} dropped {flight.action.kind}")
+            flight.done = True
+            return
+        self._resume(flight, reply)
 
-    def _note_poll(self, eid: int, action: Action) -> None:
-        op = action.command.operation_id  # type: ignore[attr-defined]
-        self.poll_sends.setdefault((eid, action.server), []).append(self.now)
-        key = (eid, op)
-        last = self.last_poll.get(key)
-        # The floor is the interval the server told the executor about this operation
-        # (a reply it received carried it); until then nobody could honour it.
-        interval = self.told_interval.get(action.call_node_id, 0.0)
-        if last is not None and self.now - last < interval - POLL_INTERVAL_EPSILON_S:
-            self.poll_interval_violations += 1
-            self.log("check", f"poll of {op} {self.now - last:.3f}s after the previous one")
-        self.last_poll[key] = self.now
+    def _note(self, flight: Flight, served: Served) -> None:
+        """What a live executor was told: the ids it holds (only those are ever reused,
+        F1), the poll interval and Retry-After it must honour (X3), the result bodies it
+        received (X6) and the proofs of absence it got (X2)."""
+        node = flight.action.call_node_id
+        server = self.servers[flight.action.server]
+        if served.handed is not None:
+            server.handed.add(served.handed)
+        if served.task_id is not None and served.interval_s is not None:
+            self.told[(flight.eid, served.task_id)].append((self.now, served.interval_s))
+        if served.retry_after_s is not None:
+            self.retry_afters[server.name].append((flight.eid, self.now, served.retry_after_s))
+        if served.result_digest is not None:
+            self.checker.fetched.setdefault(node, set()).add(served.result_digest)
+        if served.absent_key is not None:
+            self.checker.proofs[node] = self.checker.proofs.get(node, 0) + 1
+
+    def _resume(self, flight: Flight, reply: Any) -> None:
+        """Send ``reply`` into the exchange: it asks again or returns the outcome."""
+        try:
+            request = flight.exchange.send(reply)
+        except StopIteration as stop:
+            self._land(flight, stop.value)
+            return
+        if flight.eid not in self.engines:
+            flight.done = True  # a dead process sends nothing more
+            flight.exchange.close()
+            return
+        self._hop(flight, request)
+
+    def _on_timeout(self, flight: Flight, number: int, request: HttpRequest | Request) -> None:
+        if flight.done or number != flight.hop:
+            return
+        if flight.eid not in self.engines:
+            flight.done = True
+            return
+        self.log(f"e{flight.eid}", f"timeout {flight.action.kind} {flight.action.call_node_id}")
+        self._resume(flight, _timed_out(request))
+
+    def _on_deadline(self, flight: Flight) -> None:
+        """The action's whole budget is spent: the executor gives up on it (X9)."""
+        if flight.done:
+            return
+        flight.done = True
+        flight.exchange.close()
+        if flight.eid not in self.engines:
+            return
+        failure = TransportFailure(
+            kind=FailureKind.TIMEOUT, detail="no reply in time", processed_possible=True
+        )
+        self._land(flight, failure_outcome(flight.action.kind, failure))
+
+    def _on_land(self, flight: Flight, outcome: Outcome | None) -> None:
+        self._land(flight, outcome)
+
+    def _land(self, flight: Flight, outcome: Outcome | None) -> None:
+        flight.done = True
+        action = flight.action
+        node = action.call_node_id
+        eid = flight.eid
+        if eid not in self.engines:
+            if outcome is None:
+                return
+            self.count("stale_epoch_callback")
+            eid = self.newest_id
+        if outcome is None:
+            self._call(eid, lambda en: en.finish(action))
+            return
+        self.log(f"e{eid}", f"recv {action.kind} {node} {outcome.event.name}")
+        stale = action.record.execution_epoch < self.checker.epoch.get(node, 0)
+        writes = self.checker.writes
+        self._call(eid, lambda en: en.complete(action, outcome, now=self.now))
+        plain = (
+            not isinstance(outcome.event, e.RequestFailed) or outcome.event.retry_after_s is None
+        )
+        self.bases[(eid, node)].append((self.now, plain))
+        if stale and self.checker.writes != writes:
+            self.checker.fail(
+                "stale-epoch reply committed",
+                f"{node}: a {outcome.event.name} of epoch {action.record.execution_epoch}"
+                f" changed the ledger at epoch {self.checker.epoch.get(node, 0)} (D1)",
+            )
 
     # --- scripted happenings ---------------------------------------------------------
 
     def _on_start(self, node: str) -> None:
         server = self.servers[self.node_server[node]]
-        idempotent, lookup = server.idempotent, server.lookup_offered
-        protocol = f"mcp-{server.protocol}"
-        if server.protocol == AIP151:
-            # P3: AIP-155 proves a start by requestId, so a lost start is looked up.
-            protocol, lookup = AIP151, True
-        elif server.protocol == APIFY:
-            # P4: no lookup by key; a resend is safe when the server advertises the
-            # submission-key extension (``lookup`` here) or the tool is idempotent.
-            protocol, lookup = APIFY, False
-            idempotent = server.lookup_offered or server.idempotent
-        binding = ToolBinding(
-            server=server.name,
-            tool_name="work",
-            protocol=protocol,
-            adapter_version="sim",
-            descriptor_digest=digest_bytes(b"work"),
-            task_support="required",
-            idempotent=idempotent,
-            submission_lookup=lookup,
-        )
+        plan = self.config.plans[node]
+        arguments = {"node": node}
+        business = digest_json(arguments)
+        server.plans[business] = plan
+        self.request_of[node] = business
+        route = self._route(self.newest_id, server.name)
         spec = CallSpec(
             call_node_id=node,
-            binding=binding,
-            arguments={"node": node},
+            binding=route.binding,
+            arguments=arguments,
             budget_s=self.config.budgets.get(node),
         )
         self.started.add(node)
         self.log("caller", f"start {node} on {server.name}")
-        self._call(self.newest, lambda en: en.start_call(spec, now=self.now))
+        self._call(self.newest_id, lambda en: en.start_call(spec, now=self.now))
 
     def _on_cancel(self, node: str) -> None:
         if node not in self.started or self._terminal(node):
-            self.cancel_pending.discard(node)
             return
-        outcome = self._call(self.newest, lambda en: en.cancel(node, now=self.now))
+        outcome = self._call(self.newest_id, lambda en: en.cancel(node, now=self.now))
         self.log("caller", f"cancel {node} -> {outcome.outcome if outcome else 'error'}")
         if outcome is not None and outcome.outcome == "requested":
             first = node not in self.cancels_requested
             self.cancels_requested.add(node)
             self.checker.cancel_since.setdefault(node, self.now)
-            self.cancel_pending.discard(node)
             if first and self.config.repeat_cancel:
                 self.at(self.now + self.rng.uniform(0.5, 20.0), "cancel", node)
         elif outcome is None or outcome.outcome == "not_cancellable":
             self.at(self.now + 5.0, "cancel", node)
-        else:
-            self.cancel_pending.discard(node)
 
     def _on_crash(self) -> None:
         """Kill every executor (drop its memory and in-flight replies) and restart one."""
@@ -683,38 +701,45 @@ class World:
         if self._tmpdir is not None:
             self.ledger.close()
             self.ledger = self._open_ledger()
-        self.newest = self._new_engine()
-        eid = self._engine_id(self.newest)
-        count = self._call(self.newest, lambda en: en.resume_all(now=self.now))
-        self.log(f"e{eid}", f"restart: resumed {count}")
+        self.newest_id = self._new_engine()
+        count = self._call(self.newest_id, lambda en: en.resume_all(now=self.now))
+        self.log(f"e{self.newest_id}", f"restart: resumed {count}")
 
     def _on_race(self) -> None:
         """A second executor takes every open operation over; the first keeps going
         with its stale epoch (two pollers, fencing by CAS, D1)."""
         self.count("executor_race")
-        self.newest = self._new_engine()
-        eid = self._engine_id(self.newest)
-        count = self._call(self.newest, lambda en: en.resume_all(now=self.now))
-        self.log(f"e{eid}", f"race: claimed {count}")
+        self.newest_id = self._new_engine()
+        count = self._call(self.newest_id, lambda en: en.resume_all(now=self.now))
+        self.log(f"e{self.newest_id}", f"race: claimed {count}")
 
     def _human_gate(self, record: OperationRecord, command: c.AskInput) -> None:
-        """The approval gate shows the request to a person, who answers later (X4)."""
+        """The approval gate shows the request to a person, who answers later (X4); some
+        answers are sent twice (a double submit)."""
         delay = self.rng.uniform(1.0, 30.0)
-        self.at(self.now + delay, "answer", record.call_node_id, command.input_round, command.keys)
+        self.at(self.now + delay, "answer", record.call_node_id, command.keys)
+        if self.rng.random() < self.config.double_answer:
+            self.at(
+                self.now + delay + self.rng.uniform(1.0, 20.0),
+                "answer",
+                record.call_node_id,
+                command.keys,
+            )
         return None
 
-    def _on_answer(self, node: str, input_round: int, keys: tuple[str, ...]) -> None:
-        answers = {key: {"approved": True} for key in keys}
+    def _on_answer(self, node: str, keys: tuple[str, ...]) -> None:
+        answers = {key: _approval(key) for key in keys}
         try:
             record = self.newest.answer(node, answers, now=self.now)
         except (StaleEvent, IllegalTransition) as exc:
             # The round moved on (answered, replayed, restarted) or the operation left
             # the input state (reconciliation, cancel): a typed refusal, as X4 wants.
-            self.log("caller", f"answer {node} round {input_round} refused: {exc}")
+            self.log("caller", f"answer {node} {list(keys)} refused: {exc}")
             return
         except LongcallError as exc:
-            self.checker.fail(f"engine raised {type(exc).__name__} on an answer: {exc}")
+            self.checker.fail("engine raised", f"{type(exc).__name__} on an answer: {exc}")
             return
+        self.bases[(self.newest_id, node)].append((self.now, True))
         self.log("caller", f"answer {node} round {record.input_round} keys={list(keys)}")
 
     def _on_heal(self) -> None:
@@ -724,7 +749,7 @@ class World:
 
     def _on_operator(self) -> None:
         """An operator works the reconciliation queue with the server's truth (X7)."""
-        self.at(self.now + OPERATOR_TICK_S, "operator", essential=False)
+        self.at(self.now + self.config.operator_tick_s, "operator", essential=False)
         waiting = self.ledger.list_by_state(State.RECONCILIATION_REQUIRED)
         changed = False
         for record in waiting:
@@ -750,7 +775,7 @@ class World:
             self.log("operator", f"{record.call_node_id} {event.resolution.value}")  # type: ignore[attr-defined]
             changed = True
         if changed:
-            self._call(self.newest, lambda en: en.refresh(now=self.now))
+            self._call(self.newest_id, lambda en: en.refresh(now=self.now))
 
     def _resolution(self, record: OperationRecord) -> tuple[e.Event | None, bytes | None]:
         server = self.servers[record.server]
@@ -763,7 +788,7 @@ class World:
                 resolution=e.Resolution.NEVER_CREATED, actor=OPERATOR, note=OPERATOR_NOTE
             ), None
         if task.status in TERMINAL:
-            payload = task.payload()
+            payload = server.truth_payload(task)
             resolution = e.Resolution(task.status)
             return (
                 e.ReconciledManually(
@@ -782,8 +807,9 @@ class World:
         if shared or spent or self.now >= task.expires_at:
             # Unreachable by its id: wait for the truth's terminal, answering its input
             # request on the server's console if it waits for one.
-            if task.status == "input_required" and task.answered_at is None:
-                task.answered_at = self.now
+            pending = task.pending_round(self.now)
+            if pending is not None:
+                task.answer(pending.key, self.now)
                 self.log("operator", f"{record.call_node_id} answered input on the server")
             return None, None
         return (
@@ -802,83 +828,165 @@ class World:
         now = self.now
         self.checker.close(now)
         nodes = [n for n, _, _ in self.config.nodes]
-        violations = list(self.checker.violations)
-        problems, receipts_max, rows, traced = audit(self.ledger, nodes)
-        violations.extend(problems)
-        divergence = 0
+        result = Result(seed=self.seed, violations=list(self.checker.violations))
+        found = audit(self.ledger, nodes)
+        result.violations.extend(found.problems)
+        result.receipts_max, result.receipts = found.receipts_max, found.receipts
+        result.outbox_rows, result.outbox_traced = found.outbox_rows, found.outbox_traced
+        self._judge_terminals(result, nodes, max(now, end))
+        self._judge_polls(result)
+        result.duplicates = sum(s.duplicates() for s in self.servers.values())
+        result.requests = sum(len({t.request for t in s.tasks}) for s in self.servers.values())
+        if result.duplicates:
+            self._gate(result, "duplicate operations", f"{result.duplicates} second operations")
+        result.cancel_latencies = self.checker.cancel_latencies
+        result.cancel_latencies_operator = self.checker.cancel_latencies_operator
+        result.unknown_durations = self.checker.unknown_durations
+        result.faults = self.faults
+        result.operator_resolutions = self.operator_resolutions
+        result.nodes = len(nodes)
+        result.virtual_s = now
+        result.trace = self.trace
+        self.ledger.close()
+        if self._tmpdir is not None:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+        return result
+
+    def _gate(self, result: Result, check: str, detail: str) -> None:
+        result.violations.append(Violation(check=check, detail=detail))
+
+    def _judge_terminals(self, result: Result, nodes: list[str], at: float) -> None:
+        """Liveness, and every receipt against the server's truth (F3 divergence)."""
         for node in nodes:
             record = self.ledger.find(node)
             if record is None or not record.is_terminal:
                 state = record.state.name if record else "never created"
-                violations.append(f"liveness: {node} not terminal by t={now:.1f} ({state})")
+                self._gate(result, "liveness", f"{node} not terminal by t={self.now:.1f} ({state})")
                 continue
             receipt = self.ledger.receipt(node)
             request = self.request_of.get(node)
             server = self.servers[self.node_server[node]]
-            task = server.truth(request, max(now, end)) if request else None
+            task = server.truth(request, at) if request else None
+            if receipt is not None and task is None and receipt.resolved_by is None:
+                # Never created: the only truth a receipt can match is the server's
+                # refusal of the create (a rejection is an outcome, X6).
+                result.receipts_compared += 1
+                if server.rejected.get(request or "") != receipt.result_digest:
+                    result.divergence += 1
+                    self._gate(
+                        result,
+                        "terminal divergence",
+                        f"{node} accepted {receipt.terminal_status.value} "
+                        f"({receipt.result_digest[:15]}) but the server never created it"
+                        " nor refused it so",
+                    )
+                continue
             if receipt is None or task is None or task.status not in TERMINAL:
                 continue
+            result.receipts_compared += 1
             same = receipt.terminal_status.value == task.status and (
-                task.status == "cancelled" or receipt.result_digest == digest_bytes(task.payload())
+                task.status == "cancelled"
+                or receipt.result_digest == digest_bytes(server.truth_payload(task))
             )
             if not same:
-                divergence += 1
-                violations.append(
-                    f"divergence: {node} accepted {receipt.terminal_status.value} "
+                result.divergence += 1
+                self._gate(
+                    result,
+                    "terminal divergence",
+                    f"{node} accepted {receipt.terminal_status.value} "
                     f"({receipt.result_digest[:15]}) but the server's truth is {task.status} "
-                    f"of {task.task_id}"
+                    f"of {task.task_id}",
                 )
-        duplicates = sum(s.duplicates() for s in self.servers.values())
-        if duplicates:
-            violations.append(f"duplicate remote operations: {duplicates}")
-        qps = max((_max_per_second(times) for times in self.poll_sends.values()), default=0.0)
-        merged: dict[str, list[float]] = {}
-        for (_eid, server_name), times in self.poll_sends.items():
-            merged.setdefault(server_name, []).extend(times)
-        qps_all = max((_max_per_second(sorted(t)) for t in merged.values()), default=0.0)
-        if self.poll_interval_violations:
-            violations.append(f"poll interval violated {self.poll_interval_violations} times")
+
+    def _judge_polls(self, result: Result) -> None:
+        """The poll gates, measured on the wire at the servers (X3)."""
+        reads = [read for server in self.servers.values() for read in server.reads]
+        per_server = [
+            (client, name, sent)
+            for name, server in self.servers.items()
+            for client, sent, _task, _node in server.reads
+        ]
+        qps, result.polls = measures.poll_rate(per_server)
+        result.poll_qps_max = float(qps)
         if qps > POLL_QPS_LIMIT:
-            violations.append(f"poll rate {qps} per second above {POLL_QPS_LIMIT}")
-        self.ledger.close()
-        if self._tmpdir is not None:
-            shutil.rmtree(self._tmpdir, ignore_errors=True)
-        return Result(
-            seed=self.seed,
-            violations=violations,
-            divergence=divergence,
-            duplicates=duplicates,
-            receipts_max=receipts_max,
-            poll_qps_max=qps,
-            poll_qps_max_all_executors=qps_all,
-            poll_interval_violations=self.poll_interval_violations,
-            cancel_latencies=self.checker.cancel_latencies,
-            cancel_latencies_operator=self.checker.cancel_latencies_operator,
-            unknown_durations=self.checker.unknown_durations,
-            outbox_rows=rows,
-            outbox_traced=traced,
-            faults=self.faults,
-            operator_resolutions=self.operator_resolutions,
-            nodes=len(nodes),
-            virtual_s=now,
-            trace=self.trace,
+            self._gate(result, "poll QPS", f"{qps} reads of one executor in one second")
+        findings, result.interval_judged = measures.interval_findings(reads, self.told)
+        result.interval_violations = len(findings)
+        for finding in findings[:3]:
+            self._gate(result, "poll interval", finding)
+        limits = {
+            node: min(
+                record.deadline_at if record.deadline_at is not None else float("inf"),
+                record.expires_at if record.expires_at is not None else float("inf"),
+            )
+            for node, record in self.checker.last.items()
+        }
+        findings, result.jitter_judged = measures.jitter_findings(
+            reads,
+            self.told,
+            self.bases,
+            limits,
+            jitter_fraction=DEFAULT_POLICY.poll.jitter_fraction,
         )
+        result.unjittered = len(findings)
+        for finding in findings[:3]:
+            self._gate(result, "poll jitter", finding)
+        findings = []
+        for name, server in self.servers.items():
+            found, judged = measures.retry_after_findings(server.reads, self.retry_afters[name])
+            findings.extend(found)
+            result.retry_after_judged += judged
+        result.retry_after_violations = len(findings)
+        for finding in findings[:3]:
+            self._gate(result, "Retry-After honoured", finding)
+
+
+def _approval(key: str) -> dict[str, Any]:
+    """An approver's answer to input request ``key``: it names the request it answers."""
+    return {"action": "accept", "content": {"approved": True, "for": key}}
 
 
 def _answer_everything(record: OperationRecord, command: c.AskInput) -> dict[str, Any]:
     """The approval gate of the simulated caller answers every key at once (X4)."""
-    return {key: {"approved": True} for key in command.keys}
+    return {key: _approval(key) for key in command.keys}
 
 
-def _max_per_second(times: list[float]) -> float:
-    """The most requests in any window [t, t + 1) of virtual time."""
-    best = 0
-    lo = 0
-    for hi, t in enumerate(times):
-        while times[lo] <= t - 1.0 + POLL_INTERVAL_EPSILON_S:
-            lo += 1
-        best = max(best, hi - lo + 1)
-    return float(best)
+def received(served: Served, *, cut: float | None = None) -> Any:
+    """What the I/O driver hands the exchange for this answer: the reply, its event
+    stream decoded by the real decoder; ``cut``: only that share of the body arrived
+    (a JSON body cut mid-way is the reset the driver reports as a failure; an event
+    stream that ends early just ends)."""
+    reply = served.reply
+    if not isinstance(reply, HttpReply):
+        return reply
+    if served.stream is None:
+        if cut is not None:
+            reset = httpx.RemoteProtocolError(
+                "peer closed connection without sending complete message body"
+            )
+            return failure_of_exception(reset)
+        return reply
+    body = served.stream if cut is None else served.stream[: int(len(served.stream) * cut)]
+    decoder = SseDecoder()
+    events = tuple(decoder.feed(body))
+    return dataclasses.replace(
+        reply,
+        events=events,
+        stopped=served.stopped and cut is None,
+        last_event_id=decoder.last_event_id,
+        retry_ms=decoder.retry_ms,
+    )
+
+
+def _timed_out(request: HttpRequest | Request) -> Any:
+    """What the driver reports when no (complete) answer came within the budget."""
+    if isinstance(request, Request):
+        return TIMED_OUT
+    return TransportFailure(
+        kind=FailureKind.TIMEOUT,
+        detail=f"no complete answer within {request.timeout_s:g} s",
+        processed_possible=True,
+    )
 
 
 def _detail(command: c.Command) -> str:
@@ -889,30 +997,34 @@ def _detail(command: c.Command) -> str:
     return f"key={key[:12]}"
 
 
-def _reply_text(reply: Reply) -> str:
-    if reply.error is not None:
-        return f"error {reply.error}" + (
-            f" retry_after={reply.retry_after_s:.3f}" if reply.retry_after_s is not None else ""
-        )
-    parts = [p for p in (reply.task_id, reply.status) if p]
-    if reply.found:
-        parts.append("found")
-    return " ".join(parts) or "ok"
+def _served_text(served: Served) -> str:
+    reply = served.reply
+    if isinstance(reply, Reply):
+        if reply.error is not None:
+            return f"error {reply.error}"
+        return " ".join(p for p in (reply.task_id, reply.status) if p) or "ok"
+    if served.timed_out:
+        return "blocked past the request's time budget"
+    body = served.stream if served.stream is not None else reply.body
+    text = body.decode("utf-8", "replace").replace("\n", " ")
+    retry = reply.headers.get("retry-after")
+    after = "" if retry is None else f" (Retry-After {retry})"
+    return f"{reply.status}{after} {text[:160]}"
 
 
 def run_one(
     seed: int,
     *,
     trace: bool = False,
+    profile: Profile = DEFAULT,
     ledger_factory: LedgerFactory = ObservedLedger,
-    adapter_factory: AdapterFactory = sim_adapter,
 ) -> Result:
     """Run the permutation of ``seed``."""
     world = World(
         random.Random(seed),
         seed=seed,
         trace=trace,
+        profile=profile,
         ledger_factory=ledger_factory,
-        adapter_factory=adapter_factory,
     )
     return world.run()

@@ -1,0 +1,325 @@
+"""What one seed expands into: a world's servers, calls, faults and people (SPEC F1).
+
+Owns :class:`Profile` — the fault mix as a parameter (how often each fault is on, and
+how hard; how slow the operator is), with the named profiles ``gentle``, ``default``
+and ``harsh`` — and :class:`Config`, one world drawn from a profile by the world's one
+``random.Random`` (printed first by ``--replay``). Every gate must hold on every
+profile (F3).
+
+Must not: draw from any other generator, or know how a world runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+
+from longcall.sim.server import AIP151, APIFY, LEGACY, MODERN
+from longcall.sim.truth import OUTCOMES, Plan, ServerFaults
+
+Mix = tuple[float, tuple[float, ...]]
+"""(share of worlds with the fault on, the rates it is drawn from when on)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Profile:
+    """A fault mix: which faults a world draws, how often and how hard (F1)."""
+
+    name: str
+    request_loss: Mix
+    response_loss: Mix
+    reorder: Mix
+    truncate: Mix
+    stale_callback: Mix
+    cancel_ack_loss: Mix
+    create_response_loss: Mix
+    id_reuse: Mix
+    not_found_early: Mix
+    rate_limited: Mix
+    unavailable: Mix
+    input_replay: Mix
+    cancel_completion_tie: Mix
+    refused_unread: Mix
+    crossed_reply: Mix
+    crash_share: float
+    race_share: float
+    crash_on_action_share: float
+    operator_delay_s: tuple[float, float]
+    """How long after a record entered reconciliation the operator acts on it."""
+    operator_tick_s: float
+    """How often the operator looks at the reconciliation queue."""
+    latency_s: tuple[tuple[float, float], tuple[float, float]]
+    """The ranges the lower and upper bound of one hop's latency are drawn from."""
+
+
+DEFAULT = Profile(
+    name="default",
+    request_loss=(0.4, (0.01, 0.03, 0.08)),
+    response_loss=(0.4, (0.01, 0.03, 0.08)),
+    reorder=(0.3, (0.05, 0.2)),
+    truncate=(0.2, (0.1, 0.3)),
+    stale_callback=(0.5, (0.5, 1.0)),
+    cancel_ack_loss=(0.3, (0.3, 0.6)),
+    create_response_loss=(0.3, (0.2, 0.5)),
+    id_reuse=(0.05, (0.3, 1.0)),
+    not_found_early=(0.05, (0.01, 0.03)),
+    rate_limited=(0.25, (0.05, 0.15)),
+    unavailable=(0.25, (0.05, 0.15)),
+    input_replay=(0.3, (0.2, 0.5)),
+    cancel_completion_tie=(0.3, (0.5, 1.0)),
+    refused_unread=(0.1, (0.01, 0.03)),
+    crossed_reply=(0.05, (0.01, 0.03)),
+    crash_share=0.3,
+    race_share=0.15,
+    crash_on_action_share=0.15,
+    operator_delay_s=(10.0, 45.0),
+    operator_tick_s=10.0,
+    latency_s=((0.005, 0.05), (0.05, 0.5)),
+)
+GENTLE = dataclasses.replace(
+    DEFAULT,
+    name="gentle",
+    request_loss=(0.2, (0.005, 0.01)),
+    response_loss=(0.2, (0.005, 0.01)),
+    reorder=(0.1, (0.05,)),
+    truncate=(0.1, (0.05,)),
+    cancel_ack_loss=(0.1, (0.1,)),
+    create_response_loss=(0.1, (0.1,)),
+    id_reuse=(0.02, (0.3,)),
+    not_found_early=(0.02, (0.01,)),
+    rate_limited=(0.1, (0.02,)),
+    unavailable=(0.1, (0.02,)),
+    refused_unread=(0.05, (0.01,)),
+    crossed_reply=(0.02, (0.01,)),
+    crash_share=0.1,
+    race_share=0.05,
+    crash_on_action_share=0.05,
+    operator_delay_s=(5.0, 20.0),
+    operator_tick_s=5.0,
+)
+HARSH = dataclasses.replace(
+    DEFAULT,
+    name="harsh",
+    request_loss=(0.6, (0.05, 0.1, 0.15)),
+    response_loss=(0.6, (0.05, 0.1, 0.15)),
+    reorder=(0.5, (0.1, 0.3)),
+    truncate=(0.4, (0.2, 0.4)),
+    stale_callback=(0.7, (0.5, 1.0)),
+    cancel_ack_loss=(0.5, (0.4, 0.7)),
+    create_response_loss=(0.5, (0.3, 0.6)),
+    id_reuse=(0.1, (0.3, 1.0)),
+    not_found_early=(0.1, (0.02, 0.05)),
+    rate_limited=(0.4, (0.1, 0.25)),
+    unavailable=(0.4, (0.1, 0.25)),
+    input_replay=(0.5, (0.3, 0.6)),
+    cancel_completion_tie=(0.5, (0.5, 1.0)),
+    refused_unread=(0.2, (0.02, 0.05)),
+    crossed_reply=(0.1, (0.02, 0.05)),
+    crash_share=0.5,
+    race_share=0.3,
+    crash_on_action_share=0.3,
+    operator_delay_s=(30.0, 120.0),
+    operator_tick_s=30.0,
+    latency_s=((0.01, 0.1), (0.1, 1.0)),
+)
+PROFILES: dict[str, Profile] = {p.name: p for p in (GENTLE, DEFAULT, HARSH)}
+
+PROTOCOL_SHARES = ((0.15, AIP151), (0.30, APIFY))
+"""A world is AIP-151 below 0.15 of its draw, Apify-style below 0.30, else MCP (70 %)."""
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class NetFaults:
+    request_loss: float = 0.0
+    response_loss: float = 0.0
+    reorder: float = 0.0
+    truncate: float = 0.0
+    stale_callback: float = 0.0
+    cancel_ack_loss: float = 0.0
+    create_response_loss: float = 0.0
+
+    def heal(self) -> None:
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, 0.0)
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class ServerConfig:
+    name: str
+    protocol: str
+    lookup: bool
+    idempotent: bool
+    poll_interval_s: float
+    ttl_s: float
+    input_interval_s: float | None = None
+    """MCP: the interval told once a task has asked for input (None: unchanged)."""
+    streams: bool = False
+    """MCP: the server answers calls and results as event streams."""
+    graceful: bool = False
+    """Apify: ``abort-actor-run`` aborts gracefully (ABORTING first)."""
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class Config:
+    """Everything a seed expands into (printed first by ``--replay``)."""
+
+    profile: str
+    servers: list[ServerConfig]
+    nodes: list[tuple[str, str, float]]
+    """(call node id, server name, start time)."""
+    cancels: list[tuple[str, float]]
+    crashes: list[float]
+    race_at: float | None
+    crash_on_action: int | None
+    """Crash between a committed decision and its request: at the n-th action sent."""
+    file_ledger: bool
+    net: NetFaults
+    server_faults: ServerFaults
+    latency_s: tuple[float, float]
+    operator_delay_s: float
+    operator_tick_s: float
+    plans: dict[str, Plan]
+    budgets: dict[str, float]
+    """Call nodes with a total wait budget (X3); the others wait as long as it takes."""
+    repeat_cancel: bool
+    """The caller asks to cancel a second time (a new cancel generation, X5)."""
+    human_gate: bool
+    """Input is answered by a person through ``Engine.answer`` after a while (X4),
+    not by a policy hook at once."""
+    double_answer: float
+    """The share of a person's answers sent twice (a double submit), 1–20 s apart."""
+
+    @classmethod
+    def draw(cls, rng: random.Random, profile: Profile = DEFAULT) -> Config:
+        servers = [_server(rng, i) for i in range(rng.choice((1, 1, 2)))]
+        nodes = []
+        plans: dict[str, Plan] = {}
+        budgets: dict[str, float] = {}
+        for i in range(rng.randint(1, 4)):
+            node = f"n{i}"
+            nodes.append((node, rng.choice(servers).name, round(rng.uniform(0.0, 60.0), 3)))
+            plans[node] = _plan(rng)
+            if rng.random() < 0.1:
+                budgets[node] = round(rng.uniform(20.0, 120.0), 3)
+        cancels = [
+            (n, round(start + rng.uniform(0.0, 60.0), 3))
+            for n, _, start in nodes
+            if rng.random() < 0.3
+        ]
+        crashes = (
+            sorted(round(rng.uniform(0.0, 600.0), 3) for _ in range(rng.randint(1, 3)))
+            if rng.random() < profile.crash_share
+            else []
+        )
+        race_at = round(rng.uniform(0.0, 300.0), 3) if rng.random() < profile.race_share else None
+        crash_on_action = (
+            rng.randint(1, 40) if rng.random() < profile.crash_on_action_share else None
+        )
+
+        def pick(mix: Mix) -> float:
+            share, values = mix
+            return rng.choice(values) if rng.random() < share else 0.0
+
+        p = profile
+        net = NetFaults(
+            request_loss=pick(p.request_loss),
+            response_loss=pick(p.response_loss),
+            reorder=pick(p.reorder),
+            truncate=pick(p.truncate),
+            stale_callback=pick(p.stale_callback),
+            cancel_ack_loss=pick(p.cancel_ack_loss),
+            create_response_loss=pick(p.create_response_loss),
+        )
+        faults = ServerFaults(
+            id_reuse=pick(p.id_reuse),
+            not_found_early=pick(p.not_found_early),
+            rate_limited=pick(p.rate_limited),
+            unavailable=pick(p.unavailable),
+            input_replay=pick(p.input_replay),
+            cancel_completion_tie=pick(p.cancel_completion_tie),
+            refused_unread=pick(p.refused_unread),
+            crossed_reply=pick(p.crossed_reply),
+        )
+        (lo_lo, lo_hi), (hi_lo, hi_hi) = p.latency_s
+        latency = (round(rng.uniform(lo_lo, lo_hi), 4), round(rng.uniform(hi_lo, hi_hi), 4))
+        operator_delay = round(rng.uniform(*p.operator_delay_s), 3)
+        repeat_cancel = rng.random() < 0.3
+        human_gate = rng.random() < 0.3
+        double_answer = rng.choice((0.0, 0.3)) if human_gate else 0.0
+        file_ledger = bool(crashes) and rng.random() < 0.05
+        # SPEC P3, P4: the world's protocol, drawn last so the MCP draws above keep
+        # their shape; a world is all MCP, all AIP-151 or all Apify-style.
+        family = rng.random()
+        protocol = next((proto for share, proto in PROTOCOL_SHARES if family < share), None)
+        if protocol is not None:
+            for server in servers:
+                server.protocol = protocol
+                server.input_interval_s = None
+                server.streams = False
+                server.graceful = protocol == APIFY and rng.random() < 0.5
+            for node, plan in plans.items():
+                plans[node] = dataclasses.replace(plan, input_offsets_s=())  # no input there
+            faults.refused_unread = faults.crossed_reply = 0.0
+            if protocol == APIFY:
+                faults.page_loss = pick((0.4, (0.1, 0.3)))
+                faults.page_contradict = pick((0.2, (0.05, 0.2)))
+                faults.zero_items = pick((0.4, (0.3, 1.0)))
+        return cls(
+            profile=profile.name,
+            servers=servers,
+            nodes=nodes,
+            cancels=cancels,
+            crashes=crashes,
+            race_at=race_at,
+            crash_on_action=crash_on_action,
+            file_ledger=file_ledger,
+            net=net,
+            server_faults=faults,
+            latency_s=latency,
+            operator_delay_s=operator_delay,
+            operator_tick_s=p.operator_tick_s,
+            plans=plans,
+            budgets=budgets,
+            repeat_cancel=repeat_cancel,
+            human_gate=human_gate,
+            double_answer=double_answer,
+        )
+
+
+def _server(rng: random.Random, index: int) -> ServerConfig:
+    short_ttl = rng.random() < 0.15
+    interval = round(rng.uniform(1.0, 6.0), 3)
+    input_interval = round(interval * rng.uniform(1.5, 3.0), 3) if rng.random() < 0.4 else None
+    return ServerConfig(
+        name=f"s{index}",
+        protocol=rng.choice((MODERN, LEGACY)),
+        lookup=rng.random() < 0.5,
+        idempotent=rng.random() < 0.5,
+        poll_interval_s=interval,
+        ttl_s=round(rng.uniform(30.0, 120.0) if short_ttl else 3600.0, 3),
+        input_interval_s=input_interval,
+        streams=rng.random() < 0.3,
+    )
+
+
+def _plan(rng: random.Random) -> Plan:
+    duration = round(rng.uniform(1.0, 60.0), 3)
+    draw = rng.random()
+    outcome = OUTCOMES[0] if draw < 0.8 else OUTCOMES[1] if draw < 0.9 else OUTCOMES[2]
+    offsets: tuple[float, ...] = ()
+    if rng.random() < 0.25:
+        rounds = 1 if rng.random() < 0.7 else 2
+        offsets = tuple(sorted(round(rng.uniform(0.0, duration), 3) for _ in range(rounds)))
+    return Plan(duration_s=duration, outcome=outcome, input_offsets_s=offsets)
+
+
+__all__ = [
+    "DEFAULT",
+    "GENTLE",
+    "HARSH",
+    "PROFILES",
+    "Config",
+    "NetFaults",
+    "Profile",
+    "ServerConfig",
+]

@@ -1,0 +1,440 @@
+"""Mutation tests of the real code: does some gate or check catch each planted bug?
+
+Owns :data:`MUTANTS` — each a small, plausible bug in a REAL function of ``core``,
+``runtime``, ``adapters`` or ``ledger``, applied by replacing that function (or table
+entry) for the length of one run and restoring it after; nothing in the product
+carries a flag for it — and :func:`catch_table`, which runs the CI seed corpus under
+each mutant until a permutation fails, and says which gate or check caught it, at
+which permutation. A failure the unmutated code also shows for that seed (a known
+finding) is not counted as a catch.
+
+Must not: be imported by the product's runtime paths (only ``longcall sim --mutants``
+and the tests use it), or leave a mutant applied when it returns or raises.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import importlib
+import os
+from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from typing import Any
+
+from longcall.adapters.base import Outcome
+from longcall.adapters.exchange import TransportFailure, settled
+from longcall.adapters.mcp.rpc import RpcAnswer
+from longcall.core import ResultKind, ServerStatus
+from longcall.core import events as e
+from longcall.core.keys import canonical_json, digest_bytes
+from longcall.core.record import OperationRecord, evolve
+from longcall.core.retry import FailureKind
+from longcall.errors import LongcallError
+from longcall.sim.config import DEFAULT, PROFILES, Profile
+from longcall.sim.report import derive_seed, guarded
+from longcall.sim.world import run_one
+
+CI_PERMUTATIONS = 1000
+"""The CI seed corpus: permutations 0..999 of seed 0 (tests/sim/test_gates.py)."""
+
+Patch = tuple[str, str, Callable[[Any], Any]]
+"""(module path, attribute path — ``Class.method`` or ``dict[Key]`` —, make(original))."""
+
+
+class UnknownMutant(LongcallError, ValueError):
+    """A mutant name that is not in the catalogue."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Mutant:
+    """One planted bug: what it breaks and which real functions it replaces."""
+
+    name: str
+    bug: str
+    patches: tuple[Patch, ...]
+
+
+# --- the replacements -------------------------------------------------------------------
+
+
+def _floor_removed(original: Callable[..., float]) -> Callable[..., float]:
+    def poll_delay_s(policy: Any, *, server_interval_s: float | None, **kw: Any) -> float:
+        return original(policy, server_interval_s=None, **kw)
+
+    return poll_delay_s
+
+
+def _jitter_removed(original: Callable[..., float]) -> Callable[..., float]:
+    def poll_delay_s(policy: Any, *, jitter: float, **kw: Any) -> float:
+        return original(policy, jitter=0.0, **kw)
+
+    return poll_delay_s
+
+
+def _retry_after_ignored(original: Callable[..., Any]) -> Callable[..., Any]:
+    def parse_retry_after(value: str | None, **kw: Any) -> float | None:
+        return None
+
+    return parse_retry_after
+
+
+def _resent_as_idempotent(original: Callable[..., Any]) -> Callable[..., Any]:
+    def handler(record: OperationRecord, event: Any, ctx: Any) -> Any:
+        return original(evolve(record, tool_idempotent=True), event, ctx)
+
+    return handler
+
+
+def _lookup_skipped(original: Callable[..., Any]) -> Callable[..., Any]:
+    def lookup(self: Any, record: OperationRecord) -> Any:
+        return settled(Outcome(event=e.SubmissionNeverCreated()))
+
+    return lookup
+
+
+def _fresh_key_after_crash(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The key on the wire depends on the process incarnation (the execution epoch)."""
+
+    def method(self: Any, record: OperationRecord, *args: Any) -> Any:
+        if record.execution_epoch > 0:
+            key = f"{record.submission_key}~{record.execution_epoch}"
+            record = evolve(record, submission_key=key)
+        return original(self, record, *args)
+
+    return method
+
+
+def _accept_before_fetch(original: Callable[..., Any]) -> Callable[..., Any]:
+    def fetch_result(self: Any, record: OperationRecord) -> Any:
+        payload = canonical_json({"taskId": record.operation_id, "status": "completed"})
+        status = record.server_status or ServerStatus.COMPLETED
+        event = e.ResultFetched(
+            status=status, result_kind=ResultKind.VALUE, result_digest=digest_bytes(payload)
+        )
+        return settled(Outcome(event=event, payload=payload))
+
+    return fetch_result
+
+
+def _cancel_outcome_is_cancelled(kind: type[e.Event]) -> Callable[[Any], Any]:
+    def make(original: Callable[..., Any]) -> Callable[..., Any]:
+        def cancel(self: Any, record: OperationRecord) -> Any:
+            outcome = yield from original(self, record)
+            if isinstance(outcome.event, kind):
+                payload = canonical_json({"taskId": record.operation_id, "status": "cancelled"})
+                event = e.CancellationObserved(result_digest=digest_bytes(payload))
+                return Outcome(event=event, payload=payload)
+            return outcome
+
+        return cancel
+
+    return make
+
+
+def _generation_ignored(original: Callable[..., Any]) -> Callable[..., Any]:
+    def handler(record: OperationRecord, event: e.CancelAcknowledged, ctx: Any) -> Any:
+        event = dataclasses.replace(event, cancel_generation=record.cancel_generation)
+        return original(record, event, ctx)
+
+    return handler
+
+
+def _stale_epoch_accepted(original: Callable[..., Any]) -> Callable[..., Any]:
+    def handle(record: OperationRecord, event: e.Event, **kw: Any) -> Any:
+        return original(record, dataclasses.replace(event, execution_epoch=None), **kw)
+
+    return handle
+
+
+def _is_error_failed(original: Callable[..., Any]) -> Callable[..., Any]:
+    def verify_result(result: Any, **kw: Any) -> Any:
+        if isinstance(result, dict) and result.get("isError") is True:
+            kw["status"] = ServerStatus.FAILED
+        return original(result, **kw)
+
+    return verify_result
+
+
+def _null_id_is_answer(original: Callable[..., Any]) -> Callable[..., Any]:
+    def answer_of(message: Any, request_id: int, status: int) -> Any:
+        if isinstance(message, dict) and message.get("id") is None and "error" in message:
+            return RpcAnswer(error=message["error"], http_status=status)
+        return original(message, request_id, status)
+
+    return answer_of
+
+
+def _stream_end_is_answer(original: Callable[..., Any]) -> Callable[..., Any]:
+    def read_stream(reply: Any, request_id: int) -> Any:
+        out = original(reply, request_id)
+        if isinstance(out, TransportFailure) and out.kind is FailureKind.TRANSPORT:
+            return RpcAnswer(stopped=True, http_status=reply.status)
+        return out
+
+    return read_stream
+
+
+def _identity_unchecked(original: Callable[..., Any]) -> Callable[..., Any]:
+    def unchecked(*args: Any, **kw: Any) -> None:
+        return None
+
+    return unchecked
+
+
+def _answers_to_pending(original: Callable[..., Any]) -> Callable[..., Any]:
+    def record_answers(ledger: Any, record: OperationRecord, answers: Any, **kw: Any) -> Any:
+        answers = dict(zip(record.input_keys_pending, answers.values(), strict=False))
+        return original(ledger, record, answers, **kw)
+
+    return record_answers
+
+
+def _cas_removed(original: str) -> str:
+    return original.replace(" AND version = ? AND version + 1 = ?", " AND ? > 0 AND ? > 0")
+
+
+# --- the catalogue ------------------------------------------------------------------------
+
+_MACHINE = "longcall.core.machine"
+_MODERN = "longcall.adapters.mcp.modern"
+_LEGACY = "longcall.adapters.mcp.legacy"
+_HANDLERS = f"_HANDLERS[{e.__name__}."
+
+MUTANTS: tuple[Mutant, ...] = (
+    Mutant(
+        name="poll-floor-removed",
+        bug="the server's poll interval is not the floor of the schedule (X3 rule 1)",
+        patches=((_MACHINE, "poll_delay_s", _floor_removed),),
+    ),
+    Mutant(
+        name="jitter-removed",
+        bug="polls go exactly at the floor, without jitter (X3 rule 2)",
+        patches=((_MACHINE, "poll_delay_s", _jitter_removed),),
+    ),
+    Mutant(
+        name="retry-after-ignored",
+        bug="a 429/503's Retry-After header is not read (X3, X9)",
+        patches=(("longcall.adapters.exchange", "parse_retry_after", _retry_after_ignored),),
+    ),
+    Mutant(
+        name="non-idempotent-create-resent",
+        bug="a lost create of a non-idempotent tool is sent again (X2)",
+        patches=((_MACHINE, f"{_HANDLERS}SubmitOutcomeLost]", _resent_as_idempotent),),
+    ),
+    Mutant(
+        name="lookup-skipped",
+        bug="a lost create is taken as never created without asking by key (X2)",
+        patches=(
+            (_MODERN, "ModernMapping.lookup", _lookup_skipped),
+            (_LEGACY, "LegacyMapping.lookup", _lookup_skipped),
+        ),
+    ),
+    Mutant(
+        name="fresh-key-after-crash",
+        bug="after a restart the create and the lookup carry a fresh submission key (X2)",
+        patches=(
+            (_MODERN, "ModernMapping.submit", _fresh_key_after_crash),
+            (_MODERN, "ModernMapping.lookup", _fresh_key_after_crash),
+            (_LEGACY, "LegacyMapping.submit", _fresh_key_after_crash),
+            (_LEGACY, "LegacyMapping.lookup", _fresh_key_after_crash),
+        ),
+    ),
+    Mutant(
+        name="accept-before-fetch",
+        bug="a terminal status is accepted without fetching its result (X6)",
+        patches=(
+            (_MODERN, "ModernMapping.fetch_result", _accept_before_fetch),
+            (_LEGACY, "LegacyMapping.fetch_result", _accept_before_fetch),
+        ),
+    ),
+    Mutant(
+        name="cancel-ack-is-cancelled",
+        bug="a 2026-07-28 cancel ack is taken for the cancelled terminal (X5)",
+        patches=(
+            (_MODERN, "ModernMapping.cancel", _cancel_outcome_is_cancelled(e.CancelAcknowledged)),
+        ),
+    ),
+    Mutant(
+        name="refused-cancel-is-cancelled",
+        bug="a 2025-11-25 -32602 on cancel of a terminal task is taken as cancelled (X5)",
+        patches=((_LEGACY, "LegacyMapping.cancel", _cancel_outcome_is_cancelled(e.CancelRefused)),),
+    ),
+    Mutant(
+        name="cancel-generation-ignored",
+        bug="an older generation's cancel ack is accepted for the current one (X5)",
+        patches=((_MACHINE, f"{_HANDLERS}CancelAcknowledged]", _generation_ignored),),
+    ),
+    Mutant(
+        name="stale-epoch-accepted",
+        bug="a reply to an older execution epoch is applied (D1)",
+        patches=(("longcall.runtime.engine", "handle", _stale_epoch_accepted),),
+    ),
+    Mutant(
+        name="is-error-is-failed",
+        bug="a 2026-07-28 tool error (isError: true) is mapped to failed (X6)",
+        patches=((_MODERN, "verify_result", _is_error_failed),),
+    ),
+    Mutant(
+        name="null-id-error-is-outcome",
+        bug="a JSON-RPC error with id: null is read as the answer to our request (C3)",
+        patches=(("longcall.adapters.mcp.rpc", "_answer_of", _null_id_is_answer),),
+    ),
+    Mutant(
+        name="truncated-result-accepted",
+        bug="an event stream that ends before the answer is read as an answer (X6)",
+        patches=(("longcall.adapters.mcp.rpc", "_read_stream", _stream_end_is_answer),),
+    ),
+    Mutant(
+        name="foreign-result-accepted",
+        bug="a status or result about another task is read as ours (C3)",
+        patches=(
+            (_MODERN, "check_task_identity", _identity_unchecked),
+            (_LEGACY, "check_task_identity", _identity_unchecked),
+            (_LEGACY, "related_task", _identity_unchecked),
+        ),
+    ),
+    Mutant(
+        name="stale-round-answered",
+        bug="an answer given for an earlier input round is delivered for the pending one (X4)",
+        patches=(("longcall.runtime.engine", "record_answers", _answers_to_pending),),
+    ),
+    Mutant(
+        name="cas-removed",
+        bug="the ledger's update does not compare the version it read (L4)",
+        patches=(("longcall.ledger.sqlite", "_UPDATE_TO_OPEN", _cas_removed),),
+    ),
+)
+BY_NAME = {m.name: m for m in MUTANTS}
+
+
+def mutant(name: str) -> Mutant:
+    """The catalogued mutant ``name``; an unknown name is a typed error."""
+    found = BY_NAME.get(name)
+    if found is None:
+        raise UnknownMutant(f"unknown mutant {name!r}; known: {', '.join(BY_NAME)}")
+    return found
+
+
+# --- applying one -------------------------------------------------------------------------
+
+
+def _resolve(module_path: str, attribute: str) -> tuple[Any, Any]:
+    """The container and the key of ``attribute`` in ``module_path``."""
+    owner: Any = importlib.import_module(module_path)
+    if attribute.endswith("]"):
+        table, _, key_path = attribute[:-1].partition("[")
+        key_module, _, key_name = key_path.rpartition(".")
+        key = getattr(importlib.import_module(key_module), key_name)
+        return getattr(owner, table), key
+    *parents, name = attribute.split(".")
+    for parent in parents:
+        owner = getattr(owner, parent)
+    return owner, name
+
+
+@contextlib.contextmanager
+def applied(planted: Mutant) -> Iterator[None]:
+    """Replace the mutant's real functions for the block, then put them back."""
+    undo: list[Callable[[], None]] = []
+    try:
+        for module_path, attribute, make in planted.patches:
+            owner, key = _resolve(module_path, attribute)
+            if isinstance(owner, dict):
+                original = owner[key]
+                owner[key] = make(original)
+                undo.append(functools.partial(owner.__setitem__, key, original))
+            else:
+                original = getattr(owner, key)
+                setattr(owner, key, make(original))
+                undo.append(functools.partial(setattr, owner, key, original))
+        yield
+    finally:
+        for restore in reversed(undo):
+            restore()
+
+
+# --- catching -----------------------------------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Catch:
+    """Which gate or check first caught a mutant, and where (None: it survived)."""
+
+    mutant: str
+    bug: str
+    check: str | None
+    permutation: int | None
+    seed: int | None
+    detail: str = ""
+
+    @property
+    def caught(self) -> bool:
+        return self.check is not None
+
+
+def catch(
+    planted: Mutant,
+    *,
+    seed: int = 0,
+    permutations: int = CI_PERMUTATIONS,
+    profile: Profile = DEFAULT,
+) -> Catch:
+    """Run the corpus under ``planted`` until a permutation fails that passes without it."""
+    for index in range(permutations):
+        world_seed = derive_seed(seed, index)
+        with applied(planted):
+            result = guarded(lambda s: run_one(s, profile=profile), world_seed)
+        if not result.violations:
+            continue
+        baseline = guarded(lambda s: run_one(s, profile=profile), world_seed)
+        known = {(v.check, v.detail) for v in baseline.violations}
+        new = [v for v in result.violations if (v.check, v.detail) not in known]
+        if new:
+            return Catch(
+                mutant=planted.name,
+                bug=planted.bug,
+                check=new[0].check,
+                permutation=index,
+                seed=world_seed,
+                detail=new[0].detail,
+            )
+    return Catch(mutant=planted.name, bug=planted.bug, check=None, permutation=None, seed=None)
+
+
+def _catch_job(job: tuple[str, int, int, str]) -> Catch:
+    name, seed, permutations, profile = job
+    return catch(mutant(name), seed=seed, permutations=permutations, profile=PROFILES[profile])
+
+
+def catch_table(
+    names: list[str] | None = None,
+    *,
+    seed: int = 0,
+    permutations: int = CI_PERMUTATIONS,
+    profile: Profile = DEFAULT,
+    workers: int | None = None,
+) -> list[Catch]:
+    """Every (or each named) mutant against the corpus, in catalogue order."""
+    chosen = [mutant(name) for name in names] if names else list(MUTANTS)
+    jobs = [(m.name, seed, permutations, profile.name) for m in chosen]
+    if workers is None:
+        workers = min(2, os.cpu_count() or 1)
+    if workers <= 1 or len(jobs) <= 1:
+        return [_catch_job(job) for job in jobs]
+    with ProcessPoolExecutor(max_workers=workers) as pool:
+        return list(pool.map(_catch_job, jobs))
+
+
+__all__ = [
+    "CI_PERMUTATIONS",
+    "MUTANTS",
+    "Catch",
+    "Mutant",
+    "UnknownMutant",
+    "applied",
+    "catch",
+    "catch_table",
+    "mutant",
+]
