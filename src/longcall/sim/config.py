@@ -156,7 +156,7 @@ class ServerConfig:
     streams: bool = False
     """MCP: the server answers calls and results as event streams."""
     graceful: bool = False
-    """Apify: ``abort-actor-run`` aborts gracefully (ABORTING first)."""
+    """Apify: the executor is configured to abort gracefully there (ABORTING first)."""
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)

@@ -183,6 +183,13 @@ def _identity_unchecked(original: Callable[..., Any]) -> Callable[..., Any]:
     return unchecked
 
 
+def _name_unchecked(original: Callable[..., Any]) -> Callable[..., Any]:
+    def check_operation(body: Any, *, expected_name: str | None = None) -> Any:
+        return original(body)
+
+    return check_operation
+
+
 def _answers_to_pending(original: Callable[..., Any]) -> Callable[..., Any]:
     def record_answers(ledger: Any, record: OperationRecord, answers: Any, **kw: Any) -> Any:
         answers = dict(zip(record.input_keys_pending, answers.values(), strict=False))
@@ -200,6 +207,8 @@ def _cas_removed(original: str) -> str:
 _MACHINE = "longcall.core.machine"
 _MODERN = "longcall.adapters.mcp.modern"
 _LEGACY = "longcall.adapters.mcp.legacy"
+_AIP151 = "longcall.adapters.aip151.mapping"
+_APIFY = "longcall.adapters.apify.mapping"
 _HANDLERS = f"_HANDLERS[{e.__name__}."
 
 MUTANTS: tuple[Mutant, ...] = (
@@ -216,7 +225,10 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="retry-after-ignored",
         bug="a 429/503's Retry-After header is not read (X3, X9)",
-        patches=(("longcall.adapters.exchange", "parse_retry_after", _retry_after_ignored),),
+        patches=(
+            ("longcall.adapters.exchange", "parse_retry_after", _retry_after_ignored),
+            (_AIP151, "parse_retry_after", _retry_after_ignored),
+        ),
     ),
     Mutant(
         name="non-idempotent-create-resent",
@@ -229,6 +241,7 @@ MUTANTS: tuple[Mutant, ...] = (
         patches=(
             (_MODERN, "ModernMapping.lookup", _lookup_skipped),
             (_LEGACY, "LegacyMapping.lookup", _lookup_skipped),
+            (_AIP151, "Aip151Mapping.lookup", _lookup_skipped),
         ),
     ),
     Mutant(
@@ -239,6 +252,9 @@ MUTANTS: tuple[Mutant, ...] = (
             (_MODERN, "ModernMapping.lookup", _fresh_key_after_crash),
             (_LEGACY, "LegacyMapping.submit", _fresh_key_after_crash),
             (_LEGACY, "LegacyMapping.lookup", _fresh_key_after_crash),
+            (_AIP151, "Aip151Mapping.submit", _fresh_key_after_crash),
+            (_AIP151, "Aip151Mapping.lookup", _fresh_key_after_crash),
+            (_APIFY, "ApifyMapping.submit", _fresh_key_after_crash),
         ),
     ),
     Mutant(
@@ -247,13 +263,16 @@ MUTANTS: tuple[Mutant, ...] = (
         patches=(
             (_MODERN, "ModernMapping.fetch_result", _accept_before_fetch),
             (_LEGACY, "LegacyMapping.fetch_result", _accept_before_fetch),
+            (_AIP151, "Aip151Mapping.fetch_result", _accept_before_fetch),
+            (_APIFY, "ApifyMapping.fetch_result", _accept_before_fetch),
         ),
     ),
     Mutant(
         name="cancel-ack-is-cancelled",
-        bug="a 2026-07-28 cancel ack is taken for the cancelled terminal (X5)",
+        bug="a 2026-07-28 (or AIP-151) cancel ack is taken for the cancelled terminal (X5)",
         patches=(
             (_MODERN, "ModernMapping.cancel", _cancel_outcome_is_cancelled(e.CancelAcknowledged)),
+            (_AIP151, "Aip151Mapping.cancel", _cancel_outcome_is_cancelled(e.CancelAcknowledged)),
         ),
     ),
     Mutant(
@@ -293,6 +312,8 @@ MUTANTS: tuple[Mutant, ...] = (
             (_MODERN, "check_task_identity", _identity_unchecked),
             (_LEGACY, "check_task_identity", _identity_unchecked),
             (_LEGACY, "related_task", _identity_unchecked),
+            (_AIP151, "check_operation", _name_unchecked),
+            (_APIFY, "_check_run_identity", _identity_unchecked),
         ),
     ),
     Mutant(

@@ -5,9 +5,9 @@ expiry), the business request it belongs to, its true terminal and payload, ever
 status read it received and from which executor — and the faults every protocol's
 reads share (429/503 with or without ``Retry-After``, a 404 before expiry, the purge
 at expiry, a task id wrongly reused). The wire fronts subclass it:
-:class:`~longcall.sim.mcp.McpServer` answers MCP over HTTP (both task versions);
-:class:`Aip151Server` (P3) and :class:`ApifyServer` (P4) still answer the normalised
-:class:`Reply` their sim adapters read, until those protocols' mappings are exchanges.
+:class:`~longcall.sim.mcp.McpServer` answers MCP over HTTP (both task versions),
+:class:`~longcall.sim.aip151.Aip151Server` AIP-151 (P3) and
+:class:`~longcall.sim.apify.ApifyServer` the Apify-style tools (P4).
 
 A request reaches a server as a :class:`Hop` (who sent it, for which action, when);
 the server answers :class:`Served` (the reply plus what it told whom: the notes the
@@ -24,27 +24,13 @@ import random
 from collections.abc import Callable
 from typing import Any
 
-from longcall.adapters import aip151 as real_aip151
-from longcall.adapters import apify as real_apify
+from longcall.adapters.aip151.mapping import PROTOCOL as AIP151
+from longcall.adapters.apify.mapping import PROTOCOL as APIFY
 from longcall.adapters.exchange import HttpReply
-from longcall.core.keys import canonical_json
-from longcall.sim.truth import (
-    CANCELLED,
-    COMPLETED,
-    FAILED,
-    INPUT_REQUIRED,
-    TERMINAL,
-    VALUE,
-    WORKING,
-    Plan,
-    ServerFaults,
-    Task,
-)
+from longcall.sim.truth import COMPLETED, FAILED, VALUE, Plan, ServerFaults, Task
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
-AIP151 = real_aip151.PROTOCOL
-APIFY = real_apify.PROTOCOL
 MCP_PROTOCOLS = (MODERN, LEGACY)
 
 
@@ -61,35 +47,11 @@ class Hop:
     cancel_generation: int = 0
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class Reply:
-    """A normalised reply of the AIP-151 and Apify-style servers; ``error`` is None on
-    success (their sim adapters read it until those protocols' mappings are exchanges)."""
-
-    error: str | None = None
-    """``429``, ``503``, ``404``."""
-    retry_after_s: float | None = None
-    task_id: str | None = None
-    status: str | None = None
-    poll_interval_s: float | None = None
-    ttl_s: float | None = None
-    input_keys: tuple[str, ...] = ()
-    payload: bytes | None = None
-    content_length: int | None = None
-    found: bool = False
-    body: dict[str, Any] | None = None
-    """AIP-151 and Apify: the wire body (an ``Operation``; a run view)."""
-    pages: tuple[dict[str, Any] | None, ...] = ()
-    """Apify: the dataset pages of a result read, in order (None: lost on the wire)."""
-    usage: dict[str, Any] | None = None
-    """Apify: the usage ``_meta`` (``com.apify/ActorRun``) of a run answer."""
-
-
 @dataclasses.dataclass(slots=True, kw_only=True)
 class Served:
     """A server's answer to one hop, with what it told the sender (for the gates)."""
 
-    reply: HttpReply | Reply
+    reply: HttpReply
     what: str
     """``create``, ``lookup``, ``status``, ``result``, ``cancel``, ``input``, ``session``."""
     task_id: str | None = None
@@ -110,6 +72,8 @@ class Served:
     """Extra time before the last byte leaves (the driver's gathering of siblings)."""
     timed_out: bool = False
     """The request blocked past its time budget: the driver gives up on it."""
+    dropped: bool = False
+    """The response never arrives (a fault the server's side decided, F1)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -307,302 +271,14 @@ class SimServer:
         task.advance(now)
 
 
-# --- AIP-151 (SPEC P3) --------------------------------------------------------------------
-
-AIP151_METADATA_TYPE = "type.googleapis.com/longcall.v1.OperationMetadata"
-AIP151_RESPONSE_TYPE = "type.googleapis.com/google.protobuf.Struct"
-AIP151_ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
-
-
-def aip151_result(task: Task) -> dict[str, Any]:
-    """The ``response`` Any of a done operation, or its ``google.rpc.Status``."""
-    if task.status == CANCELLED:
-        return {"code": real_aip151.CANCELLED_CODE, "message": "the operation was cancelled"}
-    if task.status == FAILED:
-        return {
-            "code": 2,
-            "message": f"the tool failed on {task.request}",
-            "details": [{"@type": AIP151_ERROR_INFO_TYPE, "reason": real_aip151.TOOL_ERROR_REASON}],
-        }
-    return {
-        "@type": AIP151_RESPONSE_TYPE,
-        "value": {"request": task.request, "operation": task.task_id},
-    }
-
-
-class Aip151Server(SimServer):
-    """One simulated AIP-151 server (+ AIP-155 ``requestId`` deduplication), P3.
-
-    Starts are deduplicated by ``requestId`` only (AIP-155): a resend with the same id
-    answers the operation it already holds, a fresh id creates another one. Cancel is a
-    request (200, then the operation ends cooperatively; a completion that wins stays
-    completed, X5). Operations are purged after their retention (``ttl_s``), which the
-    client is never told: later requests get 404. Operations take no input.
-    """
-
-    protocol = AIP151
-    expired_counter = "not_found_after_retention"
-
-    def __init__(self, name: str, **kwargs: Any) -> None:
-        super().__init__(name, **kwargs)
-        self.by_request_id: dict[str, Task] = {}
-
-    def truth_payload(self, task: Task) -> bytes:
-        return canonical_json(aip151_result(task))
-
-    def _operation(self, task: Task) -> dict[str, Any]:
-        metadata = {"pollIntervalMs": self.poll_interval_s * 1000.0}
-        body: dict[str, Any] = {
-            "name": task.task_id,
-            "metadata": {"@type": AIP151_METADATA_TYPE, "value": metadata},
-        }
-        if task.status not in TERMINAL:
-            body["done"] = False
-            return body
-        body["done"] = True
-        result = aip151_result(task)
-        body["error" if task.status in (FAILED, CANCELLED) else "response"] = result
-        return body
-
-    def _reply(self, task: Task, *, found: bool = False) -> Reply:
-        body = self._operation(task)
-        payload = None
-        if task.status in (COMPLETED, FAILED):
-            payload = self.truth_payload(task)
-        return Reply(
-            task_id=task.task_id,
-            status=task.status,
-            poll_interval_s=real_aip151.poll_interval_hint_s(body),
-            payload=payload,
-            body=body,
-            found=found,
-        )
-
-    def start(self, request_id: str, key: str, request: str, now: float) -> Reply:
-        """``POST /v1/tools/work:start``; an AIP-155 ``requestId`` seen before answers
-        the operation it created (S3, X2)."""
-        task = self.by_request_id.get(request_id)
-        if task is None:
-            self.creates += 1
-            task_id = f"{real_aip151.COLLECTION}{self.name}-t{self.creates}"
-            task = self.new_task(key, request, now, task_id=task_id, reuse=False)
-            self.by_request_id[request_id] = task
-        task.advance(now)
-        return self._reply(task, found=True)
-
-    def list_request(self, request_id: str, now: float) -> Reply:
-        """``GET /v1/operations?filter=requestId=…``: proves an operation without creating."""
-        task = self.by_request_id.get(request_id)
-        if task is None:
-            return Reply(found=False)
-        task.advance(now)
-        return dataclasses.replace(self._reply(task, found=True), poll_interval_s=None)
-
-    def retry_after_s(self) -> float | None:
-        return self.rng.choice((None, 5.0))
-
-    def get(self, task_id: str, now: float, hop: Hop | None = None) -> Reply:
-        """``GetOperation``."""
-        refused = self.throttled()
-        if refused is not None:
-            return Reply(error=str(refused[0]), retry_after_s=refused[1])
-        return self.result(task_id, now, hop)
-
-    def result(self, task_id: str, now: float, hop: Hop | None = None) -> Reply:
-        """``GetOperation`` for the result (the fetch after a restart re-reads, X6)."""
-        task = self.observe(task_id, now, hop)
-        return Reply(error="404") if task is None else self._reply(task)
-
-    def cancel(self, task_id: str, now: float, cooperative_s: float) -> Reply:
-        """``CancelOperation``: 200 and a cooperative cancel; never a terminal (X5)."""
-        task = self.live(task_id, now)
-        if task is None:
-            return Reply(error="404")
-        if task.status in TERMINAL:
-            if task.status != CANCELLED:
-                self._count("aip151_cancel_races_completion")
-            return Reply(task_id=task.task_id)
-        # A completion landing exactly on the cancel is decided by the truth's coin, and
-        # a completion that wins stays completed (X5).
-        self.cancel_task(
-            task, now, effective=now + cooperative_s, tie="aip151_cancel_races_completion"
-        )
-        return Reply(task_id=task.task_id)
-
-
-# --- Apify-style (SPEC P4) ----------------------------------------------------------------
-
-APIFY_STATUS = {WORKING: "RUNNING", COMPLETED: "SUCCEEDED", FAILED: "FAILED", CANCELLED: "ABORTED"}
-APIFY_USAGE = {"usageTotalUsd": 0.0125, "usageUsd": {"ACTOR_COMPUTE_UNITS": 0.0125}}
-
-
-def apify_run(task: Task) -> dict[str, Any]:
-    """The run view (``structuredContent`` of ``get-actor-run``), without model text."""
-    status = APIFY_STATUS[task.status if task.status != INPUT_REQUIRED else WORKING]
-    if task.status == WORKING and task.cancel_graceful:
-        status = "ABORTING"
-    count = task.items if task.status == COMPLETED else 0
-    return {
-        "runId": task.task_id,
-        "actId": "work",
-        "status": status,
-        "storages": {"datasets": {"default": {"id": f"ds-{task.task_id}", "itemCount": count}}},
-    }
-
-
-def apify_items(task: Task) -> list[dict[str, Any]]:
-    count = task.items if task.status == COMPLETED else 0
-    return [{"request": task.request, "run": task.task_id, "n": n} for n in range(count)]
-
-
-def apify_payload(task: Task) -> bytes:
-    """What the real adapter accepts for a finished run: ``{run, items, usage}``."""
-    return canonical_json(
-        {"run": apify_run(task), "items": apify_items(task), "usage": APIFY_USAGE}
-    )
-
-
-class ApifyServer(SimServer):
-    """One simulated Apify-style MCP server (direct Actor tool + helpers), P4.
-
-    The start and ``get-actor-run`` long-poll: the world holds their answer until the
-    run's status changes or ``waitSecs`` ends (:meth:`release_at`). There is no lookup
-    by key; creates are deduplicated by the submission key when the server advertises
-    the ``dev.longcall/submissionKey`` extension (``lookup`` in the config), or when the
-    tool is idempotent (as in the MCP worlds). ``abort-actor-run`` aborts at once, or
-    gracefully (ABORTING, then ABORTED). Runs are purged after ``ttl_s``: "not found".
-    """
-
-    protocol = APIFY
-    expired_counter = "not_found_after_retention"
-
-    def __init__(self, name: str, *, graceful: bool, **kwargs: Any) -> None:
-        super().__init__(name, **kwargs)
-        self.graceful = graceful
-
-    def truth_payload(self, task: Task) -> bytes:
-        if task.status == CANCELLED:
-            return canonical_json(apify_run(task))
-        return apify_payload(task)
-
-    def _reply(self, task: Task) -> Reply:
-        return Reply(
-            task_id=task.task_id,
-            status=task.status,
-            poll_interval_s=real_apify.POLL_INTERVAL_S,
-            body=apify_run(task),
-            usage=dict(APIFY_USAGE),
-        )
-
-    def create(self, key: str, request: str, now: float) -> Reply:
-        dedup = (self.lookup_offered or self.idempotent) and key in self.by_key
-        if dedup:
-            task = self.by_key[key]
-            task.advance(now)
-            return self._reply(task)
-        self.creates += 1
-        task = self.new_task(
-            key, request, now, task_id=f"{self.name}-run{self.creates}", reuse=False
-        )
-        task.items = self.rng.randint(1, 250)
-        if task.outcome == VALUE and self.rng.random() < self.faults.zero_items:
-            self._count("apify_zero_items")
-            task.items = 0
-        return self._reply(task)
-
-    def release_at(self, task_id: str, now: float, wait_s: float) -> float:
-        """When a long-poll of ``wait_s`` answers: at the run's next change, or the end."""
-        task = self.by_id.get(task_id)
-        if task is None:
-            return now
-        task.advance(now)
-        if task.status in TERMINAL:
-            return now
-        return min(now + wait_s, task.next_change(now), max(task.expires_at, now))
-
-    def retry_after_s(self) -> float | None:
-        return self.rng.choice((None, 5.0))
-
-    def view(self, task_id: str, now: float) -> Reply:
-        """The run as it is now (the held start's early return)."""
-        task = self.by_id[task_id]
-        task.advance(now)
-        return self._reply(task)
-
-    def get(self, task_id: str, now: float, hop: Hop | None = None) -> Reply:
-        """``get-actor-run`` (its wait already served by the world)."""
-        refused = self.throttled()
-        if refused is not None:
-            return Reply(error=str(refused[0]), retry_after_s=refused[1])
-        task = self.observe(task_id, now, hop)
-        return Reply(error="404") if task is None else self._reply(task)
-
-    def result(self, task_id: str, now: float, hop: Hop | None = None) -> Reply:
-        """The run and its default dataset, page by page (``get-dataset-items``, X6).
-
-        A lost page is ``None``; a contradicting page says one item more than it holds.
-        ``payload`` is the true accepted body, sent only when every page is intact."""
-        task = self.live(task_id, now)
-        if task is None:
-            return Reply(error="404")
-        reply = self._reply(task)
-        if task.status not in TERMINAL:
-            return reply
-        items = apify_items(task)
-        limit = real_apify.PAGE_LIMIT_DEFAULT
-        pages: list[dict[str, Any] | None] = []
-        intact = True
-        for offset in range(0, max(1, len(items)), limit):
-            chunk = items[offset : offset + limit]
-            page: dict[str, Any] = {
-                "items": chunk,
-                "offset": offset,
-                "itemCount": len(chunk),
-                "totalItemCount": len(items),
-            }
-            if self.rng.random() < self.faults.page_loss:
-                self._count("apify_page_lost")
-                pages.append(None)
-                intact = False
-                break
-            if self.rng.random() < self.faults.page_contradict:
-                self._count("apify_page_contradicts")
-                page["itemCount"] = len(chunk) + 1
-                intact = False
-            pages.append(page)
-        payload = self.truth_payload(task) if intact and task.status != CANCELLED else None
-        return dataclasses.replace(reply, pages=tuple(pages), payload=payload)
-
-    def cancel(self, task_id: str, now: float, cooperative_s: float) -> Reply:
-        """``abort-actor-run``: at once (ABORTED) or gracefully (ABORTING), X5."""
-        task = self.live(task_id, now)
-        if task is None:
-            return Reply(error="404")
-        if task.status not in TERMINAL:
-            effective = now + cooperative_s if self.graceful else now
-            task.cancel_graceful = self.graceful
-            # The run ends exactly when the abort lands: the truth's coin decides.
-            self.cancel_task(task, now, effective=effective, tie="apify_abort_races_completion")
-        if task.status in (COMPLETED, FAILED):
-            # The abort came after the run ended: the run keeps its terminal (X5).
-            self._count("apify_abort_races_completion")
-        reply = self._reply(task)
-        if task.status == CANCELLED:
-            reply = dataclasses.replace(reply, payload=self.truth_payload(task))
-        return reply
-
-
 __all__ = [
     "AIP151",
     "APIFY",
     "LEGACY",
     "MCP_PROTOCOLS",
     "MODERN",
-    "Aip151Server",
-    "ApifyServer",
     "Hold",
     "Hop",
-    "Reply",
     "Served",
     "SimServer",
 ]

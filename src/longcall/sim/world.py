@@ -55,21 +55,12 @@ from longcall.runtime.engine import Action, CallSpec, Engine
 from longcall.runtime.step import apply_event
 from longcall.sim import measures
 from longcall.sim.adapter import Route, connect, exchange_for
+from longcall.sim.aip151 import Aip151Server
+from longcall.sim.apify import ApifyServer
 from longcall.sim.checks import Checker, ObservedLedger, Violation, audit
 from longcall.sim.config import DEFAULT, Config, Profile
-from longcall.sim.interim import TIMED_OUT, Request
 from longcall.sim.mcp import McpServer
-from longcall.sim.server import (
-    AIP151,
-    APIFY,
-    Aip151Server,
-    ApifyServer,
-    Hold,
-    Hop,
-    Reply,
-    Served,
-    SimServer,
-)
+from longcall.sim.server import AIP151, APIFY, Hold, Hop, Served, SimServer
 from longcall.sim.truth import TERMINAL
 
 FAULT_CLASSES: tuple[str, ...] = (
@@ -232,7 +223,7 @@ class World:
         if sc.protocol == AIP151:
             return Aip151Server(sc.name, **common)
         if sc.protocol == APIFY:
-            return ApifyServer(sc.name, graceful=sc.graceful, **common)
+            return ApifyServer(sc.name, **common)
         return McpServer(
             sc.name,
             protocol=sc.protocol,
@@ -270,13 +261,19 @@ class World:
         route = self.routes.get((eid, server))
         if route is None:
             target = self.servers[server]
-            route = connect(target, lambda request: self._direct(target, request))
+            graceful = next(s.graceful for s in self.config.servers if s.name == server)
+            route = connect(
+                target,
+                lambda request: self._direct(target, request),
+                clock=lambda: self.now,
+                abort_gracefully=graceful,
+            )
             self.routes[(eid, server)] = route
         return route
 
     def _direct(self, server: SimServer, request: HttpRequest) -> HttpReply | TransportFailure:
         """Negotiation's link: answered at once, no fault (X1 happens before any call)."""
-        assert isinstance(server, McpServer)
+        assert isinstance(server, McpServer | Aip151Server)
         served = server.serve(request, self.now, None)
         assert isinstance(served, Served)
         reply: HttpReply | TransportFailure = received(served)
@@ -395,9 +392,7 @@ class World:
         node = action.call_node_id
         self.log(f"e{eid}", f"send {action.kind} {node} {_detail(action.command)}")
         route = self._route(eid, action.server)
-        exchange = exchange_for(
-            route, action, engine, request_id=self.request_of.get(node, ""), now=self.now
-        )
+        exchange = exchange_for(route, action, engine)
         flight = Flight(
             eid=eid, action=action, exchange=exchange, deadline=self.now + ACTION_TIMEOUT_S
         )
@@ -418,10 +413,10 @@ class World:
             return
         self.at(t, kind, flight, flight.hop, *args)
 
-    def _hop(self, flight: Flight, request: HttpRequest | Request) -> None:
+    def _hop(self, flight: Flight, request: HttpRequest) -> None:
         flight.hop += 1
         action = flight.action
-        sent = self.now + (request.delay_s if isinstance(request, HttpRequest) else 0.0)
+        sent = self.now + request.delay_s
         command = action.command
         hop = Hop(
             client=flight.eid,
@@ -441,14 +436,15 @@ class World:
         self,
         flight: Flight,
         number: int,
-        request: HttpRequest | Request,
+        request: HttpRequest,
         hop: Hop,
         held_since: float | None,
     ) -> None:
         if flight.done or number != flight.hop:
             return
         server = self.servers[flight.action.server]
-        answer = self._serve(server, flight, request, hop, held_since)
+        assert isinstance(server, McpServer | Aip151Server)
+        answer = server.serve(request, self.now, hop, held_since=held_since)
         node = hop.node
         if isinstance(answer, Hold):
             since = self.now if held_since is None else held_since
@@ -466,7 +462,7 @@ class World:
             loss = max(loss, net.cancel_ack_loss)
         elif answer.what == "create":
             loss = max(loss, net.create_response_loss)
-        if self.rng.random() < loss:
+        if answer.dropped or self.rng.random() < loss:
             fault = {
                 "create": "aip151_start_response_lost"
                 if server.protocol == AIP151
@@ -480,86 +476,17 @@ class World:
             timeout_at = max(self.now, hop.sent_at + request.timeout_s)
             self._flight_at(flight, timeout_at, "timeout", request)
             return
-        reply: Any = answer.reply
-        intact = True
-        if isinstance(reply, HttpReply):
-            cut = answer.what == "result" and self.rng.random() < net.truncate
-            if cut:
-                self.count("result_lost_or_truncated")
-                intact = False
-            reply = received(answer, cut=self.rng.uniform(0.2, 0.9) if cut else None)
+        cut = answer.what == "result" and self.rng.random() < net.truncate
+        if cut:
+            self.count("result_lost_or_truncated")
+        reply = received(answer, cut=self.rng.uniform(0.2, 0.9) if cut else None)
+        intact = not cut
         lo, hi = self.config.latency_s
         delay = self.rng.uniform(lo, hi) + answer.delay_s
         if self.rng.random() < net.reorder:
             self.count("replies_reordered")
             delay += self.rng.uniform(2.0, 12.0)
         self._flight_at(flight, self.now + delay, "deliver", reply, answer, intact)
-
-    def _serve(
-        self,
-        server: SimServer,
-        flight: Flight,
-        request: HttpRequest | Request,
-        hop: Hop,
-        held_since: float | None,
-    ) -> Served | Hold:
-        if isinstance(server, McpServer):
-            assert isinstance(request, HttpRequest)
-            return server.serve(request, self.now, hop, held_since=held_since)
-        assert isinstance(request, Request)
-        return self._serve_interim(server, request, hop)
-
-    def _serve_interim(self, server: SimServer, request: Request, hop: Hop) -> Served | Hold:
-        """AIP-151 and Apify-style: the normalised requests of the interim adapters."""
-        if isinstance(server, ApifyServer) and request.wait_s > 0:
-            # P4: the start and get-actor-run long-poll; the answer leaves when the run
-            # changes or waitSecs ends (the run is created on arrival).
-            run_id = request.task_id
-            if request.method == "create":
-                run_id = server.create(request.key, request.request, self.now).task_id or ""
-            later = dataclasses.replace(request, wait_s=0.0, task_id=run_id)
-            release = server.release_at(run_id, self.now, request.wait_s)
-            if release > self.now:
-                return Hold(release, request=later)
-            request = later
-        reply = self._interim_reply(server, request, hop)
-        what = {"create": "create", "restart": "create", "list": "lookup", "get": "status"}
-        served = Served(reply=reply, what=what.get(request.method, request.method))
-        if reply.error is None:
-            handed = request.method in ("create", "restart", "list") and reply.task_id
-            served.handed = reply.task_id if handed else None
-            served.task_id = reply.task_id
-            served.interval_s = reply.poll_interval_s
-            fetched = request.method == "result" or server.protocol == AIP151
-            if fetched and reply.payload is not None and reply.status in TERMINAL:
-                served.result_digest = digest_bytes(reply.payload)
-        served.retry_after_s = reply.retry_after_s
-        if request.method == "list" and reply.error is None and not reply.found:
-            served.absent_key = request.key
-        if request.method == "cancel":
-            server.note_cancel(hop)
-        return served
-
-    def _interim_reply(self, server: SimServer, request: Request, hop: Hop) -> Reply:
-        if isinstance(server, Aip151Server):
-            match request.method:
-                case "create" | "restart":
-                    return server.start(request.request_id, request.key, request.request, self.now)
-                case "list":
-                    return server.list_request(request.request_id, self.now)
-        if isinstance(server, ApifyServer) and request.method == "create":
-            if request.task_id:
-                return server.view(request.task_id, self.now)
-            return server.create(request.key, request.request, self.now)
-        assert isinstance(server, Aip151Server | ApifyServer)
-        match request.method:
-            case "get":
-                return server.get(request.task_id, self.now, hop)
-            case "result":
-                return server.result(request.task_id, self.now, hop)
-            case "cancel":
-                return server.cancel(request.task_id, self.now, self.rng.uniform(0.0, 10.0))
-        raise ValueError(request.method)
 
     def _on_deliver(
         self, flight: Flight, number: int, reply: Any, served: Served, intact: bool
@@ -607,7 +534,7 @@ class World:
             return
         self._hop(flight, request)
 
-    def _on_timeout(self, flight: Flight, number: int, request: HttpRequest | Request) -> None:
+    def _on_timeout(self, flight: Flight, number: int, request: HttpRequest) -> None:
         if flight.done or number != flight.hop:
             return
         if flight.eid not in self.engines:
@@ -951,14 +878,12 @@ def _answer_everything(record: OperationRecord, command: c.AskInput) -> dict[str
     return {key: _approval(key) for key in command.keys}
 
 
-def received(served: Served, *, cut: float | None = None) -> Any:
+def received(served: Served, *, cut: float | None = None) -> HttpReply | TransportFailure:
     """What the I/O driver hands the exchange for this answer: the reply, its event
     stream decoded by the real decoder; ``cut``: only that share of the body arrived
     (a JSON body cut mid-way is the reset the driver reports as a failure; an event
     stream that ends early just ends)."""
     reply = served.reply
-    if not isinstance(reply, HttpReply):
-        return reply
     if served.stream is None:
         if cut is not None:
             reset = httpx.RemoteProtocolError(
@@ -978,10 +903,8 @@ def received(served: Served, *, cut: float | None = None) -> Any:
     )
 
 
-def _timed_out(request: HttpRequest | Request) -> Any:
+def _timed_out(request: HttpRequest) -> TransportFailure:
     """What the driver reports when no (complete) answer came within the budget."""
-    if isinstance(request, Request):
-        return TIMED_OUT
     return TransportFailure(
         kind=FailureKind.TIMEOUT,
         detail=f"no complete answer within {request.timeout_s:g} s",
@@ -999,10 +922,6 @@ def _detail(command: c.Command) -> str:
 
 def _served_text(served: Served) -> str:
     reply = served.reply
-    if isinstance(reply, Reply):
-        if reply.error is not None:
-            return f"error {reply.error}"
-        return " ".join(p for p in (reply.task_id, reply.status) if p) or "ok"
     if served.timed_out:
         return "blocked past the request's time budget"
     body = served.stream if served.stream is not None else reply.body
