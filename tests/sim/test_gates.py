@@ -50,7 +50,7 @@ def test_cli_json_report_says_what_each_gate_judged() -> None:
         "profile",
         "terminal_divergence",
         "duplicate_operations",
-        "poll_qps_max",
+        "polls",
         "poll_qps_limit",
         "cancel_ack_p99_s",
         "unknown_reconcile_max_s",

@@ -19,7 +19,7 @@ from longcall.core import events as e
 from longcall.core.keys import digest_json
 from longcall.core.record import evolve
 from longcall.core.retry import FailureKind
-from longcall.sim.mcp import TOOL, McpServer
+from longcall.sim.mcp import TOOL, McpServer, Wire
 from longcall.sim.mutants import CI_PERMUTATIONS, Mutant, catch
 from longcall.sim.server import LEGACY, MODERN, Hop, Served
 from longcall.sim.truth import Plan, ServerFaults
@@ -32,7 +32,7 @@ def _server(protocol: str, **faults: float) -> McpServer:
     server = McpServer(
         "s0",
         protocol=protocol,
-        input_interval_s=9.0,
+        wire=Wire(input_interval_s=9.0),
         lookup=True,
         idempotent=False,
         poll_interval_s=3.0,

@@ -110,12 +110,7 @@ class ApifyServer(McpServer):
         capabilities: dict[str, Any] = {"tools": {}}
         if self.lookup_offered:
             capabilities["experimental"] = {SUBMISSION_KEY_META_KEY: {}}
-        result = {
-            "protocolVersion": LEGACY,
-            "capabilities": capabilities,
-            "serverInfo": {"name": self.name, "version": "sim"},
-        }
-        return self._answer(call.rid, result, what="session")
+        return self._initialized(call, capabilities)
 
     def _tools_list(self, call: Call) -> Served:
         schema = {"type": "object"}

@@ -15,7 +15,7 @@ import dataclasses
 import random
 
 from longcall.sim.server import AIP151, APIFY, LEGACY, MODERN
-from longcall.sim.truth import OUTCOMES, Plan, ServerFaults
+from longcall.sim.truth import OUTCOMES, Plan, Rates, ServerFaults
 
 Mix = tuple[float, tuple[float, ...]]
 """(share of worlds with the fault on, the rates it is drawn from when on)."""
@@ -129,7 +129,9 @@ PROTOCOL_SHARES = ((0.15, AIP151), (0.30, APIFY))
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
-class NetFaults:
+class NetFaults(Rates):
+    """Per-message probabilities of the network's faults (F1); zero once healed."""
+
     request_loss: float = 0.0
     response_loss: float = 0.0
     reorder: float = 0.0
@@ -137,10 +139,6 @@ class NetFaults:
     stale_callback: float = 0.0
     cancel_ack_loss: float = 0.0
     create_response_loss: float = 0.0
-
-    def heal(self) -> None:
-        for field in dataclasses.fields(self):
-            setattr(self, field.name, 0.0)
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)

@@ -110,25 +110,28 @@ class Call:
     """When a held request (a blocking stream) first arrived; None on arrival."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Wire:
+    """How one MCP server presents itself beyond its protocol version."""
+
+    streams: bool = False
+    """It answers calls and results as event streams, not JSON bodies."""
+    input_interval_s: float | None = None
+    """The poll interval it tells once a task has asked for input (it MAY change)."""
+
+
 class McpServer(SimServer):
     """One simulated MCP task server at one protocol version, answering HTTP."""
 
     def __init__(
-        self,
-        name: str,
-        *,
-        protocol: str,
-        streams: bool = False,
-        input_interval_s: float | None = None,
-        **kwargs: Any,
+        self, name: str, *, protocol: str, wire: Wire | None = None, **kwargs: Any
     ) -> None:
         super().__init__(name, **kwargs)
+        wire = wire or Wire()
         self.protocol = protocol
         self.modern = protocol == MODERN
-        self.streams = streams
-        """This server answers calls and results as event streams, not JSON bodies."""
-        self.input_interval_s = input_interval_s or self.poll_interval_s
-        """The poll interval it tells once a task has asked for input (it MAY change)."""
+        self.streams = wire.streams
+        self.input_interval_s = wire.input_interval_s or self.poll_interval_s
         self._event_ids = itertools.count(1)
         self._methods: dict[str, Callable[[Call], Served | Hold]] = {
             "server/discover": self._discover,
@@ -368,11 +371,12 @@ class McpServer(SimServer):
         if self.lookup_offered:
             offered = {"lookupMethod": DEFAULT_LOOKUP_METHOD}
             capabilities["experimental"] = {SUBMISSION_KEY_EXTENSION: offered}
-        result = {
-            "protocolVersion": LEGACY,
-            "capabilities": capabilities,
-            "serverInfo": {"name": self.name, "version": "sim"},
-        }
+        return self._initialized(call, capabilities)
+
+    def _initialized(self, call: Call, capabilities: Mapping[str, Any]) -> Served:
+        """The ``initialize`` answer at 2025-11-25 with these capabilities."""
+        info = {"name": self.name, "version": "sim"}
+        result = {"protocolVersion": LEGACY, "capabilities": dict(capabilities), "serverInfo": info}
         return self._answer(call.rid, result, what="session")
 
     def _tools_list(self, call: Call) -> Served:
@@ -590,16 +594,21 @@ class McpServer(SimServer):
             self._take_answer(task, str(message.get("id")), result, now)
         return Served(reply=HttpReply(status=202), what="input")
 
-    def _update(self, call: Call) -> Served:
-        """2026-07-28 ``tasks/update``: answers by key; unknown or answered keys are
-        ignored (idempotent, SEP-2663)."""
+    def _addressed(self, call: Call, what: str) -> Task | Served:
+        """The live task a ``tasks/*`` request names, or the answer refusing the request."""
         task_id = str(call.params.get("taskId"))
-        refused = self._refused(call, task_id, "input")
+        refused = self._refused(call, task_id, what)
         if refused is not None:
             return refused
         task = self.live(task_id, call.now)
-        if task is None:
-            return self._not_found(call, task_id, what="input")
+        return self._not_found(call, task_id, what=what) if task is None else task
+
+    def _update(self, call: Call) -> Served:
+        """2026-07-28 ``tasks/update``: answers by key; unknown or answered keys are
+        ignored (idempotent, SEP-2663)."""
+        task = self._addressed(call, "input")
+        if isinstance(task, Served):
+            return task
         responses = call.params.get("inputResponses")
         if isinstance(responses, Mapping):
             for key, value in responses.items():
@@ -619,13 +628,9 @@ class McpServer(SimServer):
     # --- cancel (X5) --------------------------------------------------------------------
 
     def _cancel(self, call: Call) -> Served:
-        task_id = str(call.params.get("taskId"))
-        refused = self._refused(call, task_id, "cancel")
-        if refused is not None:
-            return refused
-        task = self.live(task_id, call.now)
-        if task is None:
-            return self._not_found(call, task_id, what="cancel")
+        task = self._addressed(call, "cancel")
+        if isinstance(task, Served):
+            return task
         self.note_cancel(call.hop)
         if self.modern:
             # An ack; the cancel lands cooperatively a little later, unless the work
@@ -645,4 +650,4 @@ class McpServer(SimServer):
         return self._error(call.rid, -32602, text, what="cancel", data={"status": task.status})
 
 
-__all__ = ["TOOL", "Call", "McpServer", "tool_error", "tool_result"]
+__all__ = ["TOOL", "Call", "McpServer", "Wire", "tool_error", "tool_result"]

@@ -19,6 +19,7 @@ Must not: know the world, the engine or any wire format.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
@@ -30,6 +31,28 @@ Read = tuple[int, float, str, str]
 """(executor, sent at, task id, call node): one status read a server received."""
 Told = Mapping[tuple[int, str], list[tuple[float, float]]]
 """(executor, task id) -> [(delivered at, interval)], in delivery order."""
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class PollJudgement:
+    """What the poll gates found and how many cases each judged: one world's, or a whole
+    run's added up."""
+
+    qps_max: int = 0
+    reads: int = 0
+    interval_violations: int = 0
+    interval_judged: int = 0
+    unjittered: int = 0
+    jitter_judged: int = 0
+    retry_after_violations: int = 0
+    retry_after_judged: int = 0
+
+    def add(self, other: PollJudgement) -> None:
+        """Add ``other``'s counts (the rate: the higher of the two)."""
+        for field in dataclasses.fields(self):
+            mine, theirs = getattr(self, field.name), getattr(other, field.name)
+            merged = max(mine, theirs) if field.name == "qps_max" else mine + theirs
+            setattr(self, field.name, merged)
 
 
 def max_per_second(times: list[float]) -> int:
@@ -147,6 +170,7 @@ def retry_after_findings(
 
 __all__ = [
     "EPSILON_S",
+    "PollJudgement",
     "interval_findings",
     "jitter_findings",
     "max_per_second",

@@ -27,6 +27,7 @@ from typing import Any
 
 from longcall.sim.checks import Violation
 from longcall.sim.config import DEFAULT, PROFILES, Profile
+from longcall.sim.measures import PollJudgement
 from longcall.sim.world import FAULT_CLASSES, POLL_QPS_LIMIT, Result, run_one
 
 CANCEL_ACK_P99_LIMIT_S = 60.0
@@ -74,15 +75,8 @@ class Report:
     receipts_compared: int = 0
     duplicate_operations: int = 0
     requests: int = 0
-    poll_qps_max: float = 0.0
     poll_qps_limit: float = POLL_QPS_LIMIT
-    polls: int = 0
-    interval_violations: int = 0
-    interval_judged: int = 0
-    unjittered: int = 0
-    jitter_judged: int = 0
-    retry_after_violations: int = 0
-    retry_after_judged: int = 0
+    polls: PollJudgement = dataclasses.field(default_factory=PollJudgement)
     cancel_ack_p99_s: float = 0.0
     cancels: int = 0
     cancels_operator_resolved: int = 0
@@ -113,6 +107,7 @@ class Report:
 
     def gate_list(self) -> list[Gate]:
         """Every gate of F3 (and the per-step checks of F2), each with what it judged."""
+        polls = self.polls
         return [
             Gate(
                 name="terminal divergence = 0",
@@ -130,31 +125,31 @@ class Report:
             ),
             Gate(
                 name=f"poll QPS <= {self.poll_qps_limit:g}",
-                value=f"{self.poll_qps_max:g} / s per executor and server",
-                judged=self.polls,
+                value=f"{polls.qps_max} / s per executor and server",
+                judged=polls.reads,
                 judged_what="status reads measured at the servers",
-                met=self.poll_qps_max <= self.poll_qps_limit,
+                met=polls.qps_max <= self.poll_qps_limit,
             ),
             Gate(
                 name="poll interval respected",
-                value=f"{self.interval_violations} violations",
-                judged=self.interval_judged,
+                value=f"{polls.interval_violations} violations",
+                judged=polls.interval_judged,
                 judged_what="consecutive reads after a told interval",
-                met=self.interval_violations == 0,
+                met=polls.interval_violations == 0,
             ),
             Gate(
                 name="poll delays jittered",
-                value=f"{self.unjittered} delays of exactly the interval",
-                judged=self.jitter_judged,
+                value=f"{polls.unjittered} delays of exactly the interval",
+                judged=polls.jitter_judged,
                 judged_what="reads planned from a reply with an interval",
-                met=self.unjittered == 0,
+                met=polls.unjittered == 0,
             ),
             Gate(
                 name="Retry-After honoured",
-                value=f"{self.retry_after_violations} reads too soon",
-                judged=self.retry_after_judged,
+                value=f"{polls.retry_after_violations} reads too soon",
+                judged=polls.retry_after_judged,
                 judged_what="reads after a 429/503 with Retry-After",
-                met=self.retry_after_violations == 0,
+                met=polls.retry_after_violations == 0,
             ),
             Gate(
                 name=f"cancel ack p99 < {CANCEL_ACK_P99_LIMIT_S:g} s",
@@ -317,14 +312,7 @@ def _add(report: Report, result: Result, latencies: list[float], operator: list[
     report.receipts_compared += result.receipts_compared
     report.duplicate_operations += result.duplicates
     report.requests += result.requests
-    report.poll_qps_max = max(report.poll_qps_max, result.poll_qps_max)
-    report.polls += result.polls
-    report.interval_violations += result.interval_violations
-    report.interval_judged += result.interval_judged
-    report.unjittered += result.unjittered
-    report.jitter_judged += result.jitter_judged
-    report.retry_after_violations += result.retry_after_violations
-    report.retry_after_judged += result.retry_after_judged
+    report.polls.add(result.polls)
     latencies.extend(result.cancel_latencies)
     operator.extend(result.cancel_latencies_operator)
     if result.unknown_durations:

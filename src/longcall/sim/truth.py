@@ -158,7 +158,16 @@ class Task:
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
-class ServerFaults:
+class Rates:
+    """Fault probabilities that all drop to zero when the world heals (F1)."""
+
+    def heal(self) -> None:
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, 0.0)
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class ServerFaults(Rates):
     """Per-request probabilities of the server's own faults (F1); zero once healed."""
 
     id_reuse: float = 0.0
@@ -179,10 +188,6 @@ class ServerFaults:
     zero_items: float = 0.0
     """Apify: a run that succeeds with an empty default dataset (P4)."""
 
-    def heal(self) -> None:
-        for field in dataclasses.fields(self):
-            setattr(self, field.name, 0.0)
-
 
 __all__ = [
     "CANCELLED",
@@ -197,6 +202,7 @@ __all__ = [
     "WORKING",
     "InputRound",
     "Plan",
+    "Rates",
     "ServerFaults",
     "Task",
 ]

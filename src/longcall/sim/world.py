@@ -59,7 +59,7 @@ from longcall.sim.aip151 import Aip151Server
 from longcall.sim.apify import ApifyServer
 from longcall.sim.checks import Checker, ObservedLedger, Violation, audit
 from longcall.sim.config import DEFAULT, Config, Profile
-from longcall.sim.mcp import McpServer
+from longcall.sim.mcp import McpServer, Wire
 from longcall.sim.server import AIP151, APIFY, Hold, Hop, Served, SimServer
 from longcall.sim.truth import TERMINAL
 
@@ -131,14 +131,7 @@ class Result:
     receipts_compared: int = 0
     duplicates: int = 0
     requests: int = 0
-    poll_qps_max: float = 0.0
-    polls: int = 0
-    interval_violations: int = 0
-    interval_judged: int = 0
-    unjittered: int = 0
-    jitter_judged: int = 0
-    retry_after_violations: int = 0
-    retry_after_judged: int = 0
+    polls: measures.PollJudgement = dataclasses.field(default_factory=measures.PollJudgement)
     cancel_latencies: list[float] = dataclasses.field(default_factory=list)
     cancel_latencies_operator: list[float] = dataclasses.field(default_factory=list)
     unknown_durations: list[float] = dataclasses.field(default_factory=list)
@@ -224,13 +217,8 @@ class World:
             return Aip151Server(sc.name, **common)
         if sc.protocol == APIFY:
             return ApifyServer(sc.name, **common)
-        return McpServer(
-            sc.name,
-            protocol=sc.protocol,
-            streams=sc.streams,
-            input_interval_s=sc.input_interval_s,
-            **common,
-        )
+        wire = Wire(streams=sc.streams, input_interval_s=sc.input_interval_s)
+        return McpServer(sc.name, protocol=sc.protocol, wire=wire, **common)
 
     def count(self, fault: str) -> None:
         self.faults[fault] = self.faults.get(fault, 0) + 1
@@ -833,12 +821,12 @@ class World:
             for name, server in self.servers.items()
             for client, sent, _task, _node in server.reads
         ]
-        qps, result.polls = measures.poll_rate(per_server)
-        result.poll_qps_max = float(qps)
-        if qps > POLL_QPS_LIMIT:
-            self._gate(result, "poll QPS", f"{qps} reads of one executor in one second")
-        findings, result.interval_judged = measures.interval_findings(reads, self.told)
-        result.interval_violations = len(findings)
+        polls = result.polls
+        polls.qps_max, polls.reads = measures.poll_rate(per_server)
+        if polls.qps_max > POLL_QPS_LIMIT:
+            self._gate(result, "poll QPS", f"{polls.qps_max} reads of one executor in one second")
+        findings, polls.interval_judged = measures.interval_findings(reads, self.told)
+        polls.interval_violations = len(findings)
         for finding in findings[:3]:
             self._gate(result, "poll interval", finding)
         limits = {
@@ -848,22 +836,22 @@ class World:
             )
             for node, record in self.checker.last.items()
         }
-        findings, result.jitter_judged = measures.jitter_findings(
+        findings, polls.jitter_judged = measures.jitter_findings(
             reads,
             self.told,
             self.bases,
             limits,
             jitter_fraction=DEFAULT_POLICY.poll.jitter_fraction,
         )
-        result.unjittered = len(findings)
+        polls.unjittered = len(findings)
         for finding in findings[:3]:
             self._gate(result, "poll jitter", finding)
         findings = []
         for name, server in self.servers.items():
             found, judged = measures.retry_after_findings(server.reads, self.retry_afters[name])
             findings.extend(found)
-            result.retry_after_judged += judged
-        result.retry_after_violations = len(findings)
+            polls.retry_after_judged += judged
+        polls.retry_after_violations = len(findings)
         for finding in findings[:3]:
             self._gate(result, "Retry-After honoured", finding)
 
