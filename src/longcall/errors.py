@@ -36,6 +36,7 @@ The tree, and what a handler does with each branch::
         ├── NegotiationFailed       the server answered no negotiation usably (X1)
         ├── TaskSupportMissing      a long call where no task support is declared (X1)
         ├── UnknownTool             the server does not list the tool
+        ├── ToolNotAllowed          the servers file does not allow the tool here (C1)
         └── AdapterDisabled         new operations on this adapter are switched off (P6)
 
 Remote failures (a 429, a reset, a malformed body, a JSON-RPC error) are not
@@ -185,6 +186,10 @@ class UnknownTool(AdapterError):
     """The server does not list the tool."""
 
 
+class ToolNotAllowed(AdapterError):
+    """The servers configuration does not allow this tool at this server (C1)."""
+
+
 class AdapterDisabled(AdapterError):
     """New operations on this protocol adapter are switched off (P6)."""
 
@@ -212,6 +217,7 @@ __all__ = [
     "StaleEpoch",
     "StaleEvent",
     "TaskSupportMissing",
+    "ToolNotAllowed",
     "UnknownCallNode",
     "UnknownTool",
     "UnsupportedLedgerURL",

@@ -11,11 +11,11 @@ from typing import Any
 import httpx
 import pytest
 
-from longcall.adapters.mcp_common import is_empty_result, parse_retry_after
-from longcall.adapters.mcp_tasks_2025_11_25 import McpTasks20251125Adapter
-from longcall.adapters.negotiate import NegotiationFailed, connect
-from longcall.adapters.sync import SyncAdapter
+from longcall.adapters.exchange import parse_retry_after
+from longcall.adapters.mcp.client import McpTasks20251125Adapter, SyncAdapter, connect
+from longcall.adapters.mcp.results import is_empty_result
 from longcall.core.events import ResultFetched
+from longcall.errors import NegotiationFailed
 
 from .conftest import Driver
 
@@ -102,7 +102,7 @@ async def test_legacy_only_server_gets_p2() -> None:
     async with _scripted(answer) as http:
         adapter = await connect(URL, http=http)
         assert isinstance(adapter, McpTasks20251125Adapter)
-        assert adapter.submission_lookup is False
+        assert adapter.mapping.submission_lookup is False
 
 
 @pytest.mark.anyio

@@ -17,9 +17,7 @@ import anyio
 import pytest
 
 from longcall.adapters.base import Outcome, TaskSupportMissing
-from longcall.adapters.mcp_tasks_2026_07_28 import McpTasks20260728Adapter
-from longcall.adapters.negotiate import connect
-from longcall.adapters.sync import SyncAdapter
+from longcall.adapters.mcp.client import McpTasks20260728Adapter, SyncAdapter, connect
 from longcall.core import State
 from longcall.core.events import (
     CancelAcknowledged,

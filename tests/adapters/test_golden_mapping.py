@@ -14,9 +14,10 @@ import httpx
 import pytest
 
 from longcall.adapters.base import Adapter
-from longcall.adapters.mcp_common import RpcSession
-from longcall.adapters.mcp_tasks_2025_11_25 import McpTasks20251125Adapter
-from longcall.adapters.mcp_tasks_2026_07_28 import McpTasks20260728Adapter
+from longcall.adapters.http import HttpDriver
+from longcall.adapters.mcp.client import adapter_for
+from longcall.adapters.mcp.legacy import LegacyMapping
+from longcall.adapters.mcp.modern import ModernMapping
 from longcall.core import OperationRecord
 from longcall.core.keys import canonical_json, digest_bytes
 from longcall.core.record import ServerStatus
@@ -47,13 +48,17 @@ def _response(reply: Mapping[str, Any], request: httpx.Request) -> httpx.Respons
         message = {"jsonrpc": "2.0", "id": reply.get("id", body.get("id")), "result": reply["json"]}
         return httpx.Response(status, headers=headers, json=message)
     if "json_error" in reply:
-        message = {"jsonrpc": "2.0", "id": body.get("id"), "error": reply["json_error"]}
+        error_id = reply["id"] if "id" in reply else body.get("id")
+        message = {"jsonrpc": "2.0", "id": error_id, "error": reply["json_error"]}
         return httpx.Response(status, headers=headers, json=message)
     return httpx.Response(status, headers=headers, content=reply.get("text", "").encode())
 
 
 def _adapter(data: Mapping[str, Any], case: Mapping[str, Any]) -> Adapter:
     def handler(request: httpx.Request) -> httpx.Response:
+        # Streamable HTTP: every POST accepts both media types (tasks/result included).
+        accepted = {part.strip() for part in request.headers["accept"].split(",")}
+        assert {"application/json", "text/event-stream"} <= accepted, request.headers
         body = json.loads(request.content)
         method = body.get("method")
         if method == "tools/list":
@@ -65,13 +70,14 @@ def _adapter(data: Mapping[str, Any], case: Mapping[str, Any]) -> Adapter:
         return _response(reply, request)
 
     http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
-    session = RpcSession(URL, http=http)
+    driver = HttpDriver(URL, http=http)
     if data["protocol"] == "2026-07-28":
         discovered = {
             "capabilities": {"extensions": {"io.modelcontextprotocol/tasks": {}, **LOOKUP}}
         }
-        return McpTasks20260728Adapter(session, discovered=discovered)
-    return McpTasks20251125Adapter(session, initialized={"capabilities": {"experimental": LOOKUP}})
+        return adapter_for(ModernMapping(URL, discovered=discovered), driver)
+    initialized = {"capabilities": {"experimental": LOOKUP}}
+    return adapter_for(LegacyMapping(URL, initialized=initialized), driver)
 
 
 def _record(data: Mapping[str, Any], case: Mapping[str, Any]) -> OperationRecord:

@@ -11,11 +11,14 @@ from typing import Any
 import pytest
 
 from longcall.adapters.base import Adapter, TaskSupportMissing, ToolBinding, UnknownTool
-from longcall.adapters.mcp_common import RpcSession
-from longcall.adapters.mcp_tasks_2025_11_25 import McpTasks20251125Adapter
-from longcall.adapters.mcp_tasks_2026_07_28 import McpTasks20260728Adapter
-from longcall.adapters.negotiate import NegotiationFailed, connect
-from longcall.adapters.sync import SyncAdapter
+from longcall.adapters.http import HttpDriver
+from longcall.adapters.mcp.client import (
+    McpTasks20251125Adapter,
+    McpTasks20260728Adapter,
+    SyncAdapter,
+    connect,
+)
+from longcall.adapters.mcp.modern import ModernMapping
 from longcall.core import State
 from longcall.core.events import (
     CancelAcknowledged,
@@ -38,6 +41,7 @@ from longcall.core.events import (
 from longcall.core.keys import digest_bytes
 from longcall.core.record import ResultKind, ServerStatus
 from longcall.core.retry import FailureKind, RequestKind
+from longcall.errors import NegotiationFailed
 
 from .conftest import Driver, Served
 
@@ -365,7 +369,7 @@ async def test_refused_connection_is_request_failed() -> None:
     url = f"http://127.0.0.1:{port}/mcp"
     with pytest.raises(NegotiationFailed):
         await connect(url)
-    adapter: Adapter = McpTasks20260728Adapter(RpcSession(url), discovered={})
+    adapter: Adapter = McpTasks20260728Adapter(ModernMapping(url, discovered={}), HttpDriver(url))
     try:
         binding = ToolBinding(
             server=url,

@@ -163,3 +163,42 @@ def test_decoder_caps_line_length() -> None:
         decoder.feed(b"data: " + b"x" * 2000)
     with pytest.raises(LineTooLong):
         decode_all(b"data: " + b"x" * 2000 + b"\n\n", line_bytes_max=1000)
+
+
+def test_a_broken_stream_is_resumed_with_last_event_id() -> None:
+    """Streamable HTTP: a POST stream cut before the answer is resumed by GET with
+    Last-Event-ID after the server's ``retry:``; the answer found there counts."""
+    from longcall.adapters.exchange import HttpRequest, run_exchange
+    from longcall.adapters.mcp.rpc import call
+
+    channel = RpcChannel()
+    sent: list[HttpRequest] = []
+
+    def serve(request: HttpRequest) -> HttpReply:
+        sent.append(request)
+        if request.method == "POST":
+            return sse_reply(b"id: e1\nretry: 250\ndata:\n\n")
+        answer = {"jsonrpc": "2.0", "id": 1, "result": {"ok": True}}
+        return sse_reply(encode_event(json.dumps(answer), id="e2"))
+
+    answer = run_exchange(call(channel, "tools/call", {}), serve)
+    assert isinstance(answer, RpcAnswer)
+    assert answer.result == {"ok": True}
+    get = sent[1]
+    assert (get.method, get.headers["last-event-id"], get.delay_s) == ("GET", "e1", 0.25)
+
+
+def test_resuming_stops_after_a_bound() -> None:
+    """A server that never answers on resumed streams ends as a transport failure."""
+    from longcall.adapters.exchange import HttpRequest, run_exchange
+    from longcall.adapters.mcp.rpc import RESUMES_MAX, call
+
+    sent: list[HttpRequest] = []
+
+    def serve(request: HttpRequest) -> HttpReply:
+        sent.append(request)
+        return sse_reply(f"id: e{len(sent)}\ndata:\n\n".encode())
+
+    answer = run_exchange(call(RpcChannel(), "tools/call", {}), serve)
+    assert isinstance(answer, TransportFailure)
+    assert len(sent) == 1 + RESUMES_MAX

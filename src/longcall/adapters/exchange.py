@@ -89,6 +89,8 @@ class HttpReply:
     """The id of the last event of a stream (to resume it with ``Last-Event-ID``)."""
     retry_ms: int | None = None
     """The server's ``retry:`` for reconnecting this stream."""
+    cut: str | None = None
+    """Why an event stream broke off (a reset mid-stream); the events before it stand."""
 
     @property
     def content_type(self) -> str:

@@ -160,6 +160,7 @@ class HttpDriver:
         events: list[SseEvent] = []
         watch = request.watch
         stopped = False
+        cut: str | None = None
         size = 0
         with anyio.CancelScope() as watch_scope:
             if watch is not None:
@@ -178,12 +179,11 @@ class HttpDriver:
                             # Gather the siblings sent with it, then stop (X4).
                             watch_scope.deadline = anyio.current_time() + watch.gather_s
             except LineTooLong as exc:
-                return TransportFailure(
-                    kind=FailureKind.TOO_LARGE,
-                    detail=str(exc),
-                    processed_possible=True,
-                    http_status=response.status_code,
-                )
+                return exc.failure(response.status_code)
+            except httpx.HTTPError as exc:
+                # Cut mid-stream: what arrived before stands (the reader decides whether
+                # the answer, or what a watch waited for, was among it).
+                cut = failure_of_exception(exc).detail
         if watch_scope.cancelled_caught:
             stopped = True
         if scope.cancel_called:
@@ -199,6 +199,7 @@ class HttpDriver:
             stopped=stopped,
             last_event_id=decoder.last_event_id,
             retry_ms=decoder.retry_ms,
+            cut=cut,
         )
 
     async def listen(
@@ -239,9 +240,7 @@ class HttpDriver:
                             final = (event,)
                 return HttpReply(status=response.status_code, headers=reply_headers, events=final)
         except LineTooLong as exc:
-            return TransportFailure(
-                kind=FailureKind.TOO_LARGE, detail=str(exc), processed_possible=True
-            )
+            return exc.failure()
         except httpx.HTTPError as exc:
             return failure_of_exception(exc)
 

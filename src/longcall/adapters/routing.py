@@ -3,18 +3,24 @@
 Owns: :func:`connect_any`, the one entry the runtime's adapter factory calls with a
 server URL and an optional protocol, and :func:`protocol_of_url`, the discovery by
 path (``…/v1…`` → AIP-151, ``…/apify/mcp`` → Apify-style, anything else → MCP, whose
-version is negotiated by :func:`longcall.adapters.negotiate.connect`).
+version is negotiated by :func:`longcall.adapters.mcp.client.connect`).
 
-Must not: negotiate MCP itself (``negotiate`` does), import ``ledger``/``runtime``/
+Must not: negotiate MCP itself (``mcp.negotiate`` does), import ``ledger``/``runtime``/
 ``server``, or guess: an explicit protocol always wins over the path.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
+import httpx
+
 from longcall.adapters.base import Adapter, AdapterError
+from longcall.adapters.servers import ServerConfig, ServersConfig
+from longcall.adapters.shell import MappedAdapter
 
 AIP151 = "aip-151"
 APIFY = "apify"
@@ -42,11 +48,15 @@ def protocol_of_url(url: str) -> str:
 
 
 async def connect_any(
-    url: str, prefer: str | None = None, headers: Mapping[str, str] | None = None
+    url: str,
+    prefer: str | None = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    auth: httpx.Auth | None = None,
 ) -> Adapter:
     """A connected adapter for ``url``: ``prefer`` (a family or an MCP version) if given,
-    else the family its path names. MCP goes through ``negotiate.connect``. ``headers``
-    (credentials, C1) go on every request the adapter sends."""
+    else the family its path names. MCP goes through ``mcp.client.connect``.
+    ``headers`` and ``auth`` (credentials, C1) go on every request of the adapter."""
     family = ALIASES.get(prefer.lower()) if prefer else None
     if prefer and family is None and not prefer[:4].isdigit():
         raise AdapterError(
@@ -62,8 +72,58 @@ async def connect_any(
         from longcall.adapters.apify.client import connect as connect_apify
 
         return await connect_apify(url, headers=headers)
-    from longcall.adapters.negotiate import connect
+    from longcall.adapters.mcp.client import connect
 
     mcp_version = None if prefer is None or prefer.lower() == MCP else prefer
-    adapter_: Adapter = await connect(url, prefer=mcp_version)
+    adapter_: Adapter = await connect(url, prefer=mcp_version, headers=headers, auth=auth)
     return adapter_
+
+
+class Connector:
+    """Builds the adapter for a server with the credentials the servers file gives it
+    (C1): headers and bearer tokens read at connect time, OAuth through the MCP SDK with
+    tokens in 0600 files under ``token_dir``, and the server's allowed tools. Records
+    carry the URL alone; nothing here reaches the ledger. Use it as the executor's
+    adapter factory; close it when done."""
+
+    def __init__(
+        self,
+        servers: ServersConfig | None = None,
+        *,
+        token_dir: Path | None = None,
+        announce: Callable[[str], None] | None = None,
+    ) -> None:
+        self.servers = servers or ServersConfig()
+        self.token_dir = token_dir
+        self.announce = announce or (lambda url: None)
+        self._authorizers: list[Any] = []
+
+    def config_for(self, server: str) -> ServerConfig:
+        return self.servers.find(server) or ServerConfig(name=server, url=server)
+
+    async def __call__(self, server: str, protocol: str) -> Adapter:
+        config = self.config_for(server)
+        auth: httpx.Auth | None = None
+        if config.auth == "oauth":
+            from longcall.adapters.oauth import oauth_auth
+
+            if self.token_dir is None:
+                raise AdapterError(f"server {config.name!r} needs OAuth but no token directory")
+            auth, authorizer = await oauth_auth(
+                config.url, token_dir=self.token_dir, announce=self.announce
+            )
+            self._authorizers.append(authorizer)
+        adapter = await connect_any(
+            config.url,
+            protocol or config.protocol,
+            headers=config.credential_headers(),
+            auth=auth,
+        )
+        if config.allowed_tools is not None and isinstance(adapter, MappedAdapter):
+            adapter.allowed_tools = config.allowed_tools
+        return adapter
+
+    async def aclose(self) -> None:
+        for authorizer in self._authorizers:
+            await authorizer.aclose()
+        self._authorizers.clear()

@@ -19,6 +19,7 @@ from longcall.adapters.base import Adapter, Outcome, ProgressSink, ToolBinding
 from longcall.adapters.exchange import Exchange
 from longcall.adapters.http import EventObserver, HttpDriver
 from longcall.core import OperationRecord
+from longcall.errors import ToolNotAllowed
 
 
 class ProtocolMapping(Protocol):
@@ -61,6 +62,8 @@ class MappedAdapter(Adapter):
         self.progress = progress
         self.protocol = mapping.protocol
         self.version = mapping.version
+        self.allowed_tools: frozenset[str] | None = None
+        """The tools this caller may call at this server (C1); None: all it lists."""
 
     def observer(self, record: OperationRecord) -> EventObserver | None:
         """What sees a request's stream events as they arrive (none by default)."""
@@ -71,6 +74,11 @@ class MappedAdapter(Adapter):
         return await self.driver.run(exchange, on_event=observer)
 
     async def bind(self, tool_name: str) -> ToolBinding:
+        if self.allowed_tools is not None and tool_name not in self.allowed_tools:
+            raise ToolNotAllowed(
+                f"tool {tool_name!r} is not among the tools allowed at this server "
+                f"({', '.join(sorted(self.allowed_tools)) or 'none'})"
+            )
         binding: ToolBinding = await self._run(self.mapping.bind(tool_name))
         return binding
 

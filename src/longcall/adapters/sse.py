@@ -12,11 +12,23 @@ Must not: perform I/O or interpret ``data`` (JSON-RPC framing is the caller's).
 
 from __future__ import annotations
 
-from longcall.adapters.exchange import LINE_BYTES_MAX, SseEvent
+import dataclasses
+
+from longcall.adapters.exchange import LINE_BYTES_MAX, HttpReply, SseEvent, TransportFailure
+from longcall.core.retry import FailureKind
 
 
 class LineTooLong(ValueError):
     """An event-stream line exceeded the cap (C4)."""
+
+    def failure(self, http_status: int | None = None) -> TransportFailure:
+        """As the typed failure it is on the wire: TOO_LARGE, never retried."""
+        return TransportFailure(
+            kind=FailureKind.TOO_LARGE,
+            detail=str(self),
+            processed_possible=True,
+            http_status=http_status,
+        )
 
 
 class SseDecoder:
@@ -115,6 +127,23 @@ def _line_end(buffer: bytes, start: int) -> tuple[int, int] | None:
     return cr, cr + 2 if buffer[cr + 1 : cr + 2] == b"\n" else cr + 1
 
 
+def decoded(reply: HttpReply, *, line_bytes_max: int = LINE_BYTES_MAX) -> HttpReply:
+    """An event-stream reply given as a whole body (a simulated or mocked server) with
+    its events, last event id and ``retry:`` decoded, as the I/O shell hands them over.
+    Raises :class:`LineTooLong`."""
+    if not reply.is_event_stream or reply.events or not reply.body:
+        return reply
+    decoder = SseDecoder(line_bytes_max=line_bytes_max)
+    events = tuple(decoder.feed(reply.body))
+    return dataclasses.replace(
+        reply,
+        body=b"",
+        events=events,
+        last_event_id=decoder.last_event_id,
+        retry_ms=decoder.retry_ms,
+    )
+
+
 def decode_all(body: bytes, *, line_bytes_max: int = LINE_BYTES_MAX) -> list[SseEvent]:
     """Every complete event of a whole event-stream body."""
     decoder = SseDecoder(line_bytes_max=line_bytes_max)
@@ -132,4 +161,4 @@ def encode_event(data: str, *, event: str | None = None, id: str | None = None) 
     return ("\n".join(lines) + "\n\n").encode()
 
 
-__all__ = ["LineTooLong", "SseDecoder", "decode_all", "encode_event"]
+__all__ = ["LineTooLong", "SseDecoder", "decode_all", "decoded", "encode_event"]

@@ -30,6 +30,8 @@ from collections.abc import Awaitable, Callable, Collection, Mapping
 from typing import Any
 
 from longcall.adapters.base import Adapter, AdapterError, Outcome, ToolBinding
+from longcall.adapters.exchange import TransportFailure
+from longcall.adapters.outcomes import failure_outcome
 from longcall.core import OperationRecord, State, TerminalReceipt
 from longcall.core import events as e
 from longcall.core.commands import (
@@ -40,7 +42,7 @@ from longcall.core.commands import (
     SendInputResponse,
     SendSubmit,
 )
-from longcall.core.retry import FailureKind, RequestKind
+from longcall.core.retry import FailureKind
 from longcall.errors import AdapterDisabled
 from longcall.ledger import Ledger
 from longcall.runtime.engine import Action, CallSpec, CancelOutcome, Engine, InputPolicy
@@ -308,12 +310,16 @@ class Executor:
             self.engine.finish(action)
             raise
         except TimeoutError:
-            outcome = _failure_outcome(action, FailureKind.TIMEOUT, "no reply in time")
+            outcome = failure_outcome(
+                action.kind, _failure(FailureKind.TIMEOUT, "no reply in time")
+            )
         except AdapterError as exc:
-            outcome = _failure_outcome(action, FailureKind.CONNECT_FAILED, str(exc))
+            # No adapter to send with (negotiation failed): nothing left this process.
+            failure = _failure(FailureKind.CONNECT_FAILED, str(exc), processed_possible=False)
+            outcome = failure_outcome(action.kind, failure)
         except Exception as exc:  # an adapter bug must not kill the executor
             log.exception("adapter failed on %s for %s", action.kind, action.call_node_id)
-            outcome = _failure_outcome(action, FailureKind.TRANSPORT, repr(exc))
+            outcome = failure_outcome(action.kind, _failure(FailureKind.TRANSPORT, repr(exc)))
         if outcome is None:
             self.engine.finish(action)
         else:
@@ -385,21 +391,9 @@ class Executor:
         self.on_progress(call_node_id, outcome.progress, message)
 
 
-_REQUEST_KINDS = {
-    "SendSubmit": RequestKind.SUBMIT,
-    "LookupSubmission": RequestKind.LOOKUP,
-    "Poll": RequestKind.POLL,
-    "FetchResult": RequestKind.FETCH,
-    "SendCancel": RequestKind.CANCEL,
-    "SendInputResponse": RequestKind.INPUT,
-}
-
-
-def _failure_outcome(action: Action, failure: FailureKind, detail: str) -> Outcome:
-    """A local failure around an adapter call, in the core's words (X9)."""
-    if action.kind == "SendSubmit" and failure is not FailureKind.CONNECT_FAILED:
-        # The create may have reached the server: its outcome is unknown (X2).
-        return Outcome(event=e.SubmitOutcomeLost(reason=f"{failure.value}: {detail}"))
-    return Outcome(
-        event=e.RequestFailed(request=_REQUEST_KINDS[action.kind], failure=failure, detail=detail)
-    )
+def _failure(
+    kind: FailureKind, detail: str, *, processed_possible: bool = True
+) -> TransportFailure:
+    """A failure around an adapter call; what it means is the adapters' one
+    classification (``longcall.adapters.outcomes``), not decided here."""
+    return TransportFailure(kind=kind, detail=detail, processed_possible=processed_possible)

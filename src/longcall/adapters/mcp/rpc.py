@@ -44,7 +44,7 @@ from longcall.adapters.exchange import (
     malformed,
     status_failure,
 )
-from longcall.adapters.sse import LineTooLong, decode_all
+from longcall.adapters.sse import LineTooLong, decoded
 from longcall.core.retry import FailureKind
 
 MODERN = "2026-07-28"
@@ -62,6 +62,10 @@ SYNC_TIMEOUT_META_KEY = "dev.longcall/syncTimeoutS"
 SESSION_HEADER = "mcp-session-id"
 ACCEPT = "application/json, text/event-stream"
 """Streamable HTTP: a client MUST accept both on every POST."""
+RESUMES_MAX = 3
+"""How often one request's broken event stream is resumed before it counts as cut."""
+RESUME_DELAY_MAX_S = 30.0
+"""A server's ``retry:`` is honoured up to this long."""
 CLIENT_INFO = {"name": "longcall", "version": "0"}
 CLIENT_CAPABILITIES: Mapping[str, Any] = {"elicitation": {"form": {}}}
 """What we answer (X4): form elicitation, through the approval gate. A server must not
@@ -163,6 +167,14 @@ class RpcChannel:
         framing = self.dialect.headers(method, name) if headers is None else headers
         return self._post(body, framing, timeout_s=timeout_s, watch=watch), request_id
 
+    def resume(self, last_event_id: str, *, retry_ms: int | None = None) -> HttpRequest:
+        """A GET that resumes a broken event stream after ``last_event_id``."""
+        headers = {**self._headers(self.dialect.headers("", None)), "accept": "text/event-stream"}
+        headers.pop("content-type", None)
+        headers["last-event-id"] = last_event_id
+        delay_s = min(RESUME_DELAY_MAX_S, (retry_ms or 0) / 1000.0)
+        return HttpRequest(method="GET", headers=headers, delay_s=delay_s)
+
     def notification(self, method: str, params: Mapping[str, Any] | None = None) -> HttpRequest:
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
         if params is not None:
@@ -193,8 +205,11 @@ class RpcChannel:
 
     # --- reading ------------------------------------------------------------------------
 
-    def read(self, reply: Reply, request_id: int) -> RpcReply:
-        """The answer to request ``request_id`` in ``reply``, or why there is none (C3)."""
+    def read(self, reply: Reply, request_id: int, *, watch: StreamWatch | None = None) -> RpcReply:
+        """The answer to request ``request_id`` in ``reply``, or why there is none (C3).
+
+        With ``watch``, a stream that ended after bringing a request it waits for is as
+        good as one the driver stopped: what was asked for arrived."""
         if isinstance(reply, TransportFailure):
             return reply
         session = reply.headers.get(SESSION_HEADER)
@@ -204,7 +219,10 @@ class RpcChannel:
         if status == 429 or status >= 500 or status in (401, 403, 406, 408, 415):
             return status_failure(reply)
         if reply.is_event_stream:
-            return _read_stream(reply, request_id)
+            try:
+                return _read_stream(decoded(reply), request_id, watch)
+            except LineTooLong as exc:
+                return exc.failure(reply.status)
         return _read_json(reply, request_id)
 
     def accepted(self, reply: Reply) -> TransportFailure | None:
@@ -233,8 +251,45 @@ def call(
     request, request_id = channel.request(
         method, params, name=name, headers=headers, timeout_s=timeout_s, watch=watch
     )
-    reply = yield request
-    return channel.read(reply, request_id)
+    reply = _decoded((yield request))
+    answer = channel.read(reply, request_id, watch=watch)
+    for _resume in range(RESUMES_MAX):
+        if not _resumable(answer, reply):
+            break
+        assert isinstance(reply, HttpReply)
+        assert reply.last_event_id is not None
+        # The stream broke before the answer: resume it where it stopped (Streamable
+        # HTTP: GET with Last-Event-ID, after the server's retry: delay).
+        again = _decoded((yield channel.resume(reply.last_event_id, retry_ms=reply.retry_ms)))
+        if isinstance(again, TransportFailure) or not again.is_event_stream:
+            break
+        reply = dataclasses.replace(
+            again,
+            events=(*reply.events, *again.events),
+            last_event_id=again.last_event_id or reply.last_event_id,
+            retry_ms=again.retry_ms or reply.retry_ms,
+        )
+        answer = channel.read(reply, request_id, watch=watch)
+    return answer
+
+
+def _decoded(reply: Reply) -> Reply:
+    if isinstance(reply, TransportFailure):
+        return reply
+    try:
+        return decoded(reply)
+    except LineTooLong as exc:
+        return exc.failure(reply.status)
+
+
+def _resumable(answer: RpcReply, reply: Reply) -> bool:
+    return (
+        isinstance(answer, TransportFailure)
+        and answer.kind is FailureKind.TRANSPORT
+        and isinstance(reply, HttpReply)
+        and reply.is_event_stream
+        and reply.last_event_id is not None
+    )
 
 
 def post(channel: RpcChannel, request: HttpRequest) -> Exchange[TransportFailure | None]:
@@ -264,15 +319,9 @@ def _read_json(reply: HttpReply, request_id: int) -> RpcReply:
     )
 
 
-def _read_stream(reply: HttpReply, request_id: int) -> RpcReply:
-    try:
-        events = reply.events or tuple(decode_all(reply.body))
-    except LineTooLong as exc:
-        return TransportFailure(
-            kind=FailureKind.TOO_LARGE, detail=str(exc), processed_possible=True
-        )
+def _read_stream(reply: HttpReply, request_id: int, watch: StreamWatch | None) -> RpcReply:
     messages: list[dict[str, Any]] = []
-    for event in events:
+    for event in reply.events:
         if not event.data.strip():
             continue  # a priming event or an empty keep-alive (SEP-1699)
         try:
@@ -286,11 +335,15 @@ def _read_stream(reply: HttpReply, request_id: int) -> RpcReply:
             return dataclasses.replace(answer, messages=tuple(messages))
         if isinstance(message, dict) and "method" in message:
             messages.append(message)
-    if reply.stopped:
+    asked = watch is not None and any(
+        m.get("method") in watch.stop_on and "id" in m for m in messages
+    )
+    if reply.stopped or asked:
         return RpcAnswer(stopped=True, messages=tuple(messages), http_status=reply.status)
+    ended = f"was cut ({reply.cut})" if reply.cut else "ended"
     return TransportFailure(
         kind=FailureKind.TRANSPORT,
-        detail="the event stream ended before the answer",
+        detail=f"the event stream {ended} before the answer",
         processed_possible=True,
         http_status=reply.status,
     )

@@ -1,0 +1,258 @@
+"""Which servers a caller may call, and with which credentials (C1).
+
+Owns: :class:`ServerConfig` (URL, protocol, headers, how to obtain a token, the poll QPS
+cap, the allowed tools) and :class:`ServersConfig` (a set of them by name), read from a
+TOML file or from the ``mcpServers`` JSON that MCP hosts already use; and
+:meth:`ServerConfig.credential_headers`, which reads secrets (an environment variable, a
+file) only when a request is about to be sent. Secrets never reach the ledger, a log, a
+receipt or an error message: they are read at the edge and handed to the HTTP driver;
+records carry the URL alone, and a URL with a password in it is refused.
+
+TOML::
+
+    [servers.reports]
+    url = "https://reports.example.com/mcp"
+    protocol = "2026-07-28"            # optional; otherwise negotiated
+    poll_qps_max = 5                   # optional; this server's poll budget
+    allowed_tools = ["report"]         # optional; other tools are refused
+    headers = { "X-Tenant" = "acme" }  # values may use ${env:NAME}
+    auth = { type = "bearer", token_env = "REPORTS_TOKEN" }  # or token_file = "..."
+    # auth = { type = "oauth" }        # OAuth 2.1 through the official MCP SDK
+
+JSON (MCP hosts): ``{"mcpServers": {"reports": {"url": "…", "headers": {…}}}}`` (or
+``"servers"``); entries that start a local process (``command``) are skipped: longcall
+calls servers over HTTP only.
+
+Must not: log or put a secret in a message; read a secret before it is needed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from longcall.errors import UsageError
+
+ENV_REFERENCE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
+"""``${env:NAME}`` or ``${NAME}`` in a header value: read from the environment at use."""
+AUTH_TYPES = ("none", "bearer", "oauth")
+
+
+class ConfigError(UsageError):
+    """The servers configuration cannot be read or names something impossible."""
+
+
+class MissingCredential(UsageError):
+    """A configured secret is not there (the variable is unset, the file is missing)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ServerConfig:
+    """One server a caller may call (C1)."""
+
+    name: str
+    url: str
+    protocol: str | None = None
+    headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    """As configured: values may hold ``${env:NAME}`` references, resolved at use."""
+    auth: str = "none"
+    token_env: str | None = None
+    token_file: str | None = None
+    poll_qps_max: float | None = None
+    allowed_tools: frozenset[str] | None = None
+
+    def __repr__(self) -> str:  # never the header values: they may be secrets
+        return f"ServerConfig(name={self.name!r}, url={self.url!r}, auth={self.auth!r})"
+
+    def allows(self, tool_name: str) -> bool:
+        return self.allowed_tools is None or tool_name in self.allowed_tools
+
+    def credential_headers(self, environ: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The headers to send, secrets resolved now (raises :class:`MissingCredential`)."""
+        env = os.environ if environ is None else environ
+        headers = {name: _expand(value, env, self.name) for name, value in self.headers.items()}
+        if self.auth == "bearer":
+            headers["Authorization"] = f"Bearer {self._token(env)}"
+        return headers
+
+    def _token(self, env: Mapping[str, str]) -> str:
+        if self.token_env is not None:
+            value = env.get(self.token_env)
+            if not value:
+                raise MissingCredential(
+                    f"server {self.name!r}: the environment variable {self.token_env} "
+                    "holding its token is not set"
+                )
+            return value.strip()
+        assert self.token_file is not None
+        path = Path(self.token_file).expanduser()
+        try:
+            value = path.read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            raise MissingCredential(
+                f"server {self.name!r}: cannot read its token file {path}: {exc.strerror}"
+            ) from exc
+        if not value:
+            raise MissingCredential(f"server {self.name!r}: its token file {path} is empty")
+        return value
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ServersConfig:
+    """The servers a caller knows by name."""
+
+    servers: Mapping[str, ServerConfig] = dataclasses.field(default_factory=dict)
+    skipped: tuple[str, ...] = ()
+    """Entries that could not be used (a local process), with why."""
+
+    def find(self, name_or_url: str) -> ServerConfig | None:
+        """The server of this name, or the one whose URL this is."""
+        if name_or_url in self.servers:
+            return self.servers[name_or_url]
+        for server in self.servers.values():
+            if server.url.rstrip("/") == name_or_url.rstrip("/"):
+                return server
+        return None
+
+    def resolve(self, name_or_url: str) -> ServerConfig:
+        """A configured server, or an unconfigured URL (no credentials), or a clear error."""
+        found = self.find(name_or_url)
+        if found is not None:
+            return found
+        if "://" not in name_or_url:
+            known = ", ".join(sorted(self.servers)) or "none"
+            raise ConfigError(
+                f"no server named {name_or_url!r} is configured (known: {known}); "
+                "give a URL or add it to the servers file"
+            )
+        check_url(name_or_url)
+        return ServerConfig(name=name_or_url, url=name_or_url)
+
+
+def check_url(url: str) -> None:
+    """Refuse a URL that is not HTTP(S) or that carries a password (it would be stored)."""
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        raise ConfigError(f"{url!r} is not an http:// or https:// URL")
+    if parts.password is not None or "token=" in parts.query.lower():
+        raise ConfigError(
+            "the server URL carries a credential; put it in the servers file "
+            "(auth.token_env or auth.token_file) so it is never stored"
+        )
+
+
+def load_servers(path: Path) -> ServersConfig:
+    """Read a servers file: TOML (``[servers.NAME]``) or MCP-host JSON (``mcpServers``)."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read the servers file {path}: {exc.strerror}") from exc
+    try:
+        data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
+    except (ValueError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"the servers file {path} does not parse: {exc}") from exc
+    if not isinstance(data, dict):
+        raise ConfigError(f"the servers file {path} is not a table of servers")
+    if path.suffix == ".json":
+        return _from_host_json(data, path)
+    return _from_toml(data, path)
+
+
+def _from_toml(data: Mapping[str, Any], path: Path) -> ServersConfig:
+    table = data.get("servers", {})
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: [servers] must be a table")
+    servers = {name: _server(name, entry, path) for name, entry in table.items()}
+    return ServersConfig(servers=servers)
+
+
+def _from_host_json(data: Mapping[str, Any], path: Path) -> ServersConfig:
+    table = data.get("mcpServers", data.get("servers", {}))
+    if not isinstance(table, dict):
+        raise ConfigError(f"{path}: mcpServers must be an object")
+    servers: dict[str, ServerConfig] = {}
+    skipped: list[str] = []
+    for name, entry in table.items():
+        if isinstance(entry, dict) and "url" not in entry and "command" in entry:
+            skipped.append(f"{name}: starts a local process; longcall calls servers over HTTP")
+            continue
+        servers[name] = _server(name, entry, path)
+    return ServersConfig(servers=servers, skipped=tuple(skipped))
+
+
+def _server(name: str, entry: Any, path: Path) -> ServerConfig:
+    where = f"{path}: server {name!r}"
+    if not isinstance(entry, dict):
+        raise ConfigError(f"{where} must be a table")
+    url = entry.get("url")
+    if not isinstance(url, str):
+        raise ConfigError(f"{where} has no url")
+    check_url(url)
+    headers = entry.get("headers", {})
+    if not isinstance(headers, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in headers.items()
+    ):
+        raise ConfigError(f"{where}: headers must map names to strings")
+    auth = entry.get("auth", {})
+    if isinstance(auth, str):
+        auth = {"type": auth}
+    if not isinstance(auth, dict):
+        raise ConfigError(f"{where}: auth must be a table")
+    kind = auth.get("type", "bearer" if ("token_env" in auth or "token_file" in auth) else "none")
+    if kind not in AUTH_TYPES:
+        raise ConfigError(f"{where}: auth type {kind!r} is not one of {', '.join(AUTH_TYPES)}")
+    token_env, token_file = auth.get("token_env"), auth.get("token_file")
+    if kind == "bearer" and (token_env is None) == (token_file is None):
+        raise ConfigError(f"{where}: a bearer token needs exactly one of token_env, token_file")
+    qps = entry.get("poll_qps_max")
+    if qps is not None and (not isinstance(qps, int | float) or isinstance(qps, bool) or qps <= 0):
+        raise ConfigError(f"{where}: poll_qps_max must be a positive number")
+    tools = entry.get("allowed_tools")
+    if tools is not None and not (
+        isinstance(tools, list) and all(isinstance(t, str) for t in tools)
+    ):
+        raise ConfigError(f"{where}: allowed_tools must be a list of tool names")
+    protocol = entry.get("protocol")
+    if protocol is not None and not isinstance(protocol, str):
+        raise ConfigError(f"{where}: protocol must be a string")
+    return ServerConfig(
+        name=name,
+        url=url,
+        protocol=protocol,
+        headers=dict(headers),
+        auth=kind,
+        token_env=token_env,
+        token_file=token_file,
+        poll_qps_max=float(qps) if qps is not None else None,
+        allowed_tools=frozenset(tools) if tools is not None else None,
+    )
+
+
+def _expand(value: str, env: Mapping[str, str], server: str) -> str:
+    def replace(match: re.Match[str]) -> str:
+        name = match.group(1)
+        if name not in env:
+            raise MissingCredential(
+                f"server {server!r}: a header refers to the environment variable {name}, "
+                "which is not set"
+            )
+        return env[name]
+
+    return ENV_REFERENCE.sub(replace, value)
+
+
+__all__ = [
+    "ConfigError",
+    "MissingCredential",
+    "ServerConfig",
+    "ServersConfig",
+    "check_url",
+    "load_servers",
+]

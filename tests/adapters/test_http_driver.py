@@ -1,0 +1,124 @@
+"""The I/O shell's bounds and translations (C1, C4, X9): served by httpx's mock transport.
+
+Regressions: a 100 MB ``tasks/get`` answer was read whole (545 MB peak) and stored; one
+endless event-stream line cost 427 MB; a stream cut after the input requests arrived
+lost them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+
+import httpx
+import pytest
+
+from longcall.adapters.exchange import HttpReply, HttpRequest, StreamWatch, TransportFailure
+from longcall.adapters.http import HttpDriver
+from longcall.core.retry import FailureKind
+
+pytestmark = pytest.mark.anyio
+URL = "http://driver.invalid/mcp"
+
+
+def driver(handler: Callable[[httpx.Request], httpx.Response], **kw: object) -> HttpDriver:
+    http = httpx.AsyncClient(transport=httpx.MockTransport(handler))
+    return HttpDriver(URL, http=http, **kw)  # type: ignore[arg-type]
+
+
+class Chunks(httpx.AsyncByteStream):
+    """A body produced chunk by chunk (so caps are hit while reading, not after)."""
+
+    def __init__(self, chunks: list[bytes], *, then_fail: bool = False) -> None:
+        self.chunks = chunks
+        self.then_fail = then_fail
+        self.sent = 0
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            self.sent += len(chunk)
+            yield chunk
+        if self.then_fail:
+            raise httpx.RemoteProtocolError("peer closed connection")
+
+
+async def test_an_answer_over_the_size_cap_is_too_large() -> None:
+    """Reading stops at the cap; the failure is typed and never retried (C4)."""
+    body = Chunks([b"x" * 1024] * 64)
+    d = driver(lambda r: httpx.Response(200, stream=body), response_bytes_max=8 * 1024)
+    reply = await d.send(HttpRequest(body=b"{}"))
+    assert isinstance(reply, TransportFailure)
+    assert reply.kind is FailureKind.TOO_LARGE
+    assert body.sent <= 10 * 1024
+
+
+async def test_a_declared_oversize_answer_is_refused_before_reading() -> None:
+    """A Content-Length over the cap is refused without reading the body (C4)."""
+    d = driver(lambda r: httpx.Response(200, content=b"x" * 5000), response_bytes_max=1000)
+    reply = await d.send(HttpRequest(body=b"{}"))
+    assert isinstance(reply, TransportFailure)
+    assert reply.kind is FailureKind.TOO_LARGE
+
+
+async def test_an_endless_event_stream_line_is_too_large() -> None:
+    """One line without an end costs at most the line cap (C4)."""
+    stream = Chunks([b"data: "] + [b"y" * 4096] * 100)
+    d = driver(
+        lambda r: httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=stream),
+        line_bytes_max=16 * 1024,
+    )
+    reply = await d.send(HttpRequest(body=b"{}"))
+    assert isinstance(reply, TransportFailure)
+    assert reply.kind is FailureKind.TOO_LARGE
+    assert stream.sent <= 32 * 1024
+
+
+async def test_a_stream_cut_after_what_was_asked_keeps_it() -> None:
+    """Events before a reset stand; the reader decides what they were worth."""
+    request_event = b'data: {"jsonrpc":"2.0","id":"q1","method":"elicitation/create"}\n\n'
+    stream = Chunks([b"id: 1\ndata:\n\n", request_event], then_fail=True)
+    d = driver(
+        lambda r: httpx.Response(200, headers={"content-type": "text/event-stream"}, stream=stream)
+    )
+    watch = StreamWatch(stop_on=frozenset({"elicitation/create"}), wait_s=5.0, gather_s=0.05)
+    reply = await d.send(HttpRequest(body=b"{}", watch=watch))
+    assert isinstance(reply, HttpReply)
+    assert [e.data for e in reply.events][-1].startswith('{"jsonrpc"')
+    assert reply.cut is not None
+    assert reply.last_event_id == "1"
+
+
+async def test_configured_headers_go_on_every_request_and_requests_win() -> None:
+    """Credentials come from the driver's configuration (C1), never from a mapping."""
+    seen: list[httpx.Headers] = []
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        seen.append(request.headers)
+        return httpx.Response(200, json={})
+
+    d = driver(handler, headers={"Authorization": "Bearer s3cret", "X-Tenant": "a"})
+    await d.send(HttpRequest(body=b"{}", headers={"x-tenant": "b"}))
+    assert seen[0]["authorization"] == "Bearer s3cret"
+    assert seen[0]["x-tenant"] == "b"
+
+
+async def test_refused_connection_proves_non_processing() -> None:
+    """A refused connection is CONNECT_FAILED and says the request was not processed."""
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=request)
+
+    reply = await driver(handler).send(HttpRequest(body=b"{}"))
+    assert isinstance(reply, TransportFailure)
+    assert (reply.kind, reply.processed_possible) == (FailureKind.CONNECT_FAILED, False)
+
+
+async def test_an_http_date_retry_after_becomes_seconds() -> None:
+    """The driver reads an HTTP-date Retry-After against its clock; mappings get seconds."""
+    d = driver(
+        lambda r: httpx.Response(
+            429, headers={"retry-after": "Wed, 21 Oct 2015 07:28:00 GMT"}, content=b""
+        )
+    )
+    reply = await d.send(HttpRequest(body=b"{}"))
+    assert isinstance(reply, HttpReply)
+    assert reply.headers["retry-after"] == "0"

@@ -1,0 +1,140 @@
+"""Servers and credentials from a config file (C1), against a server that requires a token.
+
+Regression: the caller could send no bearer token or header at all, so every caller was
+the same anonymous principal and no authenticated server could be called. The token
+must reach the server and nothing else: not the ledger file, not a receipt, not a log
+line, not an error message.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from pathlib import Path
+
+import pytest
+
+from longcall.adapters.routing import Connector
+from longcall.adapters.servers import ConfigError, MissingCredential, load_servers
+from longcall.core import State
+from longcall.errors import ToolNotAllowed
+from longcall.ledger import SQLiteLedger
+from longcall.runtime.engine import CallSpec
+from longcall.runtime.executor import Executor
+from longcall.server import build_reference_server
+from longcall.server.auth import StaticTokens
+
+from .conftest import serve
+
+pytestmark = pytest.mark.anyio
+TOKEN = "tok-7f3c9d2a-never-log-me"
+
+
+def servers_file(tmp_path: Path, url: str, *, extra: str = "") -> Path:
+    path = tmp_path / "servers.toml"
+    path.write_text(
+        f"""
+[servers.reports]
+url = "{url}"
+allowed_tools = ["sleep_report"]
+headers = {{ "X-Tenant" = "${{env:TENANT}}" }}
+auth = {{ type = "bearer", token_env = "REPORTS_TOKEN" }}
+{extra}
+"""
+    )
+    return path
+
+
+async def test_a_configured_token_reaches_the_server_and_nothing_else(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The call completes as the token's principal; the token is nowhere we keep (C1)."""
+    caplog.set_level(logging.DEBUG)
+    monkeypatch.setenv("REPORTS_TOKEN", TOKEN)
+    monkeypatch.setenv("TENANT", "acme")
+    server = build_reference_server(
+        store=f"sqlite:///{tmp_path / 'tasks.db'}", authenticator=StaticTokens({TOKEN: "alice"})
+    )
+    async with serve(server.asgi_app()) as url:
+        connector = Connector(load_servers(servers_file(tmp_path, url)))
+        ledger_path = tmp_path / "ledger.db"
+        with SQLiteLedger(ledger_path, synchronous="normal") as ledger:
+            executor = Executor(ledger, adapter_factory=connector, refresh_interval_s=0.2)
+            try:
+                binding = await executor.bind(url, "sleep_report")
+                executor.call(
+                    CallSpec(
+                        call_node_id="r1",
+                        binding=binding,
+                        arguments={"seconds": 0.2, "rows": 2},
+                    )
+                )
+                stop = asyncio.Event()
+                runner = asyncio.create_task(executor.run(stop=stop))
+                async with asyncio.timeout(60):
+                    record = await executor.wait_terminal("r1")
+                stop.set()
+                await runner
+                assert record.state is State.ACCEPTED, record.reconciliation_reason
+                receipt = ledger.receipt("r1")
+                with pytest.raises(ToolNotAllowed):
+                    await executor.bind(url, "crawl")
+            finally:
+                await executor.aclose()
+    assert_nowhere(TOKEN.encode(), tmp_path, json.dumps(repr(receipt)).encode())
+    assert TOKEN not in caplog.text
+
+
+def assert_nowhere(secret: bytes, directory: Path, *also: bytes) -> None:
+    """The secret is in no file under ``directory`` (ledger, its WAL, the server's task
+    store: it keeps a principal only) and in none of ``also``."""
+    kept = [*also, *(p.read_bytes() for p in directory.iterdir() if p.is_file())]
+    assert all(secret not in blob for blob in kept)
+
+
+async def test_a_missing_secret_is_a_clear_error_without_the_secret(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An unset token variable is named; a wrong token is a 401 whose text holds no token."""
+    monkeypatch.delenv("REPORTS_TOKEN", raising=False)
+    monkeypatch.setenv("TENANT", "acme")
+    config = load_servers(servers_file(tmp_path, "http://127.0.0.1:9/mcp"))
+    with pytest.raises(MissingCredential, match="REPORTS_TOKEN"):
+        await Connector(config)("http://127.0.0.1:9/mcp", "")
+    monkeypatch.setenv("REPORTS_TOKEN", TOKEN + "-wrong")
+    server = build_reference_server(
+        store=f"sqlite:///{tmp_path / 'tasks.db'}", authenticator=StaticTokens({TOKEN: "alice"})
+    )
+    async with serve(server.asgi_app()) as url:
+        connector = Connector(load_servers(servers_file(tmp_path, url)))
+        with pytest.raises(Exception) as refused:
+            await connector(url, "")
+        assert "401" in str(refused.value) or "credential" in str(refused.value)
+        assert TOKEN not in str(refused.value)
+
+
+def test_mcp_host_json_and_url_rules(tmp_path: Path) -> None:
+    """The ``mcpServers`` JSON of MCP hosts works; process entries are skipped with why;
+    a URL carrying a credential is refused (it would be stored)."""
+    path = tmp_path / "mcp.json"
+    path.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "remote": {"url": "https://tools.example/mcp", "headers": {"X-A": "b"}},
+                    "local": {"command": "node", "args": ["server.js"]},
+                }
+            }
+        )
+    )
+    config = load_servers(path)
+    assert config.resolve("remote").url == "https://tools.example/mcp"
+    assert config.resolve("https://tools.example/mcp").name == "remote"
+    assert config.skipped
+    assert "local" in config.skipped[0]
+    with pytest.raises(ConfigError, match="no server named"):
+        config.resolve("nope")
+    with pytest.raises(ConfigError, match="credential"):
+        config.resolve("https://user:pw@tools.example/mcp")
+    assert "b" not in repr(config.resolve("remote"))
