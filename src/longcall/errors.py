@@ -30,6 +30,9 @@ The tree, and what a handler does with each branch::
     │   ├── MissingPayload          bytes a record points at are not stored
     │   ├── CorruptRow              a stored row does not decode into a record
     │   └── SchemaTooNew            the store was written by a newer longcall
+    ├── LedgerUnavailable        the ledger cannot be opened (C5)
+    │   ├── LedgerMissing           nothing there, and this use must not create it
+    │   └── LedgerRefused           an empty, truncated, foreign or damaged file
     ├── NotFoundError            the thing asked for does not exist locally
     │   └── UnknownCallNode
     └── AdapterError             a protocol adapter could not be set up or was misused
@@ -156,6 +159,22 @@ class SchemaTooNew(IntegrityError):
     """The store was written by a newer longcall; we do not downgrade it."""
 
 
+# --- opening a ledger ---------------------------------------------------------------------
+
+
+class LedgerUnavailable(LongcallError):
+    """The ledger cannot be opened: missing, unreachable, read-only, or refused (C5)."""
+
+
+class LedgerMissing(LedgerUnavailable):
+    """No ledger exists where the URL points, and this use must not create one."""
+
+
+class LedgerRefused(LedgerUnavailable):
+    """Something is there but it is not a ledger we may use: an empty or truncated file,
+    another program's database, a damaged file (C5). Never silently recreated."""
+
+
 # --- lookups ------------------------------------------------------------------------------
 
 
@@ -206,6 +225,9 @@ __all__ = [
     "ForeignIdentity",
     "IllegalTransition",
     "IntegrityError",
+    "LedgerMissing",
+    "LedgerRefused",
+    "LedgerUnavailable",
     "LocalProtocolError",
     "LongcallError",
     "MissingPayload",

@@ -1,17 +1,24 @@
-"""Digests and deterministic idempotency keys (SPEC X2, L5).
+"""Digests and deterministic idempotency keys (SPEC X2, L5, C2).
 
 A replay after a crash must send the same submission key as the first attempt, so
-the key is a pure function of the call node id and the step index: never a random
-value, never a clock reading.
+the key is a pure function of the caller's key, the call node id and the step index:
+never a random value, never a clock reading. The caller's key (a secret of the ledger,
+created with it) scopes submission keys to one caller: another ledger calling the same
+node name at the same server derives another key, so only the same caller's retry can
+ever meet its earlier submission, and nobody can block or read a node name by guessing
+its key.
 """
 
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
 from typing import Any
 
-SUBMISSION_KEY_PREFIX = "lc1-"
+SUBMISSION_KEY_PREFIX = "lc2-"
+UNSCOPED_KEY_PREFIX = "lc1-"
+"""Keys derived without a caller key (records built outside a ledger: tests, tools)."""
 
 
 def canonical_json(value: Any) -> bytes:
@@ -36,12 +43,18 @@ def request_digest(tool_name: str, arguments: Any) -> str:
     return digest_json({"tool": tool_name, "arguments": arguments})
 
 
-def derive_submission_key(call_node_id: str, step_index: int = 0) -> str:
-    """The submission idempotency key of one step of one call node (X2).
+def derive_submission_key(
+    call_node_id: str, step_index: int = 0, *, caller_key: bytes | None = None
+) -> str:
+    """The submission idempotency key of one step of one call node (X2), scoped to the
+    caller by ``caller_key`` (C2): an HMAC, so the key reveals nothing of the secret.
 
     Length-prefixing the node id keeps ``("a:1", 0)`` and ``("a", 10)`` apart.
     """
     if step_index < 0:
         raise ValueError("step_index must be >= 0")
     material = f"{len(call_node_id)}:{call_node_id}:{step_index}".encode()
-    return SUBMISSION_KEY_PREFIX + hashlib.sha256(material).hexdigest()[:32]
+    if caller_key is None:
+        return UNSCOPED_KEY_PREFIX + hashlib.sha256(material).hexdigest()[:32]
+    mac = hmac.new(caller_key, material, hashlib.sha256).hexdigest()
+    return SUBMISSION_KEY_PREFIX + mac[:32]

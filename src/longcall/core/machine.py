@@ -96,9 +96,13 @@ def new_operation(
     tool_idempotent: bool = False,
     budget_s: float | None = None,
     execution_epoch: int = 0,
+    caller_key: bytes | None = None,
 ) -> Transition:
-    """A fresh record in SUBMITTING, persisted by the caller before the SendSubmit (X2)."""
-    key = derive_submission_key(call_node_id, step_index)
+    """A fresh record in SUBMITTING, persisted by the caller before the SendSubmit (X2).
+
+    ``caller_key`` is the ledger's secret that scopes the submission key to this caller
+    (C2); the runtime always passes it."""
+    key = derive_submission_key(call_node_id, step_index, caller_key=caller_key)
     record = OperationRecord(
         call_node_id=call_node_id,
         request_digest=request_digest,

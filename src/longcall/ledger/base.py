@@ -64,6 +64,12 @@ def utc_now_iso() -> str:
 class Ledger(abc.ABC):
     """The durable store of operations, receipts, results and the ready outbox."""
 
+    ledger_id: str
+    """This ledger's identity, made once when it is created."""
+    caller_key: bytes
+    """The secret that scopes this caller's submission keys (C2): made once with the
+    ledger, shared by every worker of it, never sent anywhere (only HMACs of it are)."""
+
     @abc.abstractmethod
     def create(
         self, record: OperationRecord, *, blobs: Mapping[str, bytes] | None = None

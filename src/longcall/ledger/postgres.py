@@ -101,6 +101,16 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (call_node_id, name)
     );
     """,
+    # The ledger's identity (C2, C5): one row, made on the first open; its caller key
+    # scopes submission keys to this caller.
+    """
+    CREATE TABLE ledger_identity (
+        singleton      INTEGER PRIMARY KEY CHECK (singleton = 1),
+        ledger_id      TEXT NOT NULL,
+        caller_key     TEXT NOT NULL,
+        created_at_utc TEXT NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -148,6 +158,17 @@ class PostgresLedger(SqlLedger):
             raise
 
     # --- schema ----------------------------------------------------------------------
+
+    def _table_names(self, conn: Any) -> set[str]:
+        rows = conn.execute(
+            "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+            (self.schema,),
+        ).fetchall()
+        return {str(row[0]) for row in rows}
+
+    def _where(self) -> str:
+        info = self._conn.info
+        return f"the PostgreSQL schema {self.schema!r} at {info.host}:{info.port}/{info.dbname}"
 
     def _migrate(self) -> None:
         with self._write() as conn:

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import abc
 import functools
+import secrets
 import threading
+import uuid
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
@@ -34,7 +36,13 @@ from longcall.core import (
     TerminalReceipt,
     UnknownCallNode,
 )
-from longcall.errors import BlobConflict, DuplicateCallNode, SchemaTooNew, VersionConflict
+from longcall.errors import (
+    BlobConflict,
+    DuplicateCallNode,
+    LedgerRefused,
+    SchemaTooNew,
+    VersionConflict,
+)
 from longcall.ledger import codec
 from longcall.ledger.base import (
     HistoryRow,
@@ -134,8 +142,20 @@ class SqlLedger(Ledger):
 
     # --- schema ----------------------------------------------------------------------
 
+    @abc.abstractmethod
+    def _table_names(self, conn: Any) -> set[str]:
+        """The tables of the ledger's database (SQLite) or schema (PostgreSQL)."""
+
     def _upgrade(self, conn: Any) -> None:
-        """Bring the schema to the latest version, inside the caller's transaction."""
+        """Bring the schema to the latest version, inside the caller's transaction, and
+        read the ledger's identity. Another program's tables are refused, never built
+        upon (C5)."""
+        tables = self._table_names(conn)
+        if tables and "schema_version" not in tables:
+            shown = ", ".join(sorted(tables)[:5])
+            raise LedgerRefused(
+                f"{self._where()} is not a longcall ledger (it holds other tables: {shown})"
+            )
         self._execute(conn, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
         row = self._execute(conn, "SELECT max(version) FROM schema_version").fetchone()
         current = int(row[0] or 0) if row else 0
@@ -146,6 +166,26 @@ class SqlLedger(Ledger):
             for statement in statements(self.migrations[version - 1]):
                 self._execute(conn, statement)
             self._execute(conn, "INSERT INTO schema_version (version) VALUES (?)", (version,))
+        self._identity(conn)
+
+    def _identity(self, conn: Any) -> None:
+        """Read the ledger's identity, making it on the ledger's first open (C2)."""
+        query = "SELECT ledger_id, caller_key FROM ledger_identity WHERE singleton = 1"
+        row = self._execute(conn, query).fetchone()
+        if row is None:
+            row = (uuid.uuid4().hex, secrets.token_hex(32))
+            self._execute(
+                conn,
+                "INSERT INTO ledger_identity (singleton, ledger_id, caller_key, created_at_utc)"
+                " VALUES (1, ?, ?, ?)",
+                (row[0], row[1], self._utc_now()),
+            )
+        self.ledger_id = str(row[0])
+        self.caller_key = bytes.fromhex(str(row[1]))
+
+    def _where(self) -> str:
+        """Where this ledger lives, for messages (never a password)."""
+        return type(self).__name__
 
     def schema_version(self) -> int:
         rows = self._read("SELECT max(version) FROM schema_version")

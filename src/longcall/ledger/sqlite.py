@@ -18,12 +18,13 @@ process); ``sqlite:///path?synchronous=normal`` trades that for speed.
 from __future__ import annotations
 
 import contextlib
+import os
 import sqlite3
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from longcall.core import TERMINAL_STATES, OperationRecord, TerminalReceipt
-from longcall.errors import VersionConflict
+from longcall.errors import LedgerRefused, VersionConflict
 from longcall.ledger import codec
 from longcall.ledger.base import check_update, utc_now_iso
 from longcall.ledger.sql import TERMINAL_VALUES, Params, SqlLedger, marks
@@ -88,6 +89,16 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (call_node_id, name)
     );
     """,
+    # The ledger's identity (C2, C5): one row, made on the first open; its caller key
+    # scopes submission keys to this caller.
+    """
+    CREATE TABLE ledger_identity (
+        singleton      INTEGER PRIMARY KEY CHECK (singleton = 1),
+        ledger_id      TEXT NOT NULL,
+        caller_key     TEXT NOT NULL,
+        created_at_utc TEXT NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -126,12 +137,28 @@ class SQLiteLedger(SqlLedger):
             raise ValueError(f"synchronous must be full, normal, extra or off, not {synchronous!r}")
         super().__init__(utc_now=utc_now)
         self.path = str(path)
+        if self.path != ":memory:" and os.path.isfile(self.path) and not os.path.getsize(self.path):
+            # C5: a ledger truncated to nothing would open as a new, empty one and every
+            # call node would be submitted again. Only removing the file starts afresh.
+            raise LedgerRefused(
+                f"the ledger {self.path} is an empty file (truncated?): its receipts are "
+                "gone; move it away to start a new ledger"
+            )
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
-        self._conn.execute("PRAGMA foreign_keys=ON")
-        self._conn.execute("PRAGMA busy_timeout=10000")
-        self._migrate()
+        try:
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
+            self._conn.execute("PRAGMA foreign_keys=ON")
+            self._conn.execute("PRAGMA busy_timeout=10000")
+            self._migrate()
+        except sqlite3.DatabaseError as exc:
+            self._conn.close()
+            if "not a database" in str(exc) or "malformed" in str(exc):
+                raise LedgerRefused(f"the ledger {self.path} is damaged: {exc}") from exc
+            raise
+        except BaseException:
+            self._conn.close()
+            raise
 
     # --- schema ----------------------------------------------------------------------
 
@@ -141,6 +168,13 @@ class SQLiteLedger(SqlLedger):
 
     def _too_new(self, current: int) -> str:
         return f"{self.path}: schema version {current} is newer than {SCHEMA_VERSION}"
+
+    def _table_names(self, conn: sqlite3.Connection) -> set[str]:
+        rows = conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'").fetchall()
+        return {str(row[0]) for row in rows if not str(row[0]).startswith("sqlite_")}
+
+    def _where(self) -> str:
+        return self.path
 
     # --- the driver ------------------------------------------------------------------
 

@@ -199,6 +199,7 @@ class Engine:
             submission_lookup=binding.submission_lookup,
             tool_idempotent=binding.idempotent,
             budget_s=spec.budget_s,
+            caller_key=self.ledger.caller_key,
         )
         request = canonical_json(dict(spec.arguments))
         self.ledger.create(transition.record, blobs={REQUEST_BLOB: request})
