@@ -12,12 +12,13 @@ Must not: perform I/O, or decide what a status means (each version's mapping doe
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from typing import Any
 
-from longcall.adapters.base import Outcome, ProgressSink
-from longcall.adapters.exchange import SseEvent, TransportFailure
+from longcall.adapters.base import Outcome, ProgressSink, ToolBinding
+from longcall.adapters.exchange import Exchange, SseEvent, TransportFailure
 from longcall.adapters.mcp.results import error_body
 from longcall.adapters.mcp.rpc import DEFAULT_LOOKUP_METHOD, SUBMISSION_KEY_EXTENSION, RpcReply
 from longcall.adapters.outcomes import foreign_identity, submit_failed, unsupported
@@ -33,7 +34,12 @@ from longcall.core.events import (
     SubmitRejected,
 )
 from longcall.core.keys import canonical_json, digest_bytes
+from longcall.core.record import ServerStatus
 from longcall.core.retry import FailureKind, RequestKind
+from longcall.errors import AdapterError
+
+STATUSES: Mapping[str, ServerStatus] = {status.value: status for status in ServerStatus}
+"""The task statuses both versions share (L3: kept beside our own states)."""
 
 JsonRpcTable = Mapping[int, FailureKind]
 
@@ -130,6 +136,62 @@ def check_task_identity(
             request, f"asked about task {task_id!r}, the server answered for {named!r}"
         )
     return None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class TaskStatus:
+    """A task body read as ours: its status, the wire word, message and poll interval."""
+
+    status: ServerStatus
+    raw: str
+    message: str | None
+    interval_s: float | None
+
+
+def task_status(
+    task: Mapping[str, Any], task_id: str, *, interval_key: str
+) -> TaskStatus | Outcome:
+    """A ``tasks/get`` body as a :class:`TaskStatus`, or why it cannot be read as ours:
+    another task's (C3) or an unknown status. ``interval_key`` is the version's name for
+    the poll interval (it rides on every status, input_required included: X3)."""
+    foreign = check_task_identity(RequestKind.POLL, task, task_id, required=True)
+    if foreign is not None:
+        return foreign
+    raw = task.get("status")
+    status = STATUSES.get(str(raw))
+    if status is None:
+        return Outcome(
+            event=RequestFailed(
+                request=RequestKind.POLL,
+                failure=FailureKind.MALFORMED_RESPONSE,
+                detail=f"tasks/get answered status {raw!r} for task {task_id!r}",
+            )
+        )
+    return TaskStatus(
+        status=status,
+        raw=str(raw),
+        message=text_or_none(task.get("statusMessage")),
+        interval_s=ms_to_s(task.get(interval_key)),
+    )
+
+
+class BindingCache:
+    """Tool bindings made on first use by a mapping's ``bind`` exchange (X1)."""
+
+    bindings: dict[str, ToolBinding]
+
+    def bind(self, tool_name: str) -> Exchange[ToolBinding]:
+        raise NotImplementedError
+
+    def _binding(self, tool_name: str) -> Exchange[ToolBinding | None]:
+        """The tool's binding, made on first use; None when the tool cannot be described
+        (a result is then verified without an output schema)."""
+        if tool_name not in self.bindings:
+            try:
+                yield from self.bind(tool_name)
+            except AdapterError:
+                return None
+        return self.bindings.get(tool_name)
 
 
 def submission_lookup_of(offered: Any) -> tuple[bool, str]:

@@ -24,6 +24,8 @@ from typing import Any
 from longcall.adapters.base import Outcome, ToolBinding
 from longcall.adapters.exchange import Exchange, StreamWatch, TransportFailure
 from longcall.adapters.mcp.common import (
+    STATUSES,
+    BindingCache,
     cancellation_observed,
     check_task_identity,
     fetch_failed,
@@ -34,6 +36,7 @@ from longcall.adapters.mcp.common import (
     submission_lookup_of,
     submit_failure,
     task_request_failed,
+    task_status,
     text_or_none,
     with_progress,
 )
@@ -55,7 +58,6 @@ from longcall.core.events import (
     CancelRefused,
     InputRequestObserved,
     OperationNotFound,
-    RequestFailed,
     SubmitAcknowledged,
     SubmitOutcomeLost,
     TerminalObserved,
@@ -64,7 +66,6 @@ from longcall.core.events import (
 from longcall.core.keys import canonical_json, digest_json
 from longcall.core.record import OperationRecord, ServerStatus
 from longcall.core.retry import FailureKind, RequestKind
-from longcall.errors import AdapterError
 
 PROTOCOL = LEGACY
 ADAPTER_VERSION = "1"
@@ -88,8 +89,6 @@ REJECTING_CODES = frozenset({-32602, -32601, -32600, -32021})
 """A create answered with one of these was not processed (unknown tool, invalid
 arguments, task required/forbidden in any of its three spellings)."""
 
-STATUSES: Mapping[str, ServerStatus] = {status.value: status for status in ServerStatus}
-
 
 def input_key(request: Mapping[str, Any]) -> str:
     """A stable key for a side-channel request: its id when the server names it with a
@@ -109,7 +108,7 @@ def related_task(message: Mapping[str, Any]) -> str | None:
     return task_id if isinstance(task_id, str) else None
 
 
-class LegacyMapping:
+class LegacyMapping(BindingCache):
     """P2 at one server, for one client process."""
 
     protocol = PROTOCOL
@@ -151,14 +150,6 @@ class LegacyMapping:
         )
         self.bindings[tool_name] = binding
         return binding
-
-    def _binding(self, tool_name: str) -> Exchange[ToolBinding | None]:
-        if tool_name not in self.bindings:
-            try:
-                yield from self.bind(tool_name)
-            except AdapterError:
-                return None
-        return self.bindings.get(tool_name)
 
     # --- create (X2) ------------------------------------------------------------------------
 
@@ -216,25 +207,14 @@ class LegacyMapping:
         if isinstance(answer, TransportFailure) or answer.error is not None:
             return task_request_failed(RequestKind.POLL, answer, JSONRPC_FAILURES)
         task = answer.result or {}
-        foreign = check_task_identity(RequestKind.POLL, task, task_id, required=True)
-        if foreign is not None:
-            return foreign
-        raw = task.get("status")
-        status = STATUSES.get(str(raw))
-        message = text_or_none(task.get("statusMessage"))
-        interval = ms_to_s(task.get("pollInterval"))
-        if status is None:
-            return Outcome(
-                event=RequestFailed(
-                    request=RequestKind.POLL,
-                    failure=FailureKind.MALFORMED_RESPONSE,
-                    detail=f"tasks/get answered status {raw!r}",
-                )
-            )
+        read = task_status(task, task_id, interval_key="pollInterval")
+        if isinstance(read, Outcome):
+            return read
+        status, raw, message, interval = read.status, read.raw, read.message, read.interval_s
         if status is ServerStatus.WORKING:
             return Outcome(
                 event=WorkingObserved(
-                    server_status_raw=str(raw),
+                    server_status_raw=raw,
                     status_message=message,
                     poll_interval_s=interval,
                     progressed=message != record.status_message,
@@ -244,11 +224,9 @@ class LegacyMapping:
             outcome = yield from self._side_channel(task_id, message, interval)
             return outcome
         if status is ServerStatus.CANCELLED:
-            return cancellation_observed(task, str(raw))
+            return cancellation_observed(task, raw)
         return Outcome(
-            event=TerminalObserved(
-                status=status, server_status_raw=str(raw), status_message=message
-            )
+            event=TerminalObserved(status=status, server_status_raw=raw, status_message=message)
         )
 
     def _side_channel(

@@ -24,6 +24,8 @@ from typing import Any
 from longcall.adapters.base import Outcome, ToolBinding
 from longcall.adapters.exchange import Exchange, TransportFailure
 from longcall.adapters.mcp.common import (
+    STATUSES,
+    BindingCache,
     cancellation_observed,
     check_task_identity,
     fetch_failed,
@@ -34,6 +36,7 @@ from longcall.adapters.mcp.common import (
     submission_lookup_of,
     submit_failure,
     task_request_failed,
+    task_status,
     text_or_none,
     with_progress,
 )
@@ -61,7 +64,6 @@ from longcall.core.events import (
 from longcall.core.keys import canonical_json, digest_json
 from longcall.core.record import OperationRecord, ServerStatus
 from longcall.core.retry import FailureKind, RequestKind
-from longcall.errors import AdapterError
 
 PROTOCOL = MODERN
 ADAPTER_VERSION = "1"
@@ -82,10 +84,8 @@ is not retried (BAD_REQUEST)."""
 REJECTING_CODES = frozenset({-32602, -32601, -32600, -32021})
 """A create answered with one of these was not processed: the error is the outcome."""
 
-STATUSES: Mapping[str, ServerStatus] = {status.value: status for status in ServerStatus}
 
-
-class ModernMapping:
+class ModernMapping(BindingCache):
     """P1 at one server, for one client process: the exchanges and the little state
     they share (request framing, tool bindings, caches of what a poll already read)."""
 
@@ -131,16 +131,6 @@ class ModernMapping:
         )
         self.bindings[tool_name] = binding
         return binding
-
-    def _binding(self, tool_name: str) -> Exchange[ToolBinding | None]:
-        """The tool's binding, made on first use; None when the tool cannot be described
-        (the result is then verified without an output schema)."""
-        if tool_name not in self.bindings:
-            try:
-                yield from self.bind(tool_name)
-            except AdapterError:
-                return None
-        return self.bindings.get(tool_name)
 
     # --- create (X2) ------------------------------------------------------------------------
 
@@ -219,23 +209,10 @@ class ModernMapping:
     def map_task(self, record: OperationRecord, task: Mapping[str, Any]) -> Outcome:
         """One ``DetailedTask`` (from tasks/get or notifications/tasks) as an event."""
         task_id = record.operation_id or ""
-        foreign = check_task_identity(RequestKind.POLL, task, task_id, required=True)
-        if foreign is not None:
-            return foreign
-        raw = task.get("status")
-        status = STATUSES.get(str(raw))
-        message = text_or_none(task.get("statusMessage"))
-        # X3: the interval rides on every status, input_required included; dropping it
-        # there would let the polls after an answer go faster than the server asked.
-        interval = ms_to_s(task.get("pollIntervalMs"))
-        if status is None:
-            return Outcome(
-                event=RequestFailed(
-                    request=RequestKind.POLL,
-                    failure=FailureKind.MALFORMED_RESPONSE,
-                    detail=f"tasks/get answered status {raw!r} for task {task_id!r}",
-                )
-            )
+        read = task_status(task, task_id, interval_key="pollIntervalMs")
+        if isinstance(read, Outcome):
+            return read
+        status, raw, message, interval = read.status, read.raw, read.message, read.interval_s
         if status is ServerStatus.WORKING:
             updated = task.get("lastUpdatedAt")
             previous = self._last_updated.get(task_id)
@@ -246,22 +223,20 @@ class ModernMapping:
             )
             return Outcome(
                 event=WorkingObserved(
-                    server_status_raw=str(raw),
+                    server_status_raw=raw,
                     status_message=message,
                     poll_interval_s=interval,
                     progressed=progressed,
                 )
             )
         if status is ServerStatus.INPUT_REQUIRED:
-            return _input_requested(task, str(raw), message, interval)
+            return _input_requested(task, raw, message, interval)
         self._last_updated.pop(task_id, None)  # terminal from here on: nothing to compare
         if status is ServerStatus.CANCELLED:
-            return cancellation_observed(task, str(raw))
+            return cancellation_observed(task, raw)
         self._terminal[task_id] = dict(task)
         return Outcome(
-            event=TerminalObserved(
-                status=status, server_status_raw=str(raw), status_message=message
-            )
+            event=TerminalObserved(status=status, server_status_raw=raw, status_message=message)
         )
 
     # --- result (X6) -------------------------------------------------------------------------
