@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from longcall.adapters.base import Outcome, ProgressSink, ToolBinding
+from longcall.adapters.binding import binding_of
 from longcall.adapters.exchange import Exchange, SseEvent, TransportFailure
 from longcall.adapters.mcp.results import error_body
 from longcall.adapters.mcp.rpc import DEFAULT_LOOKUP_METHOD, SUBMISSION_KEY_EXTENSION, RpcReply
@@ -36,7 +37,6 @@ from longcall.core.events import (
 from longcall.core.keys import canonical_json, digest_bytes
 from longcall.core.record import ServerStatus
 from longcall.core.retry import FailureKind, RequestKind
-from longcall.errors import AdapterError
 
 STATUSES: Mapping[str, ServerStatus] = {status.value: status for status in ServerStatus}
 """The task statuses both versions share (L3: kept beside our own states)."""
@@ -186,12 +186,7 @@ class BindingCache:
     def _binding(self, tool_name: str) -> Exchange[ToolBinding | None]:
         """The tool's binding, made on first use; None when the tool cannot be described
         (a result is then verified without an output schema)."""
-        if tool_name not in self.bindings:
-            try:
-                yield from self.bind(tool_name)
-            except AdapterError:
-                return None
-        return self.bindings.get(tool_name)
+        return binding_of(self.bindings, self.bind, tool_name)
 
 
 def submission_lookup_of(offered: Any) -> tuple[bool, str]:

@@ -11,9 +11,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import jsonschema
-
 from longcall.adapters.base import Outcome
+from longcall.adapters.binding import schema_violation
 from longcall.core.events import ResultFetched, ResultFetchFailed
 from longcall.core.keys import canonical_json, digest_bytes
 from longcall.core.record import ResultKind, ServerStatus
@@ -51,6 +50,13 @@ def error_body(error: Mapping[str, Any]) -> dict[str, Any]:
     return body
 
 
+def output_violation(structured: Any, schema: Mapping[str, Any]) -> str | None:
+    """Why a result's ``structuredContent`` breaks the tool's declared output schema."""
+    if structured is None:
+        return "the tool declares an outputSchema but the result has no structuredContent"
+    return schema_violation(structured, schema, subject="structuredContent")
+
+
 def verify_result(
     result: Any,
     *,
@@ -76,7 +82,7 @@ def verify_result(
     kept.setdefault("content", [])
     is_error = result.get("isError") is True
     if not is_error and output_schema is not None:
-        violation = schema_violation(result.get("structuredContent"), output_schema)
+        violation = output_violation(result.get("structuredContent"), output_schema)
         if violation is not None:
             return Outcome(event=ResultFetchFailed(reason=violation, retryable=False))
     payload = canonical_json(kept)
@@ -114,19 +120,3 @@ def protocol_error_result(error: Any, *, operation_id: str | None = None) -> Out
         ),
         payload=payload,
     )
-
-
-def schema_violation(structured: Any, schema: Mapping[str, Any]) -> str | None:
-    """Why ``structured`` breaks the tool's declared ``outputSchema``, or None."""
-    if structured is None:
-        return "the tool declares an outputSchema but the result has no structuredContent"
-    try:
-        validator_class = jsonschema.validators.validator_for(schema)
-        validator_class.check_schema(schema)
-        error = jsonschema.exceptions.best_match(validator_class(schema).iter_errors(structured))
-    except jsonschema.exceptions.SchemaError as exc:
-        return f"the tool's outputSchema is invalid: {exc.message}"
-    if error is None:
-        return None
-    where = "/".join(str(part) for part in error.absolute_path) or "(root)"
-    return f"structuredContent violates the outputSchema at {where}: {error.message}"
