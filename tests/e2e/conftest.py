@@ -170,6 +170,22 @@ class World:
         return [self.ledger.get(node) for node in nodes]
 
 
+async def call_to_terminal(
+    executor: Executor, url: str, node: str, tool: str, arguments: dict[str, Any]
+) -> OperationRecord:
+    """Bind, call and drive one node until it is accepted or escalated."""
+    binding = await executor.bind(url, tool)
+    executor.call(CallSpec(call_node_id=node, binding=binding, arguments=arguments))
+    stop = asyncio.Event()
+    runner = asyncio.create_task(executor.run(stop=stop))
+    try:
+        async with asyncio.timeout(PHASE_TIMEOUT_S):
+            return await executor.wait_terminal(node)
+    finally:
+        stop.set()
+        await runner
+
+
 def _settled(record: OperationRecord) -> bool:
     from longcall.core import State
 

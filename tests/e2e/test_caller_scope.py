@@ -7,7 +7,6 @@ with other arguments was accepted as a protocol error ("submission key already u
 
 from __future__ import annotations
 
-import asyncio
 import json
 import sqlite3
 from pathlib import Path
@@ -16,11 +15,10 @@ import pytest
 
 from longcall.core import State
 from longcall.ledger import SQLiteLedger
-from longcall.runtime.engine import CallSpec
 from longcall.runtime.executor import Executor
 from longcall.server import build_reference_server
 
-from .conftest import serve
+from .conftest import call_to_terminal, serve
 
 pytestmark = pytest.mark.anyio
 
@@ -29,17 +27,8 @@ async def call_once(url: str, ledger_path: Path, rows: int) -> tuple[State, obje
     with SQLiteLedger(ledger_path, synchronous="normal") as ledger:
         executor = Executor(ledger, refresh_interval_s=0.2)
         try:
-            binding = await executor.bind(url, "sleep_report")
-            spec = CallSpec(
-                call_node_id="c1", binding=binding, arguments={"seconds": 0.1, "rows": rows}
-            )
-            executor.call(spec)
-            stop = asyncio.Event()
-            runner = asyncio.create_task(executor.run(stop=stop))
-            async with asyncio.timeout(60):
-                record = await executor.wait_terminal("c1")
-            stop.set()
-            await runner
+            arguments = {"seconds": 0.1, "rows": rows}
+            record = await call_to_terminal(executor, url, "c1", "sleep_report", arguments)
             return record.state, json.loads(ledger.result_payload("c1") or b"null")
         finally:
             await executor.aclose()

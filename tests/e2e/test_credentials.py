@@ -8,7 +8,6 @@ line, not an error message.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 from pathlib import Path
@@ -20,12 +19,11 @@ from longcall.adapters.servers import ConfigError, MissingCredential, load_serve
 from longcall.core import State
 from longcall.errors import ToolNotAllowed
 from longcall.ledger import SQLiteLedger
-from longcall.runtime.engine import CallSpec
 from longcall.runtime.executor import Executor
 from longcall.server import build_reference_server
 from longcall.server.auth import StaticTokens
 
-from .conftest import serve
+from .conftest import call_to_terminal, serve
 
 pytestmark = pytest.mark.anyio
 TOKEN = "tok-7f3c9d2a-never-log-me"
@@ -62,20 +60,8 @@ async def test_a_configured_token_reaches_the_server_and_nothing_else(
         with SQLiteLedger(ledger_path, synchronous="normal") as ledger:
             executor = Executor(ledger, adapter_factory=connector, refresh_interval_s=0.2)
             try:
-                binding = await executor.bind(url, "sleep_report")
-                executor.call(
-                    CallSpec(
-                        call_node_id="r1",
-                        binding=binding,
-                        arguments={"seconds": 0.2, "rows": 2},
-                    )
-                )
-                stop = asyncio.Event()
-                runner = asyncio.create_task(executor.run(stop=stop))
-                async with asyncio.timeout(60):
-                    record = await executor.wait_terminal("r1")
-                stop.set()
-                await runner
+                arguments = {"seconds": 0.2, "rows": 2}
+                record = await call_to_terminal(executor, url, "r1", "sleep_report", arguments)
                 assert record.state is State.ACCEPTED, record.reconciliation_reason
                 receipt = ledger.receipt("r1")
                 with pytest.raises(ToolNotAllowed):
