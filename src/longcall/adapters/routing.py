@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 import httpx
@@ -53,10 +53,13 @@ async def connect_any(
     *,
     headers: Mapping[str, str] | None = None,
     auth: httpx.Auth | None = None,
+    sessions: SessionStore | None = None,
 ) -> Adapter:
     """A connected adapter for ``url``: ``prefer`` (a family or an MCP version) if given,
     else the family its path names. MCP goes through ``mcp.client.connect``.
-    ``headers`` and ``auth`` (credentials, C1) go on every request of the adapter."""
+    ``headers`` and ``auth`` (credentials, C1) go on every request of the adapter;
+    ``sessions`` keeps the session a stateful MCP server issues, for every process of
+    this caller."""
     family = ALIASES.get(prefer.lower()) if prefer else None
     if prefer and family is None and not prefer[:4].isdigit():
         raise AdapterError(
@@ -75,8 +78,24 @@ async def connect_any(
     from longcall.adapters.mcp.client import connect
 
     mcp_version = None if prefer is None or prefer.lower() == MCP else prefer
-    adapter_: Adapter = await connect(url, prefer=mcp_version, headers=headers, auth=auth)
+    kept = sessions.server_session(url) if sessions is not None else None
+    adapter_: Adapter = await connect(
+        url,
+        prefer=mcp_version,
+        headers=headers,
+        auth=auth,
+        session=kept,
+        on_session=(lambda s: sessions.put_server_session(url, s)) if sessions else None,
+    )
     return adapter_
+
+
+class SessionStore(Protocol):
+    """Where a caller keeps the sessions stateful servers issued it (the ledger)."""
+
+    def server_session(self, server: str) -> dict[str, Any] | None: ...
+
+    def put_server_session(self, server: str, session: Mapping[str, Any] | None) -> None: ...
 
 
 class Connector:
@@ -92,8 +111,10 @@ class Connector:
         *,
         token_dir: Path | None = None,
         announce: Callable[[str], None] | None = None,
+        sessions: SessionStore | None = None,
     ) -> None:
         self.servers = servers or ServersConfig()
+        self.sessions = sessions
         self.token_dir = token_dir
         self.announce = announce or (lambda url: None)
         self._authorizers: list[Any] = []
@@ -118,6 +139,7 @@ class Connector:
             protocol or config.protocol,
             headers=config.credential_headers(),
             auth=auth,
+            sessions=self.sessions,
         )
         if config.allowed_tools is not None and isinstance(adapter, MappedAdapter):
             adapter.allowed_tools = config.allowed_tools

@@ -14,6 +14,7 @@ import abc
 import dataclasses
 import datetime as dt
 from collections.abc import Mapping
+from typing import Any
 
 from longcall.core import (
     TERMINAL_STATES,
@@ -76,6 +77,15 @@ class Ledger(abc.ABC):
     ) -> OperationRecord:
         """Insert a new record (version 1) and its blobs (e.g. the request arguments) in
         one transaction. Raises DuplicateCallNode if the node exists."""
+
+    @abc.abstractmethod
+    def server_session(self, server: str) -> dict[str, Any] | None:
+        """The protocol session this caller holds at ``server`` (its id and what was
+        negotiated in it), if a stateful server issued one."""
+
+    @abc.abstractmethod
+    def put_server_session(self, server: str, session: Mapping[str, Any] | None) -> None:
+        """Keep (or, with None, forget) the protocol session held at ``server``."""
 
     @abc.abstractmethod
     def put_blob(self, call_node_id: str, name: str, payload: bytes) -> bool:

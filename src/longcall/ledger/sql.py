@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import abc
 import functools
+import json
 import secrets
 import threading
 import uuid
@@ -253,6 +254,24 @@ class SqlLedger(Ledger):
             TERMINAL_VALUES,
         )
         return {str(node): int(version) for node, version in rows}
+
+    def server_session(self, server: str) -> dict[str, Any] | None:
+        rows = self._read("SELECT session_json FROM server_sessions WHERE server = ?", (server,))
+        if not rows:
+            return None
+        session = json.loads(str(rows[0][0]))
+        return session if isinstance(session, dict) else None
+
+    def put_server_session(self, server: str, session: Mapping[str, Any] | None) -> None:
+        with self._write() as conn:
+            self._execute(conn, "DELETE FROM server_sessions WHERE server = ?", (server,))
+            if session is not None:
+                self._execute(
+                    conn,
+                    "INSERT INTO server_sessions (server, session_json, updated_at_utc)"
+                    " VALUES (?, ?, ?)",
+                    (server, json.dumps(dict(session), sort_keys=True), self._utc_now()),
+                )
 
     def blob(self, call_node_id: str, name: str) -> bytes | None:
         rows = self._read(

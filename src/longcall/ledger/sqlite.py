@@ -90,13 +90,20 @@ MIGRATIONS: tuple[str, ...] = (
     );
     """,
     # The ledger's identity (C2, C5): one row, made on the first open; its caller key
-    # scopes submission keys to this caller.
+    # scopes submission keys to this caller. And the protocol sessions stateful servers
+    # issued to this caller, so every process of the ledger resumes them (P2): a
+    # stateful MCP server binds its tasks to the session that created them.
     """
     CREATE TABLE ledger_identity (
         singleton      INTEGER PRIMARY KEY CHECK (singleton = 1),
         ledger_id      TEXT NOT NULL,
         caller_key     TEXT NOT NULL,
         created_at_utc TEXT NOT NULL
+    );
+    CREATE TABLE server_sessions (
+        server         TEXT PRIMARY KEY,
+        session_json   TEXT NOT NULL,
+        updated_at_utc TEXT NOT NULL
     );
     """,
 )

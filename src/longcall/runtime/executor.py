@@ -31,7 +31,10 @@ from typing import Any
 
 from longcall.adapters.base import Adapter, AdapterError, Outcome, ToolBinding
 from longcall.adapters.exchange import TransportFailure
+from longcall.adapters.mcp.client import McpAdapter
 from longcall.adapters.outcomes import failure_outcome
+from longcall.adapters.routing import Connector, connect_any
+from longcall.core import TERMINAL_STATES as TERMINAL
 from longcall.core import OperationRecord, State, TerminalReceipt
 from longcall.core import events as e
 from longcall.core.commands import (
@@ -60,9 +63,9 @@ AdapterFactory = Callable[[str, str], Awaitable[Adapter]]
 
 async def default_adapter_factory(server: str, protocol: str) -> Adapter:
     """The protocol a record is bound to, or else the one the URL and the server name:
-    ``/v1`` AIP-151, ``/apify/mcp`` Apify-style, otherwise MCP negotiation (X1, P3, P4)."""
-    from longcall.adapters.routing import connect_any
-
+    ``/v1`` AIP-151, ``/apify/mcp`` Apify-style, otherwise MCP negotiation (X1, P3, P4).
+    No credentials, no kept sessions: an executor builds a :class:`Connector` over its
+    ledger unless given a factory."""
     return await connect_any(server, protocol or None)
 
 
@@ -73,7 +76,7 @@ class Executor:
         self,
         ledger: Ledger,
         *,
-        adapter_factory: AdapterFactory = default_adapter_factory,
+        adapter_factory: AdapterFactory | None = None,
         poll_qps_max: float = 20.0,
         input_policy: InputPolicy | None = None,
         disabled_protocols: Collection[str] = (),
@@ -93,7 +96,9 @@ class Executor:
         self.request_timeout_s = request_timeout_s
         self.in_flight_max = in_flight_max
         self.on_progress = on_progress
-        self._adapter_factory = adapter_factory
+        # By default: no credentials, and the sessions of stateful servers kept in the
+        # ledger so every process of this caller resumes them (their tasks live there).
+        self._adapter_factory = adapter_factory or Connector(sessions=ledger)
         self._adapters: dict[tuple[str, str], Adapter] = {}
         self._adapter_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._wakeup = asyncio.Event()
@@ -295,10 +300,22 @@ class Executor:
 
     async def aclose(self) -> None:
         await self._drain()
-        for adapter in self._adapters.values():
+        open_servers = {
+            r.server for r in self.ledger.list_by_state(*(s for s in State if s not in TERMINAL))
+        }
+        for (server, _protocol), adapter in {
+            id(a): (k, a) for k, a in self._adapters.items()
+        }.values():
             with contextlib.suppress(Exception):
+                if server not in open_servers and isinstance(adapter, McpAdapter):
+                    # Nothing of ours is open there: end the session (Streamable HTTP).
+                    await adapter.end_session()
                 await adapter.aclose()
         self._adapters.clear()
+        closer = getattr(self._adapter_factory, "aclose", None)
+        if closer is not None:
+            with contextlib.suppress(Exception):
+                await closer()
 
     # --- one action ------------------------------------------------------------------
 

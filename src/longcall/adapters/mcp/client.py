@@ -15,12 +15,14 @@ from __future__ import annotations
 import json
 import random
 from collections.abc import Awaitable, Callable, Collection, Mapping
+from typing import Any
 
 import httpx
 
 from longcall.adapters.base import ProgressSink, PushSink
 from longcall.adapters.exchange import (
     DEFAULT_TIMEOUT_S,
+    Exchange,
     HttpRequest,
     Reply,
     SseEvent,
@@ -30,7 +32,14 @@ from longcall.adapters.http import EventObserver, HttpDriver
 from longcall.adapters.mcp.common import progress_observer
 from longcall.adapters.mcp.legacy import LegacyMapping
 from longcall.adapters.mcp.modern import ModernMapping
-from longcall.adapters.mcp.negotiate import Negotiated, Preference, negotiate
+from longcall.adapters.mcp.negotiate import (
+    Negotiated,
+    Preference,
+    initialize,
+    negotiate,
+    resumed,
+    session_of,
+)
 from longcall.adapters.mcp.rpc import ACCEPT, SESSION_HEADER, RpcChannel
 from longcall.adapters.mcp.sync import SyncMapping
 from longcall.adapters.shell import MappedAdapter
@@ -43,10 +52,44 @@ PUSH_IDLE_S = 300.0
 """A push stream silent this long is taken for dead and reopened (C4: no unbounded read)."""
 
 
+SessionSink = Callable[[dict[str, Any] | None], None]
+"""Told the session to keep for this server (None: forget it), so every process of the
+caller resumes it: a stateful server binds its tasks to the session that made them."""
+
+
 class McpAdapter(MappedAdapter):
-    """An MCP mapping over HTTP, with progress from streams (X11)."""
+    """An MCP mapping over HTTP, with progress from streams (X11) and, at a stateful
+    server, its session kept for the caller's other processes and re-opened when the
+    server ends it."""
 
     mapping: Negotiated
+    on_session: SessionSink | None = None
+    _session: dict[str, Any] | None = None
+
+    async def _run(self, exchange: Exchange[Any], record: OperationRecord | None = None) -> Any:
+        if self.channel.session_expired:
+            # The server ended our session: open another (operations it bound to the
+            # old one now answer "not found", which the core hands to an operator).
+            await self.driver.run(initialize(self.channel))
+        result = await super()._run(exchange, record)
+        self._note_session()
+        return result
+
+    def _note_session(self) -> None:
+        session = session_of(self.mapping)
+        if session != self._session:
+            self._session = session
+            if self.on_session is not None:
+                self.on_session(session)
+
+    async def end_session(self) -> None:
+        """End our session at the server (DELETE) and forget it (Streamable HTTP)."""
+        request = self.channel.end_session()
+        if request is None:
+            return
+        await self.driver.send(request)
+        self.channel.session_id = None
+        self._note_session()
 
     def observer(self, record: OperationRecord) -> EventObserver | None:
         observe: EventObserver | None = progress_observer(self.progress, record.call_node_id)
@@ -128,22 +171,38 @@ async def connect(
     progress: ProgressSink | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
     http: httpx.AsyncClient | None = None,
+    session: Mapping[str, Any] | None = None,
+    on_session: SessionSink | None = None,
 ) -> McpAdapter:
     """Negotiate with the server at ``url`` and return the adapter to use (X1).
 
     ``headers`` go on every request (credentials, C1: never into the ledger or a
-    message); ``http`` lends a client (it is then not closed). Raises
+    message); ``http`` lends a client (it is then not closed). ``session`` is a session
+    this caller kept at a stateful server: it is resumed instead of negotiating anew;
+    ``on_session`` is told of every session to keep. Raises
     :class:`~longcall.errors.NegotiationFailed`.
     """
     driver = HttpDriver(url, headers=headers, auth=auth, http=http)
+    kept = (
+        resumed(url, session, prefer=prefer, long_call=long_call, timeout_s=timeout_s)
+        if session is not None
+        else None
+    )
     try:
-        mapping = await driver.run(
-            negotiate(url, prefer=prefer, long_call=long_call, timeout_s=timeout_s)
-        )
+        if kept is not None:
+            mapping: Negotiated = kept
+        else:
+            mapping = await driver.run(
+                negotiate(url, prefer=prefer, long_call=long_call, timeout_s=timeout_s)
+            )
     except BaseException:
         await driver.aclose()
         raise
-    return adapter_for(mapping, driver, progress=progress)
+    adapter = adapter_for(mapping, driver, progress=progress)
+    adapter._session = dict(session) if kept is not None and session is not None else None
+    adapter.on_session = on_session
+    adapter._note_session()
+    return adapter
 
 
 # --- push (X3, S7) ---------------------------------------------------------------------------

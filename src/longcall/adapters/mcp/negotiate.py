@@ -80,6 +80,8 @@ def initialize(channel: RpcChannel) -> Exchange[Mapping[str, Any] | RpcReply]:
     if version not in (LEGACY, *OLDER_VERSIONS):
         return answer
     channel.dialect = _dialect_of(str(version))
+    channel.initialized = dict(answer.result)
+    channel.session_expired = False
     yield from post(channel, channel.notification("notifications/initialized"))
     return answer.result
 
@@ -88,6 +90,49 @@ def _dialect_of(version: str) -> Dialect:
     dialect = Dialect()
     dialect.version = version
     return dialect
+
+
+def session_of(mapping: Negotiated) -> dict[str, Any] | None:
+    """What to keep of a stateful server's session so another process of this caller
+    resumes it (the server binds its tasks to it): None when the server issued none."""
+    channel = mapping.channel
+    if channel.session_id is None or channel.initialized is None:
+        return None
+    return {
+        "session_id": channel.session_id,
+        "version": channel.dialect.version,
+        "initialized": channel.initialized,
+        "tasks": isinstance(mapping, LegacyMapping),
+    }
+
+
+def resumed(
+    url: str,
+    session: Mapping[str, Any],
+    *,
+    prefer: Preference | None = None,
+    long_call: bool = False,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
+) -> Negotiated | None:
+    """The mapping of a session this caller already holds at ``url``, without a new
+    ``initialize`` (which would open another session, blind to the first one's tasks);
+    None when the kept session does not fit what is asked for."""
+    session_id, version = session.get("session_id"), session.get("version")
+    initialized = session.get("initialized")
+    if not isinstance(session_id, str) or not isinstance(initialized, dict):
+        return None
+    if version not in (LEGACY, *OLDER_VERSIONS):
+        return None
+    tasks = session.get("tasks") is True
+    want_sync = prefer is not None and (prefer == "sync" or prefer.endswith("/sync"))
+    if prefer is not None and prefer.partition("/")[0] not in (str(version), "sync"):
+        return None
+    channel = RpcChannel(_dialect_of(str(version)))
+    channel.session_id = session_id
+    channel.initialized = dict(initialized)
+    if tasks and not want_sync:
+        return LegacyMapping(url, initialized=initialized, channel=channel)
+    return SyncMapping(url, channel=channel, timeout_s=timeout_s, long_call=long_call)
 
 
 def offers_modern_tasks(discovered: Mapping[str, Any]) -> bool:
@@ -200,4 +245,6 @@ __all__ = [
     "negotiate",
     "offers_legacy_tasks",
     "offers_modern_tasks",
+    "resumed",
+    "session_of",
 ]

@@ -140,6 +140,10 @@ class RpcChannel:
         self.dialect = dialect or Dialect()
         self.session_id: str | None = None
         """Issued by a stateful server (``Mcp-Session-Id``); sent back on every request."""
+        self.initialized: dict[str, Any] | None = None
+        """What the server answered to ``initialize`` in this session (2025-11-25)."""
+        self.session_expired = False
+        """The server answered 404 to our session: it ended it (a new one is needed)."""
         self._ids = itertools.count(1)
 
     def _headers(self, extra: Mapping[str, str]) -> dict[str, str]:
@@ -212,9 +216,7 @@ class RpcChannel:
         good as one the driver stopped: what was asked for arrived."""
         if isinstance(reply, TransportFailure):
             return reply
-        session = reply.headers.get(SESSION_HEADER)
-        if session:
-            self.session_id = session
+        self._note_session(reply)
         status = reply.status
         if status == 429 or status >= 500 or status in (401, 403, 406, 408, 415):
             return status_failure(reply)
@@ -229,12 +231,27 @@ class RpcChannel:
         """Whether a posted notification or response was taken (None) or refused."""
         if isinstance(reply, TransportFailure):
             return reply
-        session = reply.headers.get(SESSION_HEADER)
-        if session:
-            self.session_id = session
+        self._note_session(reply)
         if reply.status in (200, 202, 204):
             return None
         return status_failure(reply)
+
+    def _note_session(self, reply: HttpReply) -> None:
+        """Keep the session a stateful server issues; forget one it says is gone (a 404
+        to a request that carried it, Streamable HTTP)."""
+        session = reply.headers.get(SESSION_HEADER)
+        if session:
+            self.session_id = session
+        elif reply.status == 404 and self.session_id is not None:
+            self.session_id = None
+            self.session_expired = True
+
+    def end_session(self) -> HttpRequest | None:
+        """The DELETE that ends our session, if we hold one."""
+        if self.session_id is None:
+            return None
+        headers = {**self.dialect.headers("", None), SESSION_HEADER: self.session_id}
+        return HttpRequest(method="DELETE", headers=headers)
 
 
 def call(
