@@ -150,10 +150,11 @@ class PostgresLedger(SqlLedger):
         schema: str = DEFAULT_SCHEMA,
         utc_now: Callable[[], str] = utc_now_iso,
         connect_timeout_s: int = CONNECT_TIMEOUT_S,
+        new_identity: Callable[[], tuple[str, str]] | None = None,
     ) -> None:
         if not schema:
             raise ValueError("the PostgreSQL schema name must not be empty")
-        super().__init__(utc_now=utc_now)
+        super().__init__(utc_now=utc_now, new_identity=new_identity)
         self.schema = schema
         # autocommit: a lone read is its own statement; every write opens an explicit
         # transaction through _write().

@@ -59,6 +59,11 @@ TERMINAL_VALUES = tuple(sorted(state.value for state in TERMINAL_STATES))
 """The terminal states as stored, in a fixed order (query parameters)."""
 
 
+def fresh_identity() -> tuple[str, str]:
+    """A new ledger's id and caller key (hex): random, made once per ledger (C2)."""
+    return uuid.uuid4().hex, secrets.token_hex(32)
+
+
 def marks(count: int) -> str:
     """``count`` placeholders for an ``IN (...)`` list."""
     return ", ".join("?" for _ in range(count))
@@ -119,8 +124,14 @@ class SqlLedger(Ledger):
 
     _conn: Any
 
-    def __init__(self, *, utc_now: Callable[[], str]) -> None:
+    def __init__(
+        self,
+        *,
+        utc_now: Callable[[], str],
+        new_identity: Callable[[], tuple[str, str]] | None = None,
+    ) -> None:
         self._utc_now = utc_now
+        self._new_identity = new_identity or fresh_identity
         self._lock = threading.RLock()
 
     # --- what each backend supplies -------------------------------------------------
@@ -174,7 +185,7 @@ class SqlLedger(Ledger):
         query = "SELECT ledger_id, caller_key FROM ledger_identity WHERE singleton = 1"
         row = self._execute(conn, query).fetchone()
         if row is None:
-            row = (uuid.uuid4().hex, secrets.token_hex(32))
+            row = self._new_identity()
             self._execute(
                 conn,
                 "INSERT INTO ledger_identity (singleton, ledger_id, caller_key, created_at_utc)"

@@ -139,10 +139,11 @@ class SQLiteLedger(SqlLedger):
         *,
         synchronous: str = "full",
         utc_now: Callable[[], str] = utc_now_iso,
+        new_identity: Callable[[], tuple[str, str]] | None = None,
     ) -> None:
         if synchronous.lower() not in ("full", "normal", "extra", "off"):
             raise ValueError(f"synchronous must be full, normal, extra or off, not {synchronous!r}")
-        super().__init__(utc_now=utc_now)
+        super().__init__(utc_now=utc_now, new_identity=new_identity)
         self.path = str(path)
         if self.path != ":memory:" and os.path.isfile(self.path) and not os.path.getsize(self.path):
             # C5: a ledger truncated to nothing would open as a new, empty one and every

@@ -28,6 +28,7 @@ Faults live here, in the simulated servers and in the network, never as flags in
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import heapq
 import itertools
 import os
@@ -103,7 +104,8 @@ ACTION_TIMEOUT_S = 60.0
 OPERATOR = "sim-operator"
 OPERATOR_NOTE = "resolved from the simulated server's truth"
 
-LedgerFactory = Callable[[str], ObservedLedger]
+LedgerFactory = Callable[..., ObservedLedger]
+"""(path, *, new_identity) → the ledger a world runs on."""
 Exchange = Generator[Any, Any, Outcome | None]
 
 
@@ -220,6 +222,10 @@ class World:
         wire = Wire(streams=sc.streams, input_interval_s=sc.input_interval_s)
         return McpServer(sc.name, protocol=sc.protocol, wire=wire, **common)
 
+    def _ledger_identity(self) -> tuple[str, str]:
+        digest = hashlib.sha256(f"longcall-sim-ledger:{self.seed}".encode()).hexdigest()
+        return f"sim-{self.seed}", digest
+
     def count(self, fault: str) -> None:
         self.faults[fault] = self.faults.get(fault, 0) + 1
         self.log("fault", fault)
@@ -229,7 +235,9 @@ class World:
             self.trace.append(f"{self.now:11.4f} {who:<8} {what}")
 
     def _open_ledger(self) -> ObservedLedger:
-        ledger = self._ledger_factory(self._ledger_path)
+        # The ledger's identity comes from the seed, not from the system's randomness:
+        # its caller key is in every submission key, and a seed replays byte for byte.
+        ledger = self._ledger_factory(self._ledger_path, new_identity=self._ledger_identity)
         ledger.checker = self.checker
         self.checker.ledger = ledger
         return ledger
