@@ -60,6 +60,9 @@ class HttpRequest:
     watch: StreamWatch | None = None
     delay_s: float = 0.0
     """Wait this long before sending (a server's ``retry:`` before resuming a stream)."""
+    answer_id: int | None = None
+    """The JSON-RPC id whose response ends an event stream: a server may keep a stream
+    open after it (a resumed GET stream), so reading stops there."""
     json_body: Any = None
     """The body before encoding (what the simulated servers read); not sent separately."""
 

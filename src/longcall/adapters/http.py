@@ -178,13 +178,15 @@ class HttpDriver:
                         if watch is not None and _asks(event, watch.stop_on):
                             # Gather the siblings sent with it, then stop (X4).
                             watch_scope.deadline = anyio.current_time() + watch.gather_s
+                        if request.answer_id is not None and _is_response(event, request.answer_id):
+                            watch_scope.cancel()  # the answer is here; nothing after it
             except LineTooLong as exc:
                 return exc.failure(response.status_code)
             except httpx.HTTPError as exc:
                 # Cut mid-stream: what arrived before stands (the reader decides whether
                 # the answer, or what a watch waited for, was among it).
                 cut = failure_of_exception(exc).detail
-        if watch_scope.cancelled_caught:
+        if watch_scope.cancelled_caught and watch is not None:
             stopped = True
         if scope.cancel_called:
             return TransportFailure(
@@ -266,17 +268,17 @@ def _asks(event: SseEvent, methods: frozenset[str]) -> bool:
     return isinstance(message, dict) and message.get("method") in methods and "id" in message
 
 
-def _is_response(event: SseEvent) -> bool:
-    """Whether an event carries a JSON-RPC response (the end of a POSTed stream)."""
+def _is_response(event: SseEvent, request_id: int | None = None) -> bool:
+    """Whether an event carries a JSON-RPC response (to ``request_id``, if given)."""
     try:
         message = json.loads(event.data)
     except ValueError:
         return False
-    return (
-        isinstance(message, dict)
-        and "id" in message
-        and ("result" in message or "error" in message)
-    )
+    if not isinstance(message, dict) or "id" not in message:
+        return False
+    if request_id is not None and message["id"] != request_id:
+        return False
+    return "result" in message or "error" in message
 
 
 def _normalise_retry_after(headers: dict[str, str]) -> None:

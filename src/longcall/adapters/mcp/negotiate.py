@@ -187,6 +187,10 @@ def negotiate(
     initialized: Mapping[str, Any] | RpcReply | None = None
     if prefer != LEGACY:
         discovered = yield from discover(channel)
+        if MODERN in (supported_versions(discovered) or ()):
+            # Refused with -32022 although the server lists our version: ask once more
+            # (SEP-2575: a client retries with a supported version).
+            discovered = yield from discover(channel)
         if isinstance(discovered, Mapping):
             if not want_sync and offers_modern_tasks(discovered):
                 return ModernMapping(url, discovered=discovered)

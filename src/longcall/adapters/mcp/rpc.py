@@ -171,13 +171,16 @@ class RpcChannel:
         framing = self.dialect.headers(method, name) if headers is None else headers
         return self._post(body, framing, timeout_s=timeout_s, watch=watch), request_id
 
-    def resume(self, last_event_id: str, *, retry_ms: int | None = None) -> HttpRequest:
-        """A GET that resumes a broken event stream after ``last_event_id``."""
+    def resume(
+        self, last_event_id: str, *, retry_ms: int | None = None, answer_id: int | None = None
+    ) -> HttpRequest:
+        """A GET that resumes a broken event stream after ``last_event_id``; reading it
+        ends at the response to ``answer_id``."""
         headers = {**self._headers(self.dialect.headers("", None)), "accept": "text/event-stream"}
         headers.pop("content-type", None)
         headers["last-event-id"] = last_event_id
         delay_s = min(RESUME_DELAY_MAX_S, (retry_ms or 0) / 1000.0)
-        return HttpRequest(method="GET", headers=headers, delay_s=delay_s)
+        return HttpRequest(method="GET", headers=headers, delay_s=delay_s, answer_id=answer_id)
 
     def notification(self, method: str, params: Mapping[str, Any] | None = None) -> HttpRequest:
         body: dict[str, Any] = {"jsonrpc": "2.0", "method": method}
@@ -277,7 +280,8 @@ def call(
         assert reply.last_event_id is not None
         # The stream broke before the answer: resume it where it stopped (Streamable
         # HTTP: GET with Last-Event-ID, after the server's retry: delay).
-        again = _decoded((yield channel.resume(reply.last_event_id, retry_ms=reply.retry_ms)))
+        resume = channel.resume(reply.last_event_id, retry_ms=reply.retry_ms, answer_id=request_id)
+        again = _decoded((yield resume))
         if isinstance(again, TransportFailure) or not again.is_event_stream:
             break
         reply = dataclasses.replace(
