@@ -309,6 +309,9 @@ MUTANTS: tuple[Mutant, ...] = (
         name="foreign-result-accepted",
         bug="a status or result about another task is read as ours (C3)",
         patches=(
+            # The poll reads of both versions check identity in mcp.common.task_status;
+            # the 2026-07-28 re-fetch and the 2025-11-25 result in their own modules.
+            ("longcall.adapters.mcp.common", "check_task_identity", _identity_unchecked),
             (_MODERN, "check_task_identity", _identity_unchecked),
             (_LEGACY, "check_task_identity", _identity_unchecked),
             (_LEGACY, "related_task", _identity_unchecked),
