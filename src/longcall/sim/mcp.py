@@ -168,6 +168,10 @@ class McpServer(SimServer):
         self, request: HttpRequest, now: float, hop: Hop | None, *, held_since: float | None = None
     ) -> Served | Hold:
         """Answer one HTTP request (``hop`` None: negotiation, which sees no fault)."""
+        if request.method != "POST":
+            # No event history is kept, so a stream cannot be resumed (Streamable HTTP:
+            # a server without resumability answers a GET with 405).
+            return Served(reply=HttpReply(status=405), what="session")
         message = request.json_body
         if not isinstance(message, dict):
             return Served(reply=HttpReply(status=400, body=b"the body is not JSON"), what="session")
