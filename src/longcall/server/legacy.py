@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
+from longcall.server import sync
 from longcall.server.errors import (
     INVALID_PARAMS,
     InvalidParams,
@@ -20,9 +21,10 @@ from longcall.server.errors import (
     MethodNotFound,
     TaskNotFound,
 )
+from longcall.server.inputs import validated_answer
 from longcall.server.model import Principal, ProtocolVersion, TaskRecord, TaskStatus
 from longcall.server.options import CreateFaultPlan, ServerOptions
-from longcall.server.tasks import Progress, TaskManager
+from longcall.server.tasks import Progress, SyncContext, TaskManager
 from longcall.server.wire import (
     LOOKUP_METHOD,
     RELATED_TASK_META_KEY,
@@ -42,7 +44,6 @@ from longcall.server.wire import (
     submission_key_capability,
     tool_arguments,
     validate_core_params,
-    validate_elicit_result,
 )
 
 VERSION = ProtocolVersion.LEGACY
@@ -140,7 +141,7 @@ class LegacyProtocol:
         tools = [spec.tool_definition(with_execution=True) for spec in self._manager.registry]
         return Reply(result={"tools": tools})
 
-    async def _tools_call(self, request: RpcRequest) -> Reply:
+    async def _tools_call(self, request: RpcRequest) -> Reply | Streamed:
         validate_core_params(request, VERSION.value)
         spec = self._manager.registry.require(request.params.get("name"))
         arguments = tool_arguments(request.params)
@@ -150,11 +151,13 @@ class LegacyProtocol:
         if not augmented and spec.task_support == "required":
             raise JsonRpcError(-32601, f"Tool {spec.name!r} requires task-augmented execution")
         if not augmented:
-            return Reply(
-                result=await self._manager.call_synchronously(
-                    principal=request.principal, spec=spec, arguments=arguments
+
+            async def run(context: SyncContext) -> dict[str, Any]:
+                return await self._manager.call_synchronously(
+                    principal=request.principal, spec=spec, arguments=arguments, context=context
                 )
-            )
+
+            return await sync.answer(request, SyncContext(request.principal), run, dict)
         # The receiver may lower the requested ttl and must report the actual one (§2.3).
         actual_ttl = (
             spec.ttl_ms if ttl is None else (ttl if spec.ttl_ms is None else min(ttl, spec.ttl_ms))
@@ -292,7 +295,10 @@ class LegacyProtocol:
         result = message["result"]
         if isinstance(result, dict):
             result = {k: v for k, v in result.items() if k != "_meta"}
-        await self._manager.answer(record, {key: validate_elicit_result(key, result)})
+        methods = {req.key: req.method for req in await self._manager.outstanding_inputs(task_id)}
+        if key not in methods:
+            return  # answered already, or never asked: ignored like an unknown tasks/update key
+        await self._manager.answer(record, {key: validated_answer(key, methods[key], result)})
 
     async def status_stream(self, principal: Principal) -> AsyncIterator[dict[str, Any]]:
         """The standalone GET stream (S7): ``notifications/tasks/status`` for the caller's tasks,

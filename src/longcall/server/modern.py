@@ -23,6 +23,7 @@ from mcp.shared.inbound import (
 )
 from mcp_types import CLIENT_CAPABILITIES_META_KEY, SERVER_INFO_META_KEY
 
+from longcall.server import sync
 from longcall.server.errors import (
     HEADER_MISMATCH,
     MISSING_REQUIRED_CLIENT_CAPABILITY,
@@ -30,9 +31,18 @@ from longcall.server.errors import (
     JsonRpcError,
     MethodNotFound,
 )
+from longcall.server.inputs import (
+    InputNeeded,
+    RequestStates,
+    Round,
+    missing_capability,
+    undeclared,
+    validated_answer,
+)
 from longcall.server.model import ProtocolVersion, TaskRecord, TaskStatus
 from longcall.server.options import CreateFaultPlan, ServerOptions
-from longcall.server.tasks import TaskManager
+from longcall.server.tasks import SyncContext, TaskManager
+from longcall.server.tools import ToolSpec, arguments_digest
 from longcall.server.wire import (
     LOOKUP_METHOD,
     SUBMISSION_KEY_EXTENSION,
@@ -51,7 +61,6 @@ from longcall.server.wire import (
     submission_key_capability,
     tool_arguments,
     validate_core_params,
-    validate_elicit_result,
 )
 
 VERSION = ProtocolVersion.MODERN
@@ -81,6 +90,12 @@ def declares_tasks(params: Mapping[str, Any]) -> bool:
         return False
     extensions = capabilities.get("extensions")
     return isinstance(extensions, Mapping) and isinstance(extensions.get(TASKS_EXTENSION), Mapping)
+
+
+def client_capabilities(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The client capabilities this request declares (2026-07-28: per request, in ``_meta``)."""
+    capabilities = request_meta(params).get(CLIENT_CAPABILITIES_META_KEY)
+    return capabilities if isinstance(capabilities, Mapping) else {}
 
 
 def declares_elicitation(params: Mapping[str, Any]) -> bool:
@@ -178,19 +193,41 @@ class ModernProtocol:
         tools = [spec.tool_definition(with_execution=False) for spec in self._manager.registry]
         return Reply(result={"tools": tools, **NOT_CACHEABLE, **COMPLETE})
 
-    async def _tools_call(self, request: RpcRequest) -> Reply:
+    async def _tools_call(self, request: RpcRequest) -> Reply | Streamed:
         validate_core_params(request, VERSION.value)
         spec = self._manager.registry.require(request.params.get("name"))
         arguments = tool_arguments(request.params)
         consent = declares_tasks(request.params)
+        capabilities = client_capabilities(request.params)
         # The server decides (SEP-2663): `params.task` is ignored; consent is per request.
         if spec.task_support == "required" and not consent:
             raise missing_tasks_capability(f"Tool {spec.name!r}")
+        call = self._round(request, spec, arguments)
         if spec.task_support == "forbidden" or not consent:
-            result = await self._manager.call_synchronously(
-                principal=request.principal, spec=spec, arguments=arguments
+            context = SyncContext(
+                request.principal,
+                answers=call.state.answers,
+                capabilities=capabilities,
+                rounds=call.state.rounds,
+                multi_round=True,
             )
-            return Reply(result={**result, **COMPLETE})
+
+            async def run(context: SyncContext) -> dict[str, Any]:
+                try:
+                    return await self._manager.call_synchronously(
+                        principal=request.principal, spec=spec, arguments=arguments, context=context
+                    )
+                except InputNeeded as needed:
+                    return call.input_required(needed.requests)
+
+            return await sync.answer(request, context, run, lambda result: {**COMPLETE, **result})
+        # SEP-2322 rounds settle the tool's ask-first questions before the task exists.
+        questions = spec.ask_first or {}
+        missing = {key: ask for key, ask in questions.items() if key not in call.state.answers}
+        if missing:
+            if undeclared(missing, capabilities):
+                raise missing_capability(missing, capabilities)
+            return Reply(result=call.input_required(missing))
         outcome = await self._manager.create(
             principal=request.principal,
             spec=spec,
@@ -199,10 +236,22 @@ class ModernProtocol:
             submission_key=submission_key(request.params),
             ttl_ms=spec.ttl_ms,
             client_can_elicit=declares_elicitation(request.params),
+            answered=[(key, ask, call.state.answers[key]) for key, ask in questions.items()],
         )
         drop = outcome.created and self._faults.should_drop_next_creation()
         return Reply(
             result={**task_fields(outcome.record), "resultType": "task"}, drop_response=drop
+        )
+
+    def _round(self, request: RpcRequest, spec: ToolSpec, arguments: dict[str, Any]) -> Round:
+        """This ``tools/call``'s SEP-2322 round: the verified state plus the new answers."""
+        return Round.of(
+            request.params,
+            states=RequestStates(self._manager.store.secret),
+            tool=spec.name,
+            arguments_digest=arguments_digest(arguments),
+            principal=request.principal.subject,
+            known_questions=spec.ask_first or {},
         )
 
     async def _task(self, request: RpcRequest) -> TaskRecord:
@@ -222,9 +271,11 @@ class ModernProtocol:
             raise InvalidParams("params.inputResponses must be an object")
         # Unknown, never-issued or already answered keys are ignored, not refused (SEP-2663
         # SHOULD): a client answering a superseded round must not fail the whole update.
-        outstanding = {req.key for req in await self._manager.outstanding_inputs(record.task_id)}
+        outstanding = {
+            req.key: req.method for req in await self._manager.outstanding_inputs(record.task_id)
+        }
         answers = {
-            key: validate_elicit_result(key, value)
+            key: validated_answer(key, outstanding[key], value)
             for key, value in responses.items()
             if key in outstanding
         }

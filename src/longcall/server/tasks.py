@@ -23,7 +23,7 @@ import logging
 import os
 import secrets
 import socket
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -38,6 +38,13 @@ from longcall.server.errors import (
     TaskNotFound,
     ToolError,
     ToolProtocolError,
+)
+from longcall.server.inputs import (
+    InputNeeded,
+    check_request,
+    elicitation,
+    missing_capability,
+    undeclared,
 )
 from longcall.server.model import (
     InputRequest,
@@ -192,11 +199,30 @@ class CreateOutcome:
     created: bool
 
 
-class _SyncContext:
-    """The context of a call answered synchronously: no task, so no input (S6 needs a task)."""
+class SyncContext:
+    """The context of a call answered synchronously (no task).
 
-    def __init__(self, principal: Principal) -> None:
+    Input comes by SEP-2322 rounds when the client can take part in them (a 2026-07-28
+    call): the answers gathered so far are here, a missing one ends the round.
+    """
+
+    def __init__(
+        self,
+        principal: Principal,
+        *,
+        answers: Mapping[str, dict[str, Any]] | None = None,
+        capabilities: Mapping[str, Any] | None = None,
+        rounds: int = 0,
+        multi_round: bool = False,
+    ) -> None:
         self._principal = principal
+        self._answers = dict(answers or {})
+        self._capabilities = capabilities
+        self._rounds = rounds
+        self._multi_round = multi_round
+        self._next_input = 1
+        self.progress_sink: Callable[[Progress], None] | None = None
+        """Where progress goes while the call streams its answer (else it is dropped)."""
 
     @property
     def task_id(self) -> str | None:
@@ -206,13 +232,45 @@ class _SyncContext:
     def principal(self) -> Principal:
         return self._principal
 
+    @property
+    def client_capabilities(self) -> Mapping[str, Any] | None:
+        return self._capabilities
+
+    @property
+    def rounds(self) -> int:
+        return self._rounds
+
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
-        return None
+        if self.progress_sink is not None:
+            self.progress_sink(Progress(progress=progress, total=total, message=message))
 
-    async def elicit(self, message: str, requested_schema: dict[str, Any]) -> dict[str, Any]:
-        raise ToolError("this tool asks for input, which needs a task; call it as a task")
+    async def request_inputs(
+        self, requests: Mapping[str, Mapping[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
+        for key, request in requests.items():
+            check_request(key, request)
+        if self._capabilities is not None and undeclared(requests, self._capabilities):
+            raise missing_capability(requests, self._capabilities)
+        missing = {key: request for key, request in requests.items() if key not in self._answers}
+        if missing:
+            if not self._multi_round:
+                raise ToolError(
+                    "this tool asks for input, which needs a task (or a 2026-07-28 client,"
+                    " which can answer in rounds); call it as a task"
+                )
+            raise InputNeeded(missing)
+        return {key: self._answers[key] for key in requests}
+
+    async def elicit(
+        self, message: str, requested_schema: dict[str, Any], *, key: str | None = None
+    ) -> dict[str, Any]:
+        if key is None:
+            key = f"input-{self._next_input}"
+            self._next_input += 1
+        answers = await self.request_inputs({key: elicitation(message, requested_schema)})
+        return answers[key]
 
 
 class _RunningTaskContext:
@@ -234,6 +292,14 @@ class _RunningTaskContext:
     def principal(self) -> Principal:
         return self._principal
 
+    @property
+    def client_capabilities(self) -> Mapping[str, Any] | None:
+        return None
+
+    @property
+    def rounds(self) -> int:
+        return 0
+
     async def report_progress(
         self, progress: float, total: float | None = None, message: str | None = None
     ) -> None:
@@ -245,19 +311,31 @@ class _RunningTaskContext:
             self._task_id, text, epoch=self._epoch, principal=self._principal.subject, progress=note
         )
 
-    async def elicit(self, message: str, requested_schema: dict[str, Any]) -> dict[str, Any]:
+    async def request_inputs(
+        self, requests: Mapping[str, Mapping[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
+        for key, request in requests.items():
+            check_request(key, request)
         if not self._client_can_elicit:
             # SEP-2663 / MRTR: never issue an input request the client did not declare (S6).
             raise ToolError(
                 "this tool needs input, but the client that created the task did not declare"
                 " the elicitation capability"
             )
-        sequence = self._next_input_sequence
-        self._next_input_sequence += 1
-        params = {"mode": "form", "message": message, "requestedSchema": requested_schema}
-        return await self._manager.wait_for_input(
-            self._task_id, epoch=self._epoch, sequence=sequence, params=params
+        numbered = []
+        for key, request in requests.items():
+            numbered.append((self._next_input_sequence, key, request))
+            self._next_input_sequence += 1
+        return await self._manager.wait_for_inputs(
+            self._task_id, epoch=self._epoch, requests=numbered
         )
+
+    async def elicit(
+        self, message: str, requested_schema: dict[str, Any], *, key: str | None = None
+    ) -> dict[str, Any]:
+        name = key or "input"
+        answers = await self.request_inputs({name: elicitation(message, requested_schema)})
+        return answers[name]
 
 
 class TaskManager:
@@ -402,6 +480,7 @@ class TaskManager:
         ttl_ms: int | None,
         client_can_elicit: bool = True,
         progress_token: str | int | None = None,
+        answered: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]] = (),
     ) -> CreateOutcome:
         """Create the task durably (S2) or return the one of the same submission key (S3)."""
         self.check_arguments(spec, arguments)
@@ -426,6 +505,7 @@ class TaskManager:
                 owner=self.owner,
                 lease_until=self.lease_until(),
                 max_open=self.options.max_open_tasks_per_principal,
+                answered=answered,
             )
         except SubmissionKeyConflict as exc:
             raise InvalidParams(str(exc), {"submissionKey": submission_key}) from exc
@@ -444,12 +524,18 @@ class TaskManager:
         return CreateOutcome(record=record, created=created)
 
     async def call_synchronously(
-        self, *, principal: Principal, spec: ToolSpec, arguments: dict[str, Any]
+        self,
+        *,
+        principal: Principal,
+        spec: ToolSpec,
+        arguments: dict[str, Any],
+        context: SyncContext | None = None,
     ) -> dict[str, Any]:
-        """Run the tool inline and return its ``CallToolResult`` (or raise its JSON-RPC error)."""
+        """Run the tool inline and return its ``CallToolResult`` (or raise its JSON-RPC error;
+        :class:`InputNeeded` ends a SEP-2322 round)."""
         kwargs = self.check_arguments(spec, arguments)
         if spec.context_parameter is not None:
-            kwargs[spec.context_parameter] = _SyncContext(principal)
+            kwargs[spec.context_parameter] = context or SyncContext(principal)
         result, error = await self._run_tool(spec, kwargs, task_id=None)
         if error is not None:
             raise JsonRpcError(int(error["code"]), str(error["message"]), error.get("data"))
@@ -483,6 +569,8 @@ class TaskManager:
             return tool_error_result(str(exc)), None
         except ToolProtocolError as exc:
             return None, exc.to_wire()
+        except JsonRpcError:
+            raise  # the request's own error (a missing client capability), not the tool's
         except Exception:
             reference = secrets.token_hex(6)
             logger.exception("tool %s raised (task %s, ref %s)", spec.name, task_id, reference)
@@ -645,29 +733,42 @@ class TaskManager:
 
     # ---- input -----------------------------------------------------------------------------
 
-    async def wait_for_input(
-        self, task_id: str, *, epoch: int, sequence: int, params: dict[str, Any]
-    ) -> dict[str, Any]:
-        """Issue (or find, after a re-run) input request ``sequence``; wait for its answer (S6)."""
-        key = f"{sequence}.{secrets.token_hex(8)}"
+    async def wait_for_inputs(
+        self, task_id: str, *, epoch: int, requests: list[tuple[int, str, Mapping[str, Any]]]
+    ) -> dict[str, dict[str, Any]]:
+        """Issue (or find, after a re-run) numbered input requests; wait for every answer (S6).
+
+        ``requests`` are (sequence, the tool's key, request); a re-run asks the same
+        sequence numbers, so an answered request is not asked again and an outstanding one
+        keeps the key the client already saw.
+        """
         while True:
             with self.hub.watch(task_id) as changed:
-                request = await self.retrying(
-                    f"open input request {sequence} of task {task_id}",
-                    lambda: self.store.open_input_request(
-                        task_id,
-                        sequence=sequence,
-                        key=key,
-                        method="elicitation/create",
-                        params=params,
-                        now=self.clock(),
-                        epoch=epoch,
-                    ),
-                )
-                if request is None:
-                    raise asyncio.CancelledError  # fenced off: another run owns the task
-                if request.response is not None:
-                    return request.response
+                answers: dict[str, dict[str, Any]] = {}
+                for sequence, name, request in requests:
+
+                    def issue(
+                        sequence: int = sequence, request: Mapping[str, Any] = request
+                    ) -> Awaitable[InputRequest | None]:
+                        return self.store.open_input_request(
+                            task_id,
+                            sequence=sequence,
+                            key=f"{sequence}.{secrets.token_hex(8)}",
+                            method=str(request["method"]),
+                            params=request["params"],
+                            now=self.clock(),
+                            epoch=epoch,
+                        )
+
+                    stored = await self.retrying(
+                        f"open input request {sequence} of task {task_id}", issue
+                    )
+                    if stored is None:
+                        raise asyncio.CancelledError  # fenced off: another run owns the task
+                    if stored.response is not None:
+                        answers[name] = stored.response
+                if len(answers) == len(requests):
+                    return answers
                 parked = await self.retrying(
                     f"park task {task_id} for input",
                     lambda: self.store.transition(

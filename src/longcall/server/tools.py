@@ -11,13 +11,14 @@ from __future__ import annotations
 import hashlib
 import inspect
 import json
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, get_type_hints
 
 import pydantic
 
 from longcall.server.errors import InvalidParams
+from longcall.server.inputs import check_request
 from longcall.server.model import Principal
 
 TaskSupport = Literal["forbidden", "optional", "required"]
@@ -46,7 +47,31 @@ class TaskContext(Protocol):
         """Report progress; the message becomes the task's ``statusMessage``."""
         ...
 
-    async def elicit(self, message: str, requested_schema: dict[str, Any]) -> dict[str, Any]:
+    @property
+    def client_capabilities(self) -> Mapping[str, Any] | None:
+        """What the calling client declared it can answer (``None``: not known)."""
+        ...
+
+    @property
+    def rounds(self) -> int:
+        """Input rounds (SEP-2322) this call went through before this run: 0 at first."""
+        ...
+
+    async def request_inputs(
+        self, requests: Mapping[str, Mapping[str, Any]]
+    ) -> dict[str, dict[str, Any]]:
+        """Ask for several inputs at once (key → ``{method, params}``, see
+        ``longcall.server.inputs``) and get every answer, by key.
+
+        In a task the requests are answered through the task (``tasks/update`` or the
+        2025-11-25 side channel); in a synchronous 2026-07-28 call the round ends and the
+        client retries with the answers (the tool runs again from the top).
+        """
+        ...
+
+    async def elicit(
+        self, message: str, requested_schema: dict[str, Any], *, key: str | None = None
+    ) -> dict[str, Any]:
         """Ask the client for form input and wait for the answer (an ``ElicitResult`` body)."""
         ...
 
@@ -69,6 +94,9 @@ class ToolSpec:
     output_schema: dict[str, Any] | None
     arguments_model: type[pydantic.BaseModel]
     context_parameter: str | None
+    ask_first: dict[str, dict[str, Any]] | None = None
+    """Questions (key → input request) settled by SEP-2322 rounds before a task is created;
+    the body's first inputs (in this order) then get the stored answers."""
 
     def validate_arguments(self, arguments: Any) -> dict[str, Any]:
         """Validated keyword arguments for the function; -32602 with details otherwise."""
@@ -126,6 +154,7 @@ def build_tool_spec(
     ttl_ms: int | None,
     idempotent: bool,
     output_schema: dict[str, Any] | None,
+    ask_first: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ToolSpec:
     """Derive a ``ToolSpec`` (input schema, argument model) from an async function."""
     if not inspect.iscoroutinefunction(function):
@@ -165,7 +194,18 @@ def build_tool_spec(
         output_schema=output_schema,
         arguments_model=model,
         context_parameter=context_parameter,
+        ask_first=_checked_questions(ask_first),
     )
+
+
+def _checked_questions(
+    questions: Mapping[str, Mapping[str, Any]] | None,
+) -> dict[str, dict[str, Any]] | None:
+    if not questions:
+        return None
+    for key, request in questions.items():
+        check_request(key, request)
+    return {key: dict(request) for key, request in questions.items()}
 
 
 def _declared_output_schema(annotation: Any) -> dict[str, Any] | None:
@@ -213,6 +253,7 @@ class ToolRegistry:
         ttl_ms: int | None = DEFAULT_TTL_MS,
         idempotent: bool = False,
         output_schema: dict[str, Any] | None = None,
+        ask_first: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> Callable[[ToolFunction], ToolFunction]:
         """Decorator: serve an async function as a tool (S1); returns the function unchanged."""
 
@@ -227,6 +268,7 @@ class ToolRegistry:
                     ttl_ms=ttl_ms,
                     idempotent=idempotent,
                     output_schema=output_schema,
+                    ask_first=ask_first,
                 )
             )
             return function

@@ -148,21 +148,3 @@ def lookup_result(found: tuple[str, bool] | None, store_id: str) -> dict[str, An
 def submission_key_capability(store_id: str) -> dict[str, Any]:
     """The settings of the ``dev.longcall/submissionKey`` extension a server advertises."""
     return {"lookupMethod": LOOKUP_METHOD, "storeId": store_id}
-
-
-def validate_elicit_result(key: str, value: Any) -> dict[str, Any]:
-    """An answer to an ``elicitation/create`` input request, checked as ``ElicitResult``."""
-    import mcp_types
-
-    if not isinstance(value, dict):
-        raise InvalidParams(f"inputResponses[{key!r}] must be an object")
-    try:
-        parsed = mcp_types.ElicitResult.model_validate(value)
-    except pydantic.ValidationError as exc:
-        raise InvalidParams(
-            f"inputResponses[{key!r}] is not a valid elicitation result", validation_details(exc)
-        ) from exc
-    answer: dict[str, Any] = {"action": parsed.action}
-    if parsed.content is not None:
-        answer["content"] = parsed.content
-    return answer

@@ -24,6 +24,7 @@ import contextlib
 import functools
 import json
 import logging
+import secrets
 import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -70,11 +71,22 @@ class TaskStore(Protocol):
 
     store_id: str
     """This store's identity, created with it and never changed (C5, the lookup's proof)."""
+    secret: bytes
+    """A key made with the store and shared by every process on it (signs ``requestState``)."""
 
     async def create(
-        self, new: NewTask, *, owner: str, lease_until: float, max_open: int | None = None
+        self,
+        new: NewTask,
+        *,
+        owner: str,
+        lease_until: float,
+        max_open: int | None = None,
+        answered: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]] = (),
     ) -> tuple[TaskRecord, bool]:
-        """Insert a task owned by ``owner``, or return the one holding the same key (S3)."""
+        """Insert a task owned by ``owner``, or return the one holding the same key (S3).
+
+        ``answered`` are (key, request, answer) settled before the task existed (SEP-2322
+        rounds): they are stored as its first input requests, already answered."""
         ...
 
     async def get(self, task_id: str) -> TaskRecord | None:
@@ -244,6 +256,7 @@ class SqlTaskStore:
         )
         self._closed = False
         self.store_id = ""
+        self.secret = b""
 
     # ---- driver hooks --------------------------------------------------------------------
 
@@ -337,13 +350,15 @@ class SqlTaskStore:
             for statement in _statements(self.migrations[version - 1]):
                 self._execute(conn, statement)
             self._execute(conn, "INSERT INTO schema_version (version) VALUES (?)", (version,))
-        self._execute(
-            conn,
-            "INSERT INTO store_meta (name, value) VALUES ('store_id', ?) ON CONFLICT DO NOTHING",
-            (uuid.uuid4().hex,),
-        )
-        row = self._execute(conn, "SELECT value FROM store_meta WHERE name = 'store_id'").fetchone()
-        self.store_id = str(row[0])
+        for name, value in (("store_id", uuid.uuid4().hex), ("state_key", secrets.token_hex(32))):
+            self._execute(
+                conn,
+                "INSERT INTO store_meta (name, value) VALUES (?, ?) ON CONFLICT DO NOTHING",
+                (name, value),
+            )
+        rows = dict(self._execute(conn, "SELECT name, value FROM store_meta").fetchall())
+        self.store_id = str(rows["store_id"])
+        self.secret = bytes.fromhex(str(rows["state_key"]))
 
     # ---- reads -------------------------------------------------------------------------------
 
@@ -443,7 +458,13 @@ class SqlTaskStore:
         """Serialise creations of one principal (the open-task quota); SQLite needs nothing."""
 
     async def create(
-        self, new: NewTask, *, owner: str, lease_until: float, max_open: int | None = None
+        self,
+        new: NewTask,
+        *,
+        owner: str,
+        lease_until: float,
+        max_open: int | None = None,
+        answered: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]] = (),
     ) -> tuple[TaskRecord, bool]:
         """Insert a task owned by ``owner``, or return the one holding the same key (S3)."""
         expires_at = None if new.ttl_ms is None else new.created_at + new.ttl_ms / 1000.0
@@ -487,6 +508,22 @@ class SqlTaskStore:
                 self._append_history(
                     conn, new.task_id, TaskStatus.WORKING, new.created_at, f"created by {owner}"
                 )
+                for sequence, (key, request, answer) in enumerate(answered, start=1):
+                    self._execute(
+                        conn,
+                        "INSERT INTO task_input_requests (task_id, key, sequence, method, params,"
+                        " response, created_at, answered_at) VALUES (?,?,?,?,?,?,?,?)",
+                        (
+                            new.task_id,
+                            key,
+                            sequence,
+                            str(request["method"]),
+                            dumps(request["params"]),
+                            dumps(answer),
+                            new.created_at,
+                            new.created_at,
+                        ),
+                    )
                 record = self._select_task(conn, new.task_id)
             if record is None:  # pragma: no cover - inserted above in this transaction
                 raise StoreError(f"task {new.task_id!r} vanished after its creation")
