@@ -58,6 +58,11 @@ def demo(walkthrough: bool) -> None:
 @click.option(
     "--allowed-host", multiple=True, help="A Host name to serve besides loopback ones (repeat)."
 )
+@click.option(
+    "--stateful",
+    is_flag=True,
+    help="Issue 2025-11-25 sessions (Mcp-Session-Id); stateless by default.",
+)
 def serve(
     store_url: str | None,
     host: str,
@@ -65,6 +70,7 @@ def serve(
     lease_seconds: float,
     allowed_origin: tuple[str, ...],
     allowed_host: tuple[str, ...],
+    stateful: bool,
 ) -> None:
     """Serve the reference long-running MCP tools at http://HOST:PORT/mcp."""
     from longcall.server.cli import run_reference_server
@@ -76,6 +82,7 @@ def serve(
         lease_s=lease_seconds,
         allowed_origins=allowed_origin,
         allowed_hosts=allowed_host,
+        stateful=stateful,
     )
 
 

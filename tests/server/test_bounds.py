@@ -157,3 +157,63 @@ async def test_removed_and_unknown_inputs_at_2026_07_28(modern: ModernClient) ->
     assert ack == {"resultType": "complete"}
     done = await modern.wait_status(task["taskId"], {"completed"})
     assert done["result"]["structuredContent"] == {"change": "x", "approved": True}
+
+
+async def test_stateful_mode_issues_and_checks_sessions(
+    http: httpx.AsyncClient, store_path: str
+) -> None:
+    """Stateful: initialize issues Mcp-Session-Id; later requests need it (400 / 404);
+    DELETE ends it; another principal cannot use it; stateless (default) issues none."""
+    server = build_reference_server(
+        store=store_path,
+        options=ServerOptions(stateful=True),
+        authenticator=StaticTokens({"a": "alice", "b": "bob"}),
+    )
+    headers = {"accept": "application/json, text/event-stream", "authorization": "Bearer a"}
+    initialize = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "0"},
+        },
+    }
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    async with running_server(server) as url:
+        opened = await http.post(url, json=initialize, headers=headers)
+        session = opened.headers["mcp-session-id"]
+        assert len(session) >= 32
+        assert (await http.post(url, json=ping, headers=headers)).status_code == 400
+        with_session = {**headers, "mcp-session-id": session}
+        assert (await http.post(url, json=ping, headers=with_session)).status_code == 200
+        bob = {**with_session, "authorization": "Bearer b"}
+        assert (await http.post(url, json=ping, headers=bob)).status_code == 404
+        unknown = {**headers, "mcp-session-id": "nope"}
+        assert (await http.post(url, json=ping, headers=unknown)).status_code == 404
+        assert (await http.delete(url, headers=with_session)).status_code == 200
+        assert (await http.post(url, json=ping, headers=with_session)).status_code == 404
+        # Tasks are not the session's: one created in a session outlives it.
+        second = await http.post(url, json=initialize, headers=headers)
+        fresh = {**headers, "mcp-session-id": second.headers["mcp-session-id"]}
+        call = {
+            "jsonrpc": "2.0",
+            "id": 3,
+            "method": "tools/call",
+            "params": {"name": "crawl", "arguments": {"pages": 0, "items_per_page": 0}, "task": {}},
+        }
+        task = (await http.post(url, json=call, headers=fresh)).json()["result"]["task"]
+        await http.delete(url, headers=fresh)
+        third = await http.post(url, json=initialize, headers=headers)
+        later = {**headers, "mcp-session-id": third.headers["mcp-session-id"]}
+        get = {
+            "jsonrpc": "2.0",
+            "id": 4,
+            "method": "tasks/get",
+            "params": {"taskId": task["taskId"]},
+        }
+        assert (await http.post(url, json=get, headers=later)).json()["result"]["taskId"]
+    async with running_server(build_reference_server(store=store_path)) as url:
+        stateless = await http.post(url, json=initialize, headers=headers)
+        assert "mcp-session-id" not in stateless.headers

@@ -17,7 +17,7 @@ Typical use::
 """
 
 from longcall.server.app import MCP_PATH, LongcallServer, running_server
-from longcall.server.auth import Authenticator, StaticTokens, token_principal
+from longcall.server.auth import Authenticator, BearerAuth, StaticTokens, token_principal
 from longcall.server.errors import (
     InputDeclined,
     JsonRpcError,
@@ -39,6 +39,7 @@ __all__ = [
     "MCP_PATH",
     "SUBMISSION_KEY_META_KEY",
     "Authenticator",
+    "BearerAuth",
     "InputDeclined",
     "JsonRpcError",
     "LongcallServer",

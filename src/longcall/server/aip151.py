@@ -258,7 +258,7 @@ class Aip151Facade:
     async def endpoint(self, request: Request) -> Response:
         """The front door's checks, then the route; every failure in the AIP-193 envelope."""
         try:
-            admitted = admit(request, self.server.options, self.server.authenticate)
+            admitted = await admit(request, self.server.options, self.server.authenticate)
             return await self._route(request, admitted.principal)
         except Refused as exc:
             return ApiError.refused(exc).response()

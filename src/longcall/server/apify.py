@@ -364,7 +364,7 @@ class ApifyFacade:
 
     async def endpoint(self, request: Request) -> Response:
         """The front door's checks, then one JSON-RPC request (S8)."""
-        admitted = admit(request, self.server.options, self.server.authenticate)
+        admitted = await admit(request, self.server.options, self.server.authenticate)
         if request.method != "POST":
             return Response(status_code=405)
         message = await read_jsonrpc(request, admitted, self.server.options)

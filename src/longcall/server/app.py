@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 import time
@@ -30,7 +31,7 @@ from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
 from longcall.server import legacy, modern
-from longcall.server.auth import Authenticator, token_principal
+from longcall.server.auth import Authenticator, BearerAuth, token_principal
 from longcall.server.errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -48,6 +49,7 @@ from longcall.server.front import (
 )
 from longcall.server.model import Principal
 from longcall.server.options import CreateFaultPlan, ServerOptions
+from longcall.server.sessions import SESSION_HEADER, Session, Sessions
 from longcall.server.store import TaskStore, open_store
 from longcall.server.tasks import Clock, TaskManager
 from longcall.server.tools import ToolRegistry
@@ -71,6 +73,11 @@ class LongcallServer:
         clock: Clock = time.time,
     ) -> None:
         self.options = options or ServerOptions()
+        if isinstance(authenticator, BearerAuth):
+            # Every 401 names the RFC 9728 metadata, served below.
+            self.options = dataclasses.replace(
+                self.options, resource_metadata_url=authenticator.metadata_url
+            )
         self._owns_store = store is None or isinstance(store, str)
         self.store: TaskStore = (
             open_store(store) if store is None or isinstance(store, str) else store
@@ -82,8 +89,17 @@ class LongcallServer:
         )
         self._authenticate = authenticator
         self.authenticate = authenticator
+        self.sessions = Sessions() if self.options.stateful else None
+        """2025-11-25 sessions, in stateful mode only (stateless is the default)."""
         self.routes: list[BaseRoute] = []
         """Further routes beside ``/mcp`` (the AIP-151 and Apify-style facades, S8)."""
+        if isinstance(authenticator, BearerAuth):
+            document = authenticator.metadata()
+
+            async def resource_metadata(_: Request) -> Response:
+                return JSONResponse(document, headers={"cache-control": "public, max-age=3600"})
+
+            self.routes.append(Route(authenticator.metadata_path, resource_metadata))
         faults = CreateFaultPlan(self.options.drop_create_response_at)
         self.modern = modern.ModernProtocol(
             manager=self.manager, options=self.options, faults=faults
@@ -116,13 +132,34 @@ class LongcallServer:
         )
 
     async def _endpoint(self, request: Request) -> Response:
-        admitted = admit(request, self.options, self._authenticate)
-        if request.method == "GET":
-            return self._get_stream(admitted.headers, admitted.principal)
+        admitted = await admit(request, self.options, self._authenticate)
+        principal = admitted.principal
         if request.method == "DELETE":
-            return Response(status_code=405)
+            if self.sessions is None:
+                return Response(status_code=405)
+            self.sessions.close(admitted.headers, principal.subject)
+            return Response(status_code=200)
+        if request.method == "GET":
+            if self.sessions is not None:
+                self.sessions.find(admitted.headers, principal.subject)
+            return self._get_stream(admitted.headers, principal)
         message = await read_jsonrpc(request, admitted, self.options)
-        return await self._answer(message, admitted.headers, admitted.principal)
+        session = None
+        opening = message.get("method") == "initialize"
+        if (
+            self.sessions is not None
+            and not opening
+            and not modern.is_modern(message, admitted.headers)
+        ):
+            session = self.sessions.find(admitted.headers, principal.subject)
+        reply = await self._answer(message, admitted.headers, principal, session)
+        if self.sessions is not None and opening and reply.status_code == 200:
+            capabilities = _params(message).get("capabilities")
+            opened = self.sessions.open(
+                principal.subject, capabilities if isinstance(capabilities, dict) else {}
+            )
+            reply.headers[SESSION_HEADER] = opened.session_id
+        return reply
 
     def _get_stream(self, headers: Mapping[str, str], principal: Principal) -> Response:
         if not accepts(headers, "text/event-stream") or modern.is_modern({}, headers):
@@ -130,7 +167,11 @@ class LongcallServer:
         return _sse(self.legacy.status_stream(principal))
 
     async def _answer(
-        self, message: dict[str, Any], headers: Mapping[str, str], principal: Principal
+        self,
+        message: dict[str, Any],
+        headers: Mapping[str, str],
+        principal: Principal,
+        session: Session | None = None,
     ) -> Response:
         if "method" not in message:
             return await self._client_response(principal, message)
@@ -148,6 +189,7 @@ class LongcallServer:
                 principal=principal,
                 # Only an explicit text/event-stream asks for a stream (not */*).
                 accepts_event_stream="text/event-stream" in headers.get("accept", ""),
+                session_capabilities=None if session is None else session.capabilities,
             )
             protocol = self.modern if is_modern else self.legacy
             reply = await protocol.handle(rpc)

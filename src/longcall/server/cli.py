@@ -25,6 +25,7 @@ def run_reference_server(
     lease_s: float = DEFAULT_LEASE_S,
     allowed_origins: Iterable[str] = (),
     allowed_hosts: Iterable[str] = (),
+    stateful: bool = False,
 ) -> None:
     """Serve the reference tools at ``http://HOST:PORT/mcp`` until interrupted."""
     logging.basicConfig(
@@ -35,6 +36,7 @@ def run_reference_server(
         lease_s=lease_s,
         allowed_origins=frozenset(allowed_origins),
         allowed_hosts=frozenset(host.lower() for host in allowed_hosts),
+        stateful=stateful,
     )
     server = build_reference_server(store=store_url, options=options)
     print(

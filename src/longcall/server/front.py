@@ -16,6 +16,7 @@ AIP-193 error (see :mod:`longcall.server.aip151`).
 from __future__ import annotations
 
 import asyncio
+import inspect
 import ipaddress
 import json
 import logging
@@ -134,11 +135,12 @@ def refuse_foreign_origin(request: Request, options: ServerOptions) -> None:
         raise Refused(403, INVALID_REQUEST, f"Forbidden: host {host!r} is not allowed")
 
 
-def admit(request: Request, options: ServerOptions, authenticate: Authenticator) -> Admitted:
+async def admit(request: Request, options: ServerOptions, authenticate: Authenticator) -> Admitted:
     """Origin, then authentication; the caller's principal or a refusal (403 / 401)."""
     refuse_foreign_origin(request, options)
     headers = {key.lower(): value for key, value in request.headers.items()}
-    principal = authenticate(headers)
+    found = authenticate(headers)
+    principal = await found if inspect.isawaitable(found) else found
     if principal is None:
         challenge = "Bearer"
         if options.resource_metadata_url is not None:

@@ -174,6 +174,12 @@ class LegacyProtocol:
             submission_key=submission_key(request.params),
             ttl_ms=actual_ttl,
             progress_token=token,
+            # In stateful mode the session knows whether the client can answer input (S6);
+            # a stateless 2025-11-25 call cannot tell, so the request is issued.
+            client_can_elicit=(
+                request.session_capabilities is None
+                or isinstance(request.session_capabilities.get("elicitation"), Mapping)
+            ),
         )
         drop = outcome.created and self._faults.should_drop_next_creation()
         return Reply(result={"task": task_fields(outcome.record)}, drop_response=drop)

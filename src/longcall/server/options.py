@@ -58,6 +58,8 @@ class ServerOptions:
     """A connection whose request head is not complete within this is closed (slow-loris)."""
     max_connections: int = DEFAULT_MAX_CONNECTIONS
     """Connections and requests in flight; past it new requests are answered 503."""
+    stateful: bool = False
+    """Issue 2025-11-25 sessions (``Mcp-Session-Id``); stateless is the default."""
     list_page_size: int = 50
     drop_create_response_at: int | None = None
     """If set to N, the HTTP response of the Nth task *creation* is dropped (task exists)."""

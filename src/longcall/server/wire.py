@@ -41,6 +41,8 @@ class RpcRequest:
     headers: Mapping[str, str]
     principal: Principal
     accepts_event_stream: bool
+    session_capabilities: Mapping[str, Any] | None = None
+    """2025-11-25 in stateful mode: what the client declared at ``initialize``."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
