@@ -196,6 +196,11 @@ class AdapterError(LongcallError):
 class NegotiationFailed(AdapterError):
     """The server answered neither ``server/discover`` nor ``initialize`` usably (X1)."""
 
+    def __init__(self, message: str, *, unauthorized: bool = False) -> None:
+        super().__init__(message)
+        self.unauthorized = unauthorized
+        """The server refused us with 401: credentials (or an OAuth login) are needed."""
+
 
 class TaskSupportMissing(AdapterError):
     """The call is declared long but neither the server nor the tool supports tasks (X1)."""

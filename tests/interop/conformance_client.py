@@ -129,6 +129,9 @@ def main() -> int:
     context = json.loads(os.environ.get("MCP_CONFORMANCE_CONTEXT") or "{}")
     with tempfile.TemporaryDirectory(prefix="longcall-conformance-") as scratch:
         ledger = f"sqlite:///{scratch}/ledger.db"
+        # OAuth tokens and client registrations of this run only: every scenario is a
+        # fresh authorization server, possibly on a port an earlier one used.
+        os.environ["LONGCALL_TOKEN_DIR"] = f"{scratch}/oauth"
         first_failure = 0
         for index, step in enumerate(plan(scenario, context)):
             code = run_step(url, index, step, version, ledger)

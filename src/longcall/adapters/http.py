@@ -17,7 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -74,11 +74,14 @@ class HttpDriver:
         connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S,
         response_bytes_max: int = RESPONSE_BYTES_MAX,
         line_bytes_max: int = LINE_BYTES_MAX,
+        login: Callable[[], Awaitable[httpx.Auth]] | None = None,
     ) -> None:
         self.base_url = base_url.rstrip("/") if base_url.endswith("//") else base_url
         self.headers = {k.lower(): v for k, v in (headers or {}).items()}
         """Sent on every request (credentials, C1); a request's own headers win."""
         self.auth = auth
+        self.login = login
+        """How to obtain credentials when a server asks for them (OAuth), if we may."""
         self.connect_timeout_s = connect_timeout_s
         self.response_bytes_max = response_bytes_max
         self.line_bytes_max = line_bytes_max
@@ -99,7 +102,17 @@ class HttpDriver:
             return result
 
     async def send(self, request: HttpRequest, *, on_event: EventObserver | None = None) -> Reply:
-        """One request, bounded by its time budget; never raises for a remote failure."""
+        """One request, bounded by its time budget; never raises for a remote failure.
+
+        A 401 that asks for a bearer token, to a driver that has no credentials but knows
+        how to log in (``login``), logs in once (OAuth, C1) and sends the request again."""
+        reply = await self._bounded(request, on_event)
+        if self.login is not None and self.auth is None and _asks_for_bearer(reply):
+            self.auth = await self.login()
+            reply = await self._bounded(request, on_event)
+        return reply
+
+    async def _bounded(self, request: HttpRequest, on_event: EventObserver | None) -> Reply:
         if request.delay_s > 0:
             await anyio.sleep(request.delay_s)
         outcome: Reply | None = None
@@ -279,6 +292,13 @@ def _is_response(event: SseEvent, request_id: int | None = None) -> bool:
     if request_id is not None and message["id"] != request_id:
         return False
     return "result" in message or "error" in message
+
+
+def _asks_for_bearer(reply: Reply) -> bool:
+    """A 401 whose ``WWW-Authenticate`` names the Bearer scheme (RFC 6750, MCP auth)."""
+    if not isinstance(reply, HttpReply) or reply.status != 401:
+        return False
+    return "bearer" in reply.headers.get("www-authenticate", "").lower()
 
 
 def _normalise_retry_after(headers: dict[str, str]) -> None:

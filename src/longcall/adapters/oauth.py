@@ -30,6 +30,7 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import httpx2
+import platformdirs
 from mcp.client.auth import OAuthClientProvider
 from mcp.shared.auth import (
     AuthorizationCodeResult,
@@ -89,6 +90,15 @@ class FileTokenStorage:
         self._write(data)
 
 
+def default_token_dir() -> Path:
+    """Where OAuth tokens are kept: ``$LONGCALL_TOKEN_DIR``, else the user's data directory
+    (never beside the ledger, which may be shared or copied)."""
+    configured = os.environ.get("LONGCALL_TOKEN_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    return Path(platformdirs.user_data_dir("longcall")) / "oauth"
+
+
 def token_file_for(directory: Path, server_url: str) -> Path:
     """The token file of one server: named by a digest of its URL."""
     name = hashlib.sha256(server_url.encode()).hexdigest()[:24]
@@ -140,9 +150,12 @@ def _to_httpx2_response(response: httpx.Response, request: httpx2.Request) -> ht
 
 class Authorizer:
     """The authorization step of the code grant: without a person when the server
-    approves at once, otherwise through the person's browser and a local listener."""
+    approves at once, otherwise through the person's browser and a local listener —
+    or, with nobody to ``announce`` the URL to (a worker), a clear failure at once."""
 
-    def __init__(self, *, announce: Callable[[str], None], wait_s: float = CALLBACK_WAIT_S):
+    def __init__(
+        self, *, announce: Callable[[str], None] | None, wait_s: float = CALLBACK_WAIT_S
+    ) -> None:
         self.announce = announce
         self.wait_s = wait_s
         self._result: AuthorizationCodeResult | None = None
@@ -168,6 +181,11 @@ class Authorizer:
                 if reply.is_redirect and location.startswith(self.redirect_uri):
                     self._result = _code_of(location)
                     return
+        if self.announce is None:
+            raise AuthorizationFailed(
+                "the server needs a person to sign in; run the call once from a terminal "
+                "(longcall call …) to authorize this caller"
+            )
         self.announce(authorization_url)
 
     async def callback(self) -> AuthorizationCodeResult:
@@ -218,7 +236,7 @@ async def oauth_auth(
     server_url: str,
     *,
     token_dir: Path,
-    announce: Callable[[str], None],
+    announce: Callable[[str], None] | None,
     scope: str | None = None,
 ) -> tuple[httpx.Auth, Authorizer]:
     """An ``httpx.Auth`` doing OAuth 2.1 against ``server_url`` with the SDK's provider;
@@ -248,6 +266,7 @@ __all__ = [
     "Authorizer",
     "FileTokenStorage",
     "SdkAuth",
+    "default_token_dir",
     "oauth_auth",
     "token_file_for",
 ]

@@ -11,7 +11,7 @@ Must not: negotiate MCP itself (``mcp.negotiate`` does), import ``ledger``/``run
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -54,6 +54,7 @@ async def connect_any(
     headers: Mapping[str, str] | None = None,
     auth: httpx.Auth | None = None,
     sessions: SessionStore | None = None,
+    login: Callable[[], Awaitable[httpx.Auth]] | None = None,
 ) -> Adapter:
     """A connected adapter for ``url``: ``prefer`` (a family or an MCP version) if given,
     else the family its path names. MCP goes through ``mcp.client.connect``.
@@ -86,6 +87,7 @@ async def connect_any(
         auth=auth,
         session=kept,
         on_session=(lambda s: sessions.put_server_session(url, s)) if sessions else None,
+        login=login,
     )
     return adapter_
 
@@ -100,10 +102,14 @@ class SessionStore(Protocol):
 
 class Connector:
     """Builds the adapter for a server with the credentials the servers file gives it
-    (C1): headers and bearer tokens read at connect time, OAuth through the MCP SDK with
-    tokens in 0600 files under ``token_dir``, and the server's allowed tools. Records
-    carry the URL alone; nothing here reaches the ledger. Use it as the executor's
-    adapter factory; close it when done."""
+    (C1): headers and bearer tokens read at connect time, OAuth 2.1 through the MCP SDK
+    (configured, or started when a server without configured credentials answers 401)
+    with tokens in 0600 files under ``token_dir``, and the server's allowed tools.
+    Records carry the URL alone; nothing here reaches the ledger. Use it as the
+    executor's adapter factory; close it when done.
+
+    ``announce`` shows a person the authorization URL when a login needs one; without
+    it (a worker) such a login fails at once with what to do, instead of waiting."""
 
     def __init__(
         self,
@@ -116,7 +122,7 @@ class Connector:
         self.servers = servers or ServersConfig()
         self.sessions = sessions
         self.token_dir = token_dir
-        self.announce = announce or (lambda url: None)
+        self.announce = announce
         self._authorizers: list[Any] = []
 
     def config_for(self, server: str) -> ServerConfig:
@@ -124,26 +130,37 @@ class Connector:
 
     async def __call__(self, server: str, protocol: str) -> Adapter:
         config = self.config_for(server)
-        auth: httpx.Auth | None = None
-        if config.auth == "oauth":
-            from longcall.adapters.oauth import oauth_auth
+        auth = await self._oauth(config) if config.auth == "oauth" else None
+        adapter = await self._connect(config, protocol, auth)
+        if config.allowed_tools is not None and isinstance(adapter, MappedAdapter):
+            adapter.allowed_tools = config.allowed_tools
+        return adapter
 
-            if self.token_dir is None:
-                raise AdapterError(f"server {config.name!r} needs OAuth but no token directory")
-            auth, authorizer = await oauth_auth(
-                config.url, token_dir=self.token_dir, announce=self.announce
-            )
-            self._authorizers.append(authorizer)
-        adapter = await connect_any(
+    async def _connect(
+        self, config: ServerConfig, protocol: str, auth: httpx.Auth | None
+    ) -> Adapter:
+        # A server with no configured credentials that asks for a bearer token gets an
+        # OAuth login (the MCP SDK's), wherever in the conversation it asks.
+        may_log_in = config.auth == "none" and self.token_dir is not None
+        return await connect_any(
             config.url,
             protocol or config.protocol,
             headers=config.credential_headers(),
             auth=auth,
             sessions=self.sessions,
+            login=(lambda: self._oauth(config)) if may_log_in else None,
         )
-        if config.allowed_tools is not None and isinstance(adapter, MappedAdapter):
-            adapter.allowed_tools = config.allowed_tools
-        return adapter
+
+    async def _oauth(self, config: ServerConfig) -> httpx.Auth:
+        from longcall.adapters.oauth import oauth_auth
+
+        if self.token_dir is None:
+            raise AdapterError(f"server {config.name!r} needs OAuth, but no token directory is set")
+        auth, authorizer = await oauth_auth(
+            config.url, token_dir=self.token_dir, announce=self.announce
+        )
+        self._authorizers.append(authorizer)
+        return auth
 
     async def aclose(self) -> None:
         for authorizer in self._authorizers:

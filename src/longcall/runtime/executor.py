@@ -32,6 +32,7 @@ from typing import Any
 from longcall.adapters.base import Adapter, AdapterError, Outcome, ToolBinding
 from longcall.adapters.exchange import TransportFailure
 from longcall.adapters.mcp.client import McpAdapter
+from longcall.adapters.oauth import default_token_dir
 from longcall.adapters.outcomes import failure_outcome
 from longcall.adapters.routing import Connector, connect_any
 from longcall.core import TERMINAL_STATES as TERMINAL
@@ -98,7 +99,9 @@ class Executor:
         self.on_progress = on_progress
         # By default: no credentials, and the sessions of stateful servers kept in the
         # ledger so every process of this caller resumes them (their tasks live there).
-        self._adapter_factory = adapter_factory or Connector(sessions=ledger)
+        self._adapter_factory = adapter_factory or Connector(
+            sessions=ledger, token_dir=default_token_dir()
+        )
         self._adapters: dict[tuple[str, str], Adapter] = {}
         self._adapter_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._wakeup = asyncio.Event()

@@ -173,16 +173,18 @@ async def connect(
     http: httpx.AsyncClient | None = None,
     session: Mapping[str, Any] | None = None,
     on_session: SessionSink | None = None,
+    login: Callable[[], Awaitable[httpx.Auth]] | None = None,
 ) -> McpAdapter:
     """Negotiate with the server at ``url`` and return the adapter to use (X1).
 
     ``headers`` go on every request (credentials, C1: never into the ledger or a
     message); ``http`` lends a client (it is then not closed). ``session`` is a session
     this caller kept at a stateful server: it is resumed instead of negotiating anew;
-    ``on_session`` is told of every session to keep. Raises
+    ``on_session`` is told of every session to keep; ``login`` obtains credentials when
+    the server asks for a bearer token and none are configured (OAuth). Raises
     :class:`~longcall.errors.NegotiationFailed`.
     """
-    driver = HttpDriver(url, headers=headers, auth=auth, http=http)
+    driver = HttpDriver(url, headers=headers, auth=auth, http=http, login=login)
     kept = (
         resumed(url, session, prefer=prefer, long_call=long_call, timeout_s=timeout_s)
         if session is not None

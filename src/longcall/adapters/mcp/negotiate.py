@@ -181,7 +181,7 @@ def negotiate(
     if want_sync and prefer is not None and prefer.partition("/")[0] == LEGACY:
         legacy = yield from initialize(channel)
         if not isinstance(legacy, Mapping):
-            raise NegotiationFailed(_unanswered(url, legacy, None, LEGACY))
+            raise _failed(url, legacy, None, LEGACY)
         return SyncMapping(url, channel=channel, timeout_s=timeout_s, long_call=long_call)
     discovered: Mapping[str, Any] | RpcReply | None = None
     initialized: Mapping[str, Any] | RpcReply | None = None
@@ -197,7 +197,7 @@ def negotiate(
             channel.dialect = ModernDialect()
             return SyncMapping(url, channel=channel, timeout_s=timeout_s, long_call=long_call)
         if _unreachable(discovered):
-            raise NegotiationFailed(_unanswered(url, discovered, None, MODERN))
+            raise _failed(url, discovered, None, MODERN)
         supported = supported_versions(discovered)
         if supported is not None and LEGACY not in supported and MODERN not in supported:
             raise NegotiationFailed(
@@ -213,11 +213,19 @@ def negotiate(
         discovered = yield from discover(channel)
         if isinstance(discovered, Mapping) and offers_modern_tasks(discovered):
             return ModernMapping(url, discovered=discovered)
-    raise NegotiationFailed(_unanswered(url, discovered, initialized, None))
+    raise _failed(url, discovered, initialized, None)
 
 
 def _unreachable(reply: Any) -> bool:
     return isinstance(reply, TransportFailure) and reply.kind is FailureKind.CONNECT_FAILED
+
+
+def _failed(url: str, discovered: Any, initialized: Any, only: str | None) -> NegotiationFailed:
+    failures = [r for r in (discovered, initialized) if isinstance(r, TransportFailure)]
+    unauthorized = bool(failures) and all(f.kind is FailureKind.UNAUTHORIZED for f in failures)
+    return NegotiationFailed(
+        _unanswered(url, discovered, initialized, only), unauthorized=unauthorized
+    )
 
 
 def _unanswered(url: str, discovered: Any, initialized: Any, only: str | None) -> str:
