@@ -122,3 +122,35 @@ async def test_an_http_date_retry_after_becomes_seconds() -> None:
     reply = await d.send(HttpRequest(body=b"{}"))
     assert isinstance(reply, HttpReply)
     assert reply.headers["retry-after"] == "0"
+
+
+async def test_a_401_asking_for_a_bearer_token_logs_in_once() -> None:
+    """No configured credentials and a 401 ``WWW-Authenticate: Bearer``: the driver logs
+    in (OAuth, C1) and sends the request again, once; other 401s are left as they are."""
+    logins: list[int] = []
+
+    class Token(httpx.Auth):
+        def auth_flow(self, request: httpx.Request):  # type: ignore[no-untyped-def]
+            request.headers["authorization"] = "Bearer fresh"
+            yield request
+
+    async def login() -> httpx.Auth:
+        logins.append(1)
+        return Token()
+
+    def handler(request: httpx.Request) -> httpx.Response:
+        if request.headers.get("authorization") == "Bearer fresh":
+            return httpx.Response(200, json={})
+        return httpx.Response(401, headers={"www-authenticate": 'Bearer resource_metadata="x"'})
+
+    d = driver(handler, login=login)
+    first = await d.send(HttpRequest(body=b"{}"))
+    second = await d.send(HttpRequest(body=b"{}"))
+    assert isinstance(first, HttpReply)
+    assert isinstance(second, HttpReply)
+    assert (first.status, second.status, len(logins)) == (200, 200, 1)
+    plain = driver(lambda r: httpx.Response(401, text="no"), login=login)
+    refused = await plain.send(HttpRequest(body=b"{}"))
+    assert isinstance(refused, HttpReply)
+    assert refused.status == 401
+    assert len(logins) == 1
