@@ -39,6 +39,7 @@ The tree, and what a handler does with each branch::
         ├── NegotiationFailed       the server answered no negotiation usably (X1)
         ├── TaskSupportMissing      a long call where no task support is declared (X1)
         ├── UnknownTool             the server does not list the tool
+        │   └── InvalidToolHeaders  its x-mcp-header declarations are invalid: excluded
         ├── ToolNotAllowed          the servers file does not allow the tool here (C1)
         └── AdapterDisabled         new operations on this adapter are switched off (P6)
 
@@ -210,6 +211,10 @@ class UnknownTool(AdapterError):
     """The server does not list the tool."""
 
 
+class InvalidToolHeaders(UnknownTool):
+    """A tool declares invalid ``x-mcp-header`` parameters: it is excluded (SEP-2243)."""
+
+
 class ToolNotAllowed(AdapterError):
     """The servers configuration does not allow this tool at this server (C1)."""
 
@@ -230,6 +235,7 @@ __all__ = [
     "ForeignIdentity",
     "IllegalTransition",
     "IntegrityError",
+    "InvalidToolHeaders",
     "LedgerMissing",
     "LedgerRefused",
     "LedgerUnavailable",

@@ -202,3 +202,50 @@ def test_resuming_stops_after_a_bound() -> None:
     answer = run_exchange(call(RpcChannel(), "tools/call", {}), serve)
     assert isinstance(answer, TransportFailure)
     assert len(sent) == 1 + RESUMES_MAX
+
+
+def test_x_mcp_header_arguments_become_param_headers() -> None:
+    """SEP-2243: designated arguments ride in ``Mcp-Param-*`` headers, encoded; null or
+    absent ones are left out; an invalid declaration excludes the tool."""
+    from longcall.adapters.mcp.tools import header_params, param_headers
+    from longcall.errors import InvalidToolHeaders
+
+    tool = {
+        "name": "t",
+        "inputSchema": {
+            "type": "object",
+            "properties": {
+                "region": {"type": "string", "x-mcp-header": "Region"},
+                "priority": {"type": "integer", "x-mcp-header": "Priority"},
+                "verbose": {"type": "boolean", "x-mcp-header": "Verbose"},
+                "name": {"type": "string", "x-mcp-header": "Name"},
+                "query": {"type": "string"},
+            },
+        },
+    }
+    params = header_params(tool)
+    assert params == {
+        "region": "Region",
+        "priority": "Priority",
+        "verbose": "Verbose",
+        "name": "Name",
+    }
+    headers = param_headers(params, {"region": "eu", "priority": 3, "verbose": None, "name": " x"})
+    assert headers == {
+        "mcp-param-region": "eu",
+        "mcp-param-priority": "3",
+        "mcp-param-name": "=?base64?IHg=?=",
+    }
+    for bad in ("", "has space", "dup"):
+        properties = {"a": {"type": "string", "x-mcp-header": bad or ""}}
+        if bad == "dup":
+            properties = {
+                "a": {"type": "string", "x-mcp-header": "Dup"},
+                "b": {"type": "string", "x-mcp-header": "dup"},
+            }
+        with pytest.raises(InvalidToolHeaders):
+            header_params({"name": "t", "inputSchema": {"properties": properties}})
+    with pytest.raises(InvalidToolHeaders):
+        header_params(
+            {"inputSchema": {"properties": {"o": {"type": "object", "x-mcp-header": "O"}}}}
+        )

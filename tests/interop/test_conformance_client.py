@@ -80,16 +80,6 @@ MRTR = (
     'back to a call that asked for none" (SubmitOutcomeLost, reconciliation_required); the '
     "call is never retried with inputResponses and the echoed requestState"
 )
-NO_PARAM_HEADERS = (
-    "SEP-2243 custom headers: tools/call never mirrors `x-mcp-header` parameters into "
-    '`Mcp-Param-*` headers ("Client called test_custom_headers but sent no Mcp-Param-* '
-    'headers", 15 failed checks)'
-)
-INVALID_TOOLS_CALLED = (
-    "SEP-2243 tool validation: tools whose `x-mcp-header` names are invalid (space, colon, "
-    "non-ASCII, control character) are bound and called instead of being excluded "
-    "(sep-2243-x-mcp-header-charset FAILURE x4)"
-)
 
 REQUIRED_AUTH = (
     "auth/metadata-default",
@@ -127,8 +117,6 @@ the client that machine-to-machine OAuth is for."""
 FAILS: dict[Case, str] = {
     Case("2025-11-25", "elicitation-sep1034-client-defaults"): PLAIN_CALL_ELICITATION,
     Case("2026-07-28", "sep-2322-client-request-state"): MRTR,
-    Case("2026-07-28", "http-custom-headers"): NO_PARAM_HEADERS,
-    Case("2026-07-28", "http-invalid-tool-headers"): INVALID_TOOLS_CALLED,
     **{
         Case(revision, scenario): reason
         for revision in REVISIONS
@@ -158,6 +146,8 @@ PASSES = (
     Case("2026-07-28", "request-metadata"),
     Case("2026-07-28", "tools_call"),
     Case("2026-07-28", "http-standard-headers"),
+    Case("2026-07-28", "http-custom-headers"),
+    Case("2026-07-28", "http-invalid-tool-headers"),
     Case("2026-07-28", "json-schema-ref-no-deref"),
 )
 NOT_APPLICABLE: dict[str, str] = {

@@ -49,7 +49,12 @@ from longcall.adapters.mcp.rpc import (
     RpcReply,
     call,
 )
-from longcall.adapters.mcp.tools import listed_tool, task_support_of, tool_binding
+from longcall.adapters.mcp.tools import (
+    listed_tool,
+    param_headers,
+    task_support_of,
+    tool_binding,
+)
 from longcall.adapters.outcomes import no_operation_id
 from longcall.core.events import (
     CancelAcknowledged,
@@ -141,7 +146,13 @@ class ModernMapping(BindingCache):
         params = self._params(
             "tools/call", {"name": record.tool_name, "arguments": dict(arguments)}, **meta
         )
-        answer = yield from call(self.channel, "tools/call", params, name=record.tool_name)
+        binding = yield from self._binding(record.tool_name)
+        headers = self.channel.dialect.headers("tools/call", record.tool_name)
+        if binding is not None:
+            headers.update(param_headers(binding.header_params, arguments))  # SEP-2243
+        answer = yield from call(
+            self.channel, "tools/call", params, name=record.tool_name, headers=headers
+        )
         if isinstance(answer, TransportFailure) or answer.error is not None:
             return submit_failure(
                 answer, failures=JSONRPC_FAILURES, rejecting_codes=REJECTING_CODES
@@ -151,7 +162,6 @@ class ModernMapping(BindingCache):
         if kind == "task":
             return self._created(result)
         if kind == "complete":
-            binding = yield from self._binding(record.tool_name)
             outcome = verify_result(
                 result, output_schema=binding.output_schema if binding else None
             )

@@ -19,10 +19,11 @@ from longcall.adapters.exchange import DEFAULT_TIMEOUT_S, Exchange, TransportFai
 from longcall.adapters.mcp import modern
 from longcall.adapters.mcp.common import submit_failure, with_progress
 from longcall.adapters.mcp.results import verify_result
-from longcall.adapters.mcp.rpc import RpcChannel, call
+from longcall.adapters.mcp.rpc import MODERN, RpcChannel, call
 from longcall.adapters.mcp.tools import (
     declared_sync_timeout_s,
     listed_tool,
+    param_headers,
     task_support_of,
     tool_binding,
 )
@@ -100,11 +101,15 @@ class SyncMapping:
         meta = {**self.channel.dialect.meta("tools/call", consent=False)}
         meta["progressToken"] = record.call_node_id
         params = {"name": record.tool_name, "arguments": dict(arguments), "_meta": meta}
+        headers = self.channel.dialect.headers("tools/call", record.tool_name)
+        if self.channel.dialect.version == MODERN:
+            headers.update(param_headers(binding.header_params, arguments))  # SEP-2243
         answer = yield from call(
             self.channel,
             "tools/call",
             params,
             name=record.tool_name,
+            headers=headers,
             timeout_s=binding.sync_timeout_s or self.timeout_s,
         )
         if isinstance(answer, TransportFailure) or answer.error is not None:

@@ -8,14 +8,22 @@ synchronous limit and ``execution.taskSupport``. Must not: perform I/O.
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from longcall.adapters.base import ToolBinding
 from longcall.adapters.exchange import Exchange, TransportFailure, malformed
-from longcall.adapters.mcp.rpc import SYNC_TIMEOUT_META_KEY, RpcChannel, RpcReply, call
+from longcall.adapters.mcp.rpc import (
+    SYNC_TIMEOUT_META_KEY,
+    RpcChannel,
+    RpcReply,
+    call,
+    header_value,
+)
 from longcall.core.keys import digest_json
-from longcall.errors import AdapterError, UnknownTool
+from longcall.errors import AdapterError, InvalidToolHeaders, UnknownTool
 
 PAGES_MAX = 50
 IDEMPOTENCY_ARGUMENTS = frozenset({"idempotencyKey", "idempotency_key", "requestId", "request_id"})
@@ -45,6 +53,61 @@ def declared_sync_timeout_s(tool: Mapping[str, Any]) -> float | None:
     if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
         return float(value)
     return None
+
+
+HEADER_TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+"""What an HTTP header name may be made of (RFC 9110 token)."""
+HEADER_PARAM_TYPES = frozenset({"string", "integer", "number", "boolean"})
+
+
+def header_params(tool: Mapping[str, Any]) -> dict[str, str]:
+    """The arguments a tool asks to see as ``Mcp-Param-<name>`` headers (SEP-2243):
+    argument → header name. Raises :class:`InvalidToolHeaders` when a declaration is
+    invalid (an empty or non-token name, a non-primitive argument, a name used twice):
+    such a tool is excluded, never called."""
+    schema = tool.get("inputSchema")
+    properties = schema.get("properties") if isinstance(schema, Mapping) else None
+    if not isinstance(properties, Mapping):
+        return {}
+    found: dict[str, str] = {}
+    seen: set[str] = set()
+    for argument, spec in properties.items():
+        if not isinstance(spec, Mapping) or "x-mcp-header" not in spec:
+            continue
+        name = spec["x-mcp-header"]
+        problem = None
+        if not isinstance(name, str) or not name:
+            problem = "an empty or non-string header name"
+        elif not HEADER_TOKEN.match(name):
+            problem = f"the header name {name!r} has characters a header name cannot have"
+        elif spec.get("type") not in HEADER_PARAM_TYPES:
+            problem = f"argument {argument!r} is not a string, number or boolean"
+        elif name.lower() in seen:
+            problem = f"the header name {name!r} is declared twice"
+        if problem is not None:
+            raise InvalidToolHeaders(
+                f"tool {tool.get('name')!r} declares {problem} in x-mcp-header; "
+                "such a tool is excluded"
+            )
+        seen.add(name.lower())
+        found[str(argument)] = name
+    return found
+
+
+def param_headers(
+    binding_params: Mapping[str, str], arguments: Mapping[str, Any]
+) -> dict[str, str]:
+    """The ``Mcp-Param-*`` headers of one call: each designated argument's value (booleans
+    and numbers as JSON, unsafe strings as the base64 sentinel); absent or null ones are
+    left out (SEP-2243)."""
+    headers: dict[str, str] = {}
+    for argument, name in binding_params.items():
+        value = arguments.get(argument)
+        if value is None:
+            continue
+        text = value if isinstance(value, str) else json.dumps(value)
+        headers[f"mcp-param-{name.lower()}"] = header_value(text)
+    return headers
 
 
 def find_tool(tools: Sequence[Mapping[str, Any]], name: str) -> dict[str, Any] | None:
@@ -136,6 +199,7 @@ def tool_binding(
         submission_lookup=submission_lookup,
         output_schema=schema if isinstance(schema, Mapping) else None,
         sync_timeout_s=sync_timeout_s,
+        header_params=header_params(tool),
     )
 
 
