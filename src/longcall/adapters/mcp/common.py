@@ -21,7 +21,13 @@ from longcall.adapters.base import Outcome, ProgressSink, ToolBinding
 from longcall.adapters.binding import binding_of
 from longcall.adapters.exchange import Exchange, SseEvent, TransportFailure
 from longcall.adapters.mcp.results import error_body
-from longcall.adapters.mcp.rpc import DEFAULT_LOOKUP_METHOD, SUBMISSION_KEY_EXTENSION, RpcReply
+from longcall.adapters.mcp.rpc import (
+    DEFAULT_LOOKUP_METHOD,
+    SUBMISSION_KEY_EXTENSION,
+    RpcChannel,
+    RpcReply,
+)
+from longcall.adapters.mcp.tools import listed_tool, task_support_of, tool_binding
 from longcall.adapters.outcomes import foreign_identity, submit_failed, unsupported
 from longcall.adapters.outcomes import request_failed as transport_request_failed
 from longcall.core.events import (
@@ -176,12 +182,32 @@ def task_status(
 
 
 class BindingCache:
-    """Tool bindings made on first use by a mapping's ``bind`` exchange (X1)."""
+    """A task version's tool bindings (X1): ``tools/list`` read into a binding, made on
+    first use. The version says what an unflagged tool supports (2026-07-28: the server
+    decides per request, so ``optional``; 2025-11-25: ``forbidden``)."""
 
+    url: str
+    channel: RpcChannel
+    protocol: str
+    version: str
+    submission_lookup: bool
     bindings: dict[str, ToolBinding]
+    unflagged_support = "forbidden"
 
     def bind(self, tool_name: str) -> Exchange[ToolBinding]:
-        raise NotImplementedError
+        meta = self.channel.dialect.meta("tools/list", consent=True) or None
+        tool = yield from listed_tool(self.channel, meta, tool_name, url=self.url)
+        binding = tool_binding(
+            self.url,
+            tool_name,
+            tool,
+            protocol=self.protocol,
+            adapter_version=self.version,
+            task_support=task_support_of(tool) or self.unflagged_support,
+            submission_lookup=self.submission_lookup,
+        )
+        self.bindings[tool_name] = binding
+        return binding
 
     def _binding(self, tool_name: str) -> Exchange[ToolBinding | None]:
         """The tool's binding, made on first use; None when the tool cannot be described

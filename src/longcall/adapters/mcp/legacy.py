@@ -51,7 +51,6 @@ from longcall.adapters.mcp.rpc import (
     call,
     post,
 )
-from longcall.adapters.mcp.tools import listed_tool, task_support_of, tool_binding
 from longcall.adapters.outcomes import foreign_identity, no_operation_id
 from longcall.core.events import (
     CancelAcknowledged,
@@ -134,22 +133,6 @@ class LegacyMapping(BindingCache):
 
     def _call(self, method: str, params: Mapping[str, Any], **kw: Any) -> Exchange[RpcReply]:
         return call(self.channel, method, params, **kw)
-
-    # --- negotiation (X1) ------------------------------------------------------------------
-
-    def bind(self, tool_name: str) -> Exchange[ToolBinding]:
-        tool = yield from listed_tool(self.channel, None, tool_name, url=self.url)
-        binding = tool_binding(
-            self.url,
-            tool_name,
-            tool,
-            protocol=PROTOCOL,
-            adapter_version=ADAPTER_VERSION,
-            task_support=task_support_of(tool) or "forbidden",
-            submission_lookup=self.submission_lookup,
-        )
-        self.bindings[tool_name] = binding
-        return binding
 
     # --- create (X2) ------------------------------------------------------------------------
 

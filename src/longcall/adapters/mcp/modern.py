@@ -50,10 +50,7 @@ from longcall.adapters.mcp.rpc import (
     call,
 )
 from longcall.adapters.mcp.tools import (
-    listed_tool,
     param_headers,
-    task_support_of,
-    tool_binding,
 )
 from longcall.adapters.outcomes import no_operation_id
 from longcall.core.events import (
@@ -96,6 +93,8 @@ class ModernMapping(BindingCache):
 
     protocol = PROTOCOL
     version = ADAPTER_VERSION
+    unflagged_support = "optional"
+    """2026-07-28 has no per-tool flag on the wire: the server decides per request."""
 
     def __init__(self, url: str, *, discovered: Mapping[str, Any] | None = None) -> None:
         self.url = url
@@ -118,24 +117,6 @@ class ModernMapping(BindingCache):
     ) -> Exchange[RpcReply]:
         params = self._params(method, {"taskId": task_id, **(extra or {})})
         return call(self.channel, method, params, name=task_id)
-
-    # --- negotiation (X1) ------------------------------------------------------------------
-
-    def bind(self, tool_name: str) -> Exchange[ToolBinding]:
-        meta = self.channel.dialect.meta("tools/list", consent=True)
-        tool = yield from listed_tool(self.channel, meta, tool_name, url=self.url)
-        # 2026-07-28 has no per-tool flag on the wire: the server decides per request.
-        binding = tool_binding(
-            self.url,
-            tool_name,
-            tool,
-            protocol=PROTOCOL,
-            adapter_version=ADAPTER_VERSION,
-            task_support=task_support_of(tool) or "optional",
-            submission_lookup=self.submission_lookup,
-        )
-        self.bindings[tool_name] = binding
-        return binding
 
     # --- create (X2) ------------------------------------------------------------------------
 
