@@ -144,6 +144,10 @@ class ModernClient:
                     if not line.startswith("data:"):
                         continue
                     message = json.loads(line[len("data:") :])
+                    if str(message.get("method")).startswith("notifications/"):
+                        # SEP-2575: every frame, the acknowledgement too, names the subscription.
+                        tag = message["params"]["_meta"][SUBSCRIPTION_ID]
+                        assert tag == body["id"], message
                     if message.get("method") != "notifications/tasks":
                         continue
                     params = dict(message["params"])

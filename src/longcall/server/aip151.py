@@ -50,6 +50,7 @@ from longcall.server.errors import (
     LongcallServerError,
     StoreUnavailable,
     TaskNotFound,
+    TooManyOpenTasks,
 )
 from longcall.server.front import (
     STORE_RETRY_AFTER_S,
@@ -346,6 +347,8 @@ class Aip151Facade:
                 submission_key=key,
                 ttl_ms=spec.ttl_ms,
             )
+        except TooManyOpenTasks as exc:
+            raise ApiError(RESOURCE_EXHAUSTED, exc.message, "TOO_MANY_OPEN_OPERATIONS") from exc
         except InvalidParams as exc:
             if key is not None and "submission key" in exc.message:
                 # AIP-155: a request id names one request; another body under it is refused.

@@ -39,6 +39,7 @@ from longcall.server.errors import (
     InvalidParams,
     JsonRpcError,
     StoreUnavailable,
+    TooManyOpenTasks,
 )
 from longcall.server.front import (
     accepts,
@@ -276,6 +277,8 @@ def _error_reply(request_id: Any, error: JsonRpcError, *, modern_status: bool) -
     status = ERROR_CODE_HTTP_STATUS.get(error.code, 200) if modern_status else 200
     if error.code in (PARSE_ERROR, INVALID_REQUEST):
         status = 400
+    if isinstance(error, TooManyOpenTasks):
+        status = 429  # both versions: the caller should back off, not resend at once
     return JSONResponse(error_response(request_id, error.to_wire()), status_code=status)
 
 

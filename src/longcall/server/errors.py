@@ -67,6 +67,13 @@ class MethodNotFound(JsonRpcError):
         )
 
 
+class TooManyOpenTasks(JsonRpcError):
+    """The caller already holds as many open tasks as the server allows (HTTP 429)."""
+
+    def __init__(self, message: str, limit: int) -> None:
+        super().__init__(QUOTA_EXCEEDED, message, {"limit": limit})
+
+
 class TaskNotFound(InvalidParams):
     """Unknown, expired or another principal's task: all answered alike (S5)."""
 

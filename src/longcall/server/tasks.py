@@ -29,7 +29,6 @@ from typing import Any, TypeVar
 
 from longcall.server.errors import (
     INTERNAL_ERROR,
-    QUOTA_EXCEEDED,
     InvalidParams,
     JsonRpcError,
     QuotaExceeded,
@@ -38,6 +37,7 @@ from longcall.server.errors import (
     TaskNotFound,
     ToolError,
     ToolProtocolError,
+    TooManyOpenTasks,
 )
 from longcall.server.inputs import (
     InputNeeded,
@@ -510,9 +510,7 @@ class TaskManager:
         except SubmissionKeyConflict as exc:
             raise InvalidParams(str(exc), {"submissionKey": submission_key}) from exc
         except QuotaExceeded as exc:
-            raise JsonRpcError(
-                QUOTA_EXCEEDED, str(exc), {"limit": self.options.max_open_tasks_per_principal}
-            ) from exc
+            raise TooManyOpenTasks(str(exc), self.options.max_open_tasks_per_principal) from exc
         if record.protocol is not protocol:
             raise InvalidParams(
                 f"submission key {submission_key!r} belongs to a task of protocol"
