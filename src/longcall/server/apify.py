@@ -499,6 +499,7 @@ class ApifyFacade:
         meta = params.get("_meta")
         key = meta.get(SUBMISSION_KEY_META_KEY) if isinstance(meta, Mapping) else None
         try:
+            timeout = control.get("timeoutSecs")
             created = await self.manager.create(
                 principal=principal,
                 spec=spec,
@@ -506,6 +507,10 @@ class ApifyFacade:
                 protocol=PROTOCOL,
                 submission_key=f"apify/{key}" if isinstance(key, str) and key else None,
                 ttl_ms=spec.ttl_ms,
+                # Stored with the run: a restart or another server process enforces it too.
+                run_timeout_s=float(timeout)
+                if isinstance(timeout, int | float) and timeout > 0
+                else None,
             )
         except InvalidParams as exc:
             detail = exc.message
@@ -519,17 +524,13 @@ class ApifyFacade:
                 f'Invalid arguments for tool "{name}".\nValidation errors: {detail}.\n'
                 + CHECK_SCHEMA_HINT
             ) from exc
-        timeout = control.get("timeoutSecs")
-        if created.created and isinstance(timeout, int | float) and timeout > 0:
-            # Stored with the run: a restart or another server process enforces it too.
-            await self.manager.store.set_run_limits(
-                created.record.task_id, run_timeout_s=float(timeout)
-            )
         if wait_secs == 0 and created.created:
             # Fire-and-forget start: the run was created by this very call (READY).
             view = await self.observe(created.record.task_id, principal, just_created=True)
         else:
-            view = await self._wait(created.record.task_id, principal, wait_secs)
+            # A new run's window counts from its creation, as the run's own clock does.
+            since = created.record.created_at if created.created else None
+            view = await self._wait(created.record.task_id, principal, wait_secs, since=since)
         return self.run_result(view, with_usage=True)
 
     async def _get_run(self, arguments: Mapping[str, Any], principal: Principal) -> dict[str, Any]:
@@ -620,9 +621,13 @@ class ApifyFacade:
             return "READY"
         return "RUNNING"
 
-    async def _wait(self, run_id: str, principal: Principal, wait_secs: int) -> RunView:
-        """Wait up to ``wait_secs`` facade seconds for a terminal status (a long poll)."""
-        deadline = time.monotonic() + wait_secs * self.time_scale
+    async def _wait(
+        self, run_id: str, principal: Principal, wait_secs: int, *, since: float | None = None
+    ) -> RunView:
+        """Wait up to ``wait_secs`` facade seconds (from ``since`` on the server's clock, else
+        from now) for a terminal status (a long poll)."""
+        already = 0.0 if since is None else max(0.0, self.manager.clock() - since)
+        deadline = time.monotonic() + wait_secs * self.time_scale - already
         while True:
             with self.manager.hub.watch(run_id) as changed:
                 view = await self.observe(run_id, principal)

@@ -70,6 +70,8 @@ class NewTask:
     """Whether the creating client declared elicitation (no undeclared input requests, S6)."""
     progress_token: str | int | None = None
     """2025-11-25: the creating request's ``progressToken``, valid for the task's life."""
+    run_timeout_s: float | None = None
+    """An Apify-style run's ``timeoutSecs`` (facade seconds), stored with the task."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -481,6 +481,7 @@ class TaskManager:
         client_can_elicit: bool = True,
         progress_token: str | int | None = None,
         answered: Sequence[tuple[str, Mapping[str, Any], Mapping[str, Any]]] = (),
+        run_timeout_s: float | None = None,
     ) -> CreateOutcome:
         """Create the task durably (S2) or return the one of the same submission key (S3)."""
         self.check_arguments(spec, arguments)
@@ -498,6 +499,7 @@ class TaskManager:
             status_message="The operation is now in progress.",
             client_can_elicit=client_can_elicit,
             progress_token=progress_token,
+            run_timeout_s=run_timeout_s,
         )
         try:
             record, created = await self.store.create(

@@ -482,8 +482,8 @@ class SqlTaskStore:
                     "INSERT INTO tasks (task_id, principal, tool_name, arguments,"
                     " arguments_digest, protocol, submission_key, status, status_message,"
                     " created_at, last_updated_at, ttl_ms, expires_at, poll_interval_ms,"
-                    " client_can_elicit, owner, lease_until, progress_token)"
-                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
+                    " client_can_elicit, owner, lease_until, progress_token, run_timeout_s)"
+                    " VALUES (?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?,?)",
                     (
                         new.task_id,
                         new.principal,
@@ -503,6 +503,7 @@ class SqlTaskStore:
                         owner,
                         lease_until,
                         dumps(new.progress_token),
+                        new.run_timeout_s,
                     ),
                 )
                 self._append_history(
