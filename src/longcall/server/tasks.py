@@ -82,7 +82,6 @@ OWNER_LOST_MESSAGE = (
     "The server process running this task stopped; the tool is not declared idempotent,"
     " so it was not re-run. Its effects, if any, are unknown."
 )
-RESTART_ERROR_MESSAGE = OWNER_LOST_MESSAGE
 
 
 def new_task_id() -> str:
@@ -357,13 +356,11 @@ class TaskManager:
         self.hub = ChangeHub()
         self._running: dict[str, asyncio.Task[None]] = {}
         self._keeper: asyncio.Task[None] | None = None
-        self._stopping = False
 
     # ---- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
         """Purge long-expired rows, take over tasks nobody holds, then keep leases (S2, D1)."""
-        self._stopping = False
         await self.store.purge(self.clock())
         await self._claim_expired()
         self._keeper = asyncio.get_running_loop().create_task(
@@ -372,7 +369,6 @@ class TaskManager:
 
     async def stop(self) -> None:
         """Stop executions without touching their status, and hand their leases back."""
-        self._stopping = True
         if self._keeper is not None:
             self._keeper.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -389,6 +385,7 @@ class TaskManager:
             await self.store.release(self.owner)
 
     def lease_until(self) -> float:
+        """When a lease taken or renewed now expires (server clock)."""
         return self.clock() + self.options.lease_s
 
     async def _keep_leases(self) -> None:
