@@ -19,7 +19,10 @@ The tree, and what a handler does with each branch::
     ├── ConflictError            a LOST RACE: somebody else wrote first (L4).
     │   │                        Re-read the row and decide again; never an outcome.
     │   ├── VersionConflict         the compare-and-set found another row version
-    │   └── DuplicateCallNode       the call node was created by someone else first
+    │   ├── DuplicateCallNode       the call node was created by someone else first
+    │   └── Fenced                  another worker took the operation over (its lease
+    │                               lapsed): the database refused the stale write, and
+    │                               the worker lets the operation go, never re-decides
     ├── IntegrityError           data that contradicts itself or what we hold. Never
     │   │                        retried: the operation goes to reconciliation with
     │   │                        this reason and a timer (X7).
@@ -120,6 +123,16 @@ class VersionConflict(ConflictError):
 
 class DuplicateCallNode(ConflictError):
     """An operation already exists for this call node id."""
+
+
+class Fenced(ConflictError):
+    """A worker wrote an operation it no longer holds (D1).
+
+    Another worker took it over after this one's lease lapsed (a pause, a partition, a
+    GC stop): the row's owner or execution epoch moved on, so the database refused the
+    write. A lost race of a special kind: the stale worker lets the operation go
+    instead of re-reading and deciding again.
+    """
 
 
 # --- integrity: to an operator, never a retry ------------------------------------------------
@@ -232,6 +245,7 @@ __all__ = [
     "CorruptRow",
     "DigestMismatch",
     "DuplicateCallNode",
+    "Fenced",
     "ForeignIdentity",
     "IllegalTransition",
     "IntegrityError",

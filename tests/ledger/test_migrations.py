@@ -158,3 +158,82 @@ def test_open_ledger_postgres_url_takes_schema_option() -> None:
                 assert isinstance(ledger, pg_backend.PostgresLedger)
                 assert ledger.schema == schema
                 assert ledger.schema_version() == pg_backend.SCHEMA_VERSION
+
+
+def _older_rows(open_at: Callable[[], Ledger], insert: Callable[[str], Any]) -> None:
+    """Rows written before migration 4 gain the lease columns from their records."""
+    records = [
+        dataclasses.replace(fresh("open-1"), execution_epoch=3),
+        dataclasses.replace(fresh("done-1"), state=State.ACCEPTED),
+    ]
+    for record in records:
+        insert(record)
+    with open_at() as ledger:
+        assert ledger.open_versions() == {"open-1": 1}
+        ledger.register_worker("w", kind="worker", now=1.0, lease_s=5.0)
+        (claimed,) = ledger.claim(
+            "w",
+            now=1.0,
+            limit=5,
+            decide=lambda r: dataclasses.replace(
+                r, execution_epoch=r.execution_epoch + 1, version=r.version + 1
+            ),
+        )
+        assert (claimed.call_node_id, claimed.execution_epoch) == ("open-1", 4)
+
+
+def test_migration_4_fills_lease_columns_sqlite(tmp_path: Path) -> None:
+    """SQLite: an open v3 row is claimable at its recorded epoch; an accepted one is not."""
+    path = tmp_path / "ledger.db"
+
+    class V3(sqlite_backend.SQLiteLedger):
+        migrations = sqlite_backend.MIGRATIONS[:3]
+
+    V3(path).close()
+
+    def insert(record: Any) -> None:
+        from longcall.ledger import codec
+
+        conn = sqlite3.connect(path, isolation_level=None)
+        try:
+            conn.execute(
+                "INSERT INTO operations (call_node_id, version, state, server, operation_id,"
+                " submission_key, request_digest, tool_digest, record_json, created_at_utc,"
+                " updated_at_utc) VALUES (?, 1, ?, 's', NULL, ?, ?, ?, ?, 't', 't')",
+                (
+                    record.call_node_id,
+                    record.state.value,
+                    record.submission_key,
+                    record.request_digest,
+                    record.tool_descriptor_digest,
+                    codec.dumps(record),
+                ),
+            )
+        finally:
+            conn.close()
+
+    _older_rows(lambda: sqlite_backend.SQLiteLedger(path), insert)
+
+
+def test_migration_4_fills_lease_columns_postgres() -> None:
+    """PostgreSQL: the same upgrade of rows written before leases existed."""
+    from longcall.ledger import codec
+
+    with pg_schema() as (dsn, schema):
+
+        class V3(pg_backend.PostgresLedger):
+            migrations = pg_backend.MIGRATIONS[:3]
+
+        V3(dsn, schema=schema).close()
+        store = _pg_store(dsn, schema)
+
+        def insert(record: Any) -> None:
+            text = codec.dumps(record).replace("'", "''")
+            store.sql(
+                "INSERT INTO operations (call_node_id, version, state, server, operation_id,"
+                " submission_key, record_json, created_at_utc, updated_at_utc) VALUES"
+                f" ('{record.call_node_id}', 1, '{record.state.value}', 's', NULL,"
+                f" '{record.submission_key}', '{text}', 't', 't')"
+            )
+
+        _older_rows(lambda: pg_backend.PostgresLedger(dsn, schema=schema), insert)

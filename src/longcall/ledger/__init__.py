@@ -12,8 +12,24 @@ from __future__ import annotations
 
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
-from longcall.errors import CorruptRow, DuplicateCallNode, SchemaTooNew, UnsupportedLedgerURL
-from longcall.ledger.base import HistoryRow, Ledger, OutboxRow
+from longcall.errors import (
+    CorruptRow,
+    DuplicateCallNode,
+    Fenced,
+    SchemaTooNew,
+    UnsupportedLedgerURL,
+)
+from longcall.ledger.base import (
+    CLIENT,
+    WORKER,
+    Census,
+    Fence,
+    HistoryRow,
+    Ledger,
+    OutboxRow,
+    WorkerRow,
+)
+from longcall.ledger.budget import PollGrant
 from longcall.ledger.sqlite import SQLiteLedger
 
 DEFAULT_LEDGER_URL = "sqlite:///longcall.db"
@@ -39,14 +55,21 @@ def open_ledger(url: str) -> Ledger:
 
 
 __all__ = [
+    "CLIENT",
     "DEFAULT_LEDGER_URL",
+    "WORKER",
+    "Census",
     "CorruptRow",
     "DuplicateCallNode",
+    "Fence",
+    "Fenced",
     "HistoryRow",
     "Ledger",
     "OutboxRow",
+    "PollGrant",
     "SQLiteLedger",
     "SchemaTooNew",
     "UnsupportedLedgerURL",
+    "WorkerRow",
     "open_ledger",
 ]

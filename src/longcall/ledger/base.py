@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import datetime as dt
-from collections.abc import Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 from longcall.core import (
@@ -27,9 +27,11 @@ from longcall.core.keys import digest_bytes
 from longcall.errors import (
     AcceptanceMismatch,
     DigestMismatch,
+    Fenced,
     LocalProtocolError,
     VersionConflict,
 )
+from longcall.ledger.budget import PollGrant
 
 _STATES_WITH_OBSERVED_TERMINAL = (State.TERMINAL_OBSERVED, State.FETCHING_RESULT)
 
@@ -55,6 +57,53 @@ class HistoryRow:
     event: str
     at: float
     at_utc: str
+    owner: str | None = None
+    """The worker that wrote this version under its lease (None: an unowned write,
+    e.g. an operator's cancel, answer or reconciliation)."""
+    execution_epoch: int = 0
+
+
+WORKER = "worker"
+"""A worker process: it takes a fair share of the open operations."""
+CLIENT = "client"
+"""A caller waiting on its own call nodes: it claims only those and takes no share."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class WorkerRow:
+    """One registered lease holder (a worker or a waiting client)."""
+
+    owner: str
+    kind: str
+    lease_until: float
+    started_at_utc: str
+    renewed_at_utc: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Census:
+    """What a worker needs to size its share of the open operations (D1)."""
+
+    open_operations: int
+    live_workers: int
+    """Workers (not clients) whose lease has not lapsed at the asker's ``now``."""
+    held: int
+    """Open operations the asking owner holds."""
+    claimable: int
+    """Open operations nobody live holds (unowned, or their owner's lease lapsed)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Fence:
+    """The (owner, execution epoch) a worker's write requires the row still to hold."""
+
+    owner: str
+    execution_epoch: int
+
+
+ClaimDecision = Callable[[OperationRecord], OperationRecord]
+"""Given a stored open record, the record a claim writes (same identity, version + 1,
+a higher execution epoch): the engine runs the core machine here."""
 
 
 def utc_now_iso() -> str:
@@ -73,10 +122,15 @@ class Ledger(abc.ABC):
 
     @abc.abstractmethod
     def create(
-        self, record: OperationRecord, *, blobs: Mapping[str, bytes] | None = None
+        self,
+        record: OperationRecord,
+        *,
+        blobs: Mapping[str, bytes] | None = None,
+        owner: str | None = None,
     ) -> OperationRecord:
         """Insert a new record (version 1) and its blobs (e.g. the request arguments) in
-        one transaction. Raises DuplicateCallNode if the node exists."""
+        one transaction. Raises DuplicateCallNode if the node exists. With ``owner``
+        (a registered lease holder) the new operation is held by it from the start."""
 
     @abc.abstractmethod
     def server_session(self, server: str) -> dict[str, Any] | None:
@@ -88,11 +142,14 @@ class Ledger(abc.ABC):
         """Keep (or, with None, forget) the protocol session held at ``server``."""
 
     @abc.abstractmethod
-    def put_blob(self, call_node_id: str, name: str, payload: bytes) -> bool:
+    def put_blob(
+        self, call_node_id: str, name: str, payload: bytes, *, fence: Fence | None = None
+    ) -> bool:
         """Store a write-once payload of a call node (an input answer, X4).
 
         True when written, False when the same bytes were already there; different
-        bytes under the same name raise BlobConflict (an answer is given once).
+        bytes under the same name raise BlobConflict (an answer is given once). With
+        ``fence``, the row must still be held by that (owner, epoch), else Fenced.
         """
 
     @abc.abstractmethod
@@ -127,12 +184,24 @@ class Ledger(abc.ABC):
         """Records in any of these states (all records when none are given), oldest first."""
 
     @abc.abstractmethod
-    def update(self, record: OperationRecord, *, expected_version: int, event: str) -> None:
+    def update(
+        self,
+        record: OperationRecord,
+        *,
+        expected_version: int,
+        event: str,
+        owner: str | None = None,
+    ) -> None:
         """Store ``record`` if the row is still at ``expected_version`` (L4).
 
         ``record.version`` must be ``expected_version + 1``. A lost race raises
         VersionConflict and writes nothing. Entering a terminal state is not an update:
         that is :meth:`accept_terminal`.
+
+        With ``owner`` (a worker's write under its lease) the row must also still be
+        held by ``owner`` at ``record.execution_epoch``, checked in the same SQL
+        statement; otherwise the write raises :class:`Fenced` (D1). Without it (an
+        operator's write) only the version is checked.
         """
 
     @abc.abstractmethod
@@ -144,10 +213,12 @@ class Ledger(abc.ABC):
         expected_version: int,
         result_payload: bytes,
         event: str,
+        owner: str | None = None,
     ) -> int:
         """The single acceptance point (L5): one transaction that checks the row, stores
         the result, writes the receipt and one ready-outbox row, and moves the state.
-        Returns the receipt id."""
+        Returns the receipt id. ``owner`` fences it like :meth:`update`; the lease
+        ends with the acceptance."""
 
     @abc.abstractmethod
     def receipt(self, call_node_id: str) -> TerminalReceipt | None:
@@ -177,6 +248,63 @@ class Ledger(abc.ABC):
     def history(self, call_node_id: str) -> list[HistoryRow]:
         """Every committed version of a call node's record, oldest first."""
 
+    # --- leases (D1): who drives which operation -----------------------------------
+
+    @abc.abstractmethod
+    def register_worker(self, owner: str, *, kind: str, now: float, lease_s: float) -> None:
+        """Record (or refresh) a lease holder with a lease until ``now + lease_s``."""
+
+    @abc.abstractmethod
+    def renew_worker(self, owner: str, *, now: float, lease_s: float) -> bool:
+        """Extend the owner's lease to ``now + lease_s``. False when it had lapsed at
+        ``now`` (or was gone): others may have taken some of its operations over, so
+        the owner must re-read what it still holds (:meth:`held_versions`). The lease
+        is extended either way: what nobody took is still the owner's."""
+
+    @abc.abstractmethod
+    def retire_worker(self, owner: str) -> int:
+        """Release every open operation the owner holds and forget the owner (a clean
+        shutdown: others take over at once instead of after the lease). Returns how
+        many operations were released."""
+
+    @abc.abstractmethod
+    def workers(self) -> list[WorkerRow]:
+        """Every registered lease holder."""
+
+    @abc.abstractmethod
+    def census(self, owner: str, *, now: float) -> Census:
+        """Open operations, live workers, what ``owner`` holds and what is claimable."""
+
+    @abc.abstractmethod
+    def claim(
+        self,
+        owner: str,
+        *,
+        now: float,
+        limit: int,
+        decide: ClaimDecision,
+        nodes: Collection[str] | None = None,
+    ) -> list[OperationRecord]:
+        """Take over up to ``limit`` open operations nobody live holds (unowned, or
+        their owner's lease lapsed at ``now``), oldest first; with ``nodes``, only
+        those call nodes. Each is rewritten as ``decide`` says (a higher execution
+        epoch) and held by ``owner``, in one transaction. Rows another claimer holds
+        locked are skipped, not waited for. Returns the claimed records."""
+
+    @abc.abstractmethod
+    def release(self, owner: str, call_node_ids: Collection[str]) -> int:
+        """Let go of these operations (if ``owner`` still holds them); others may claim
+        them at once. Returns how many were released."""
+
+    @abc.abstractmethod
+    def held_versions(self, owner: str) -> dict[str, int]:
+        """The row version of every open operation ``owner`` holds."""
+
+    @abc.abstractmethod
+    def take_poll_slots(self, server: str, *, now: float, count: int, qps_max: float) -> PollGrant:
+        """Take up to ``count`` send slots from the server's one poll budget, shared
+        by every worker of this ledger (X3; :mod:`longcall.ledger.budget`)."""
+
     @abc.abstractmethod
     def close(self) -> None:
         """Release the connection."""
@@ -186,6 +314,17 @@ class Ledger(abc.ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def check_fence(
+    call_node_id: str, row_owner: str | None, row_epoch: int, owner: str, epoch: int
+) -> None:
+    """Raise Fenced unless the row is held by ``owner`` at ``epoch`` (D1)."""
+    if row_owner != owner or row_epoch != epoch:
+        raise Fenced(
+            f"operation {call_node_id!r} is held by {row_owner!r} at epoch {row_epoch}; "
+            f"the write of {owner!r} at epoch {epoch} is refused"
+        )
 
 
 def check_update(row: OperationRecord, record: OperationRecord, expected_version: int) -> None:

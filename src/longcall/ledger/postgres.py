@@ -118,6 +118,28 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at_utc TEXT NOT NULL
     );
     """,
+    # Leases with fencing (D1), as in the SQLite backend's migration 4.
+    """
+    ALTER TABLE operations ADD COLUMN owner TEXT;
+    ALTER TABLE operations ADD COLUMN execution_epoch INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE operations ADD COLUMN open SMALLINT CHECK (open = 1);
+    UPDATE operations SET execution_epoch = (record_json::jsonb ->> 'execution_epoch')::int,
+        open = CASE WHEN state IN ('accepted', 'cancelled_accepted') THEN NULL ELSE 1 END;
+    CREATE INDEX operations_open_by_owner ON operations (owner, seq) WHERE open = 1;
+    ALTER TABLE history ADD COLUMN owner TEXT;
+    ALTER TABLE history ADD COLUMN execution_epoch INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE workers (
+        owner          TEXT PRIMARY KEY,
+        kind           TEXT NOT NULL,
+        lease_until    DOUBLE PRECISION NOT NULL,
+        started_at_utc TEXT NOT NULL,
+        renewed_at_utc TEXT NOT NULL
+    );
+    CREATE TABLE poll_budget (
+        server       TEXT PRIMARY KEY,
+        next_free_at DOUBLE PRECISION NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -140,6 +162,9 @@ class PostgresLedger(SqlLedger):
     # FOR UPDATE: a concurrent writer of this row waits for our commit, then reads the
     # version we wrote, so its check raises VersionConflict (L4).
     row_lock = " FOR UPDATE"
+    # SKIP LOCKED: two workers claiming at once take disjoint batches instead of
+    # queueing behind each other's locks (D1).
+    claim_lock = " FOR UPDATE SKIP LOCKED"
     duplicate_errors = (psycopg.errors.UniqueViolation,)
     integrity_errors = (psycopg.errors.IntegrityError,)
 
@@ -231,10 +256,17 @@ class PostgresLedger(SqlLedger):
 
     # --- operations ------------------------------------------------------------------
 
-    def update(self, record: OperationRecord, *, expected_version: int, event: str) -> None:
+    def update(
+        self,
+        record: OperationRecord,
+        *,
+        expected_version: int,
+        event: str,
+        owner: str | None = None,
+    ) -> None:
         now_utc = self._utc_now()
         with self._write() as conn:
-            row = self._locked_row(conn, record.call_node_id)
+            row = self._locked_row(conn, record.call_node_id, owner=owner)
             check_update(row, record, expected_version)
-            self._store(conn, record, expected_version, now_utc)
-            self._history(conn, record, event, now_utc)
+            self._store(conn, record, expected_version, now_utc, owner)
+            self._history(conn, record, event, now_utc, owner)

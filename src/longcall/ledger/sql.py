@@ -25,7 +25,7 @@ import json
 import secrets
 import threading
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, ClassVar
 
@@ -41,16 +41,25 @@ from longcall.errors import (
     BlobConflict,
     DuplicateCallNode,
     LedgerRefused,
+    LocalProtocolError,
     SchemaTooNew,
     VersionConflict,
 )
 from longcall.ledger import codec
 from longcall.ledger.base import (
+    WORKER,
+    Census,
+    ClaimDecision,
+    Fence,
     HistoryRow,
     Ledger,
     OutboxRow,
+    WorkerRow,
     check_acceptance,
+    check_fence,
+    check_update,
 )
+from longcall.ledger.budget import PollGrant, grant_slots
 
 Row = tuple[Any, ...]
 Params = Sequence[object]
@@ -92,6 +101,18 @@ def history_row(row: Row) -> HistoryRow:
         event=str(row[3]),
         at=float(row[4]),
         at_utc=str(row[5]),
+        owner=None if row[6] is None else str(row[6]),
+        execution_epoch=int(row[7]),
+    )
+
+
+def worker_row(row: Row) -> WorkerRow:
+    return WorkerRow(
+        owner=str(row[0]),
+        kind=str(row[1]),
+        lease_until=float(row[2]),
+        started_at_utc=str(row[3]),
+        renewed_at_utc=str(row[4]),
     )
 
 
@@ -102,6 +123,17 @@ def insert_operation(columns: tuple[str, ...]) -> str:
 
 
 OUTBOX_COLUMNS = "outbox_id, receipt_id, call_node_id, created_at_utc, delivered_at_utc"
+WORKER_COLUMNS = "owner, kind, lease_until, started_at_utc, renewed_at_utc"
+
+# An open row is claimable when nobody holds it or its holder's lease lapsed. Every
+# owner of an open row has a workers row (retire_worker releases before it deletes,
+# and a lapsed worker is forgotten only once it holds nothing), so "lapsed" is a
+# short list of owners, and the claim walks the (owner, creation) index.
+_LAPSED_OWNERS = "SELECT owner FROM workers WHERE lease_until <= ?"
+_CLAIMED_UPDATE = (
+    "UPDATE operations SET owner = ?, execution_epoch = ?, version = ?, state = ?,"
+    " record_json = ?, updated_at_utc = ? WHERE call_node_id = ? AND version = ?"
+)
 
 
 class SqlLedger(Ledger):
@@ -117,6 +149,10 @@ class SqlLedger(Ledger):
     """The column that orders operations by creation."""
     row_lock: ClassVar[str] = ""
     """Appended to the read of a row a write transaction is about to change."""
+    claim_lock: ClassVar[str] = ""
+    """Appended to the read of the rows a claim is about to take (PostgreSQL: skip the
+    rows another claimer holds locked; SQLite: the write transaction already excludes
+    every other writer)."""
     duplicate_errors: ClassVar[tuple[type[BaseException], ...]]
     """Driver errors that mean a create met an existing call node or submission key."""
     integrity_errors: ClassVar[tuple[type[BaseException], ...]]
@@ -259,11 +295,7 @@ class SqlLedger(Ledger):
         )
 
     def open_versions(self) -> dict[str, int]:
-        rows = self._read(
-            "SELECT call_node_id, version FROM operations"
-            f" WHERE state NOT IN ({marks(len(TERMINAL_VALUES))})",
-            TERMINAL_VALUES,
-        )
+        rows = self._read("SELECT call_node_id, version FROM operations WHERE open = 1")
         return {str(node): int(version) for node, version in rows}
 
     def server_session(self, server: str) -> dict[str, Any] | None:
@@ -318,15 +350,17 @@ class SqlLedger(Ledger):
 
     def history(self, call_node_id: str) -> list[HistoryRow]:
         rows = self._read(
-            "SELECT call_node_id, version, state, event, at, at_utc FROM history"
-            " WHERE call_node_id = ? ORDER BY version",
+            "SELECT call_node_id, version, state, event, at, at_utc, owner, execution_epoch"
+            " FROM history WHERE call_node_id = ? ORDER BY version",
             (call_node_id,),
         )
         return [history_row(row) for row in rows]
 
     # --- writes ----------------------------------------------------------------------
 
-    def _operation_columns(self, record: OperationRecord, now_utc: str) -> dict[str, object]:
+    def _operation_columns(
+        self, record: OperationRecord, now_utc: str, owner: str | None
+    ) -> dict[str, object]:
         """The columns of a new operations row (a backend may store more)."""
         return {
             "call_node_id": record.call_node_id,
@@ -338,21 +372,28 @@ class SqlLedger(Ledger):
             "record_json": codec.dumps(record),
             "created_at_utc": now_utc,
             "updated_at_utc": now_utc,
+            "owner": owner,
+            "execution_epoch": record.execution_epoch,
+            "open": None if record.is_terminal else 1,
         }
 
     def create(
-        self, record: OperationRecord, *, blobs: Mapping[str, bytes] | None = None
+        self,
+        record: OperationRecord,
+        *,
+        blobs: Mapping[str, bytes] | None = None,
+        owner: str | None = None,
     ) -> OperationRecord:
         if record.version != 1:
             raise ValueError("a new record starts at version 1")
         now_utc = self._utc_now()
-        columns = self._operation_columns(record, now_utc)
+        columns = self._operation_columns(record, now_utc, owner)
         try:
             with self._write() as conn:
                 self._execute(conn, insert_operation(tuple(columns)), tuple(columns.values()))
                 for name, payload in (blobs or {}).items():
                     self._insert_blob(conn, record.call_node_id, name, payload)
-                self._history(conn, record, "Created", now_utc)
+                self._history(conn, record, "Created", now_utc, owner)
         except self.duplicate_errors as exc:
             raise DuplicateCallNode(
                 f"call node {record.call_node_id!r} (or its submission key) already exists"
@@ -367,13 +408,14 @@ class SqlLedger(Ledger):
         expected_version: int,
         result_payload: bytes,
         event: str,
+        owner: str | None = None,
     ) -> int:
         now_utc = self._utc_now()
         try:
             with self._write() as conn:
-                row = self._locked_row(conn, record.call_node_id)
+                row = self._locked_row(conn, record.call_node_id, owner=owner)
                 check_acceptance(row, record, receipt, expected_version, result_payload)
-                self._store(conn, record, expected_version, now_utc)
+                self._store(conn, record, expected_version, now_utc, owner)
                 receipt_id = self._insert_receipt(conn, receipt, now_utc)
                 self._execute(
                     conn,
@@ -386,46 +428,76 @@ class SqlLedger(Ledger):
                     " VALUES (?, ?, ?)",
                     (receipt_id, receipt.call_node_id, now_utc),
                 )
-                self._history(conn, record, event, now_utc)
+                self._history(conn, record, event, now_utc, owner)
         except self.integrity_errors as exc:
             raise VersionConflict(
                 f"operation {record.call_node_id!r}: a receipt or outbox row already exists"
             ) from exc
         return receipt_id
 
-    def _locked_row(self, conn: Any, call_node_id: str) -> OperationRecord:
+    def _locked_row(
+        self, conn: Any, call_node_id: str, *, owner: str | None = None, epoch: int | None = None
+    ) -> OperationRecord:
+        """The stored record, locked for this transaction; with ``owner``, Fenced unless
+        the row is still held by it at ``epoch`` (default: the stored record's)."""
         row = self._execute(
             conn,
-            f"SELECT record_json FROM operations WHERE call_node_id = ?{self.row_lock}",
+            "SELECT record_json, owner, execution_epoch FROM operations"
+            f" WHERE call_node_id = ?{self.row_lock}",
             (call_node_id,),
         ).fetchone()
         if row is None:
             raise UnknownCallNode(f"no operation is recorded for call node {call_node_id!r}")
-        return codec.loads_record(str(row[0]))
+        record = codec.loads_record(str(row[0]))
+        if owner is not None:
+            wanted = record.execution_epoch if epoch is None else epoch
+            check_fence(call_node_id, row[1], int(row[2]), owner, wanted)
+        return record
 
-    def _store(self, conn: Any, record: OperationRecord, expected: int, now_utc: str) -> None:
+    def _store(
+        self,
+        conn: Any,
+        record: OperationRecord,
+        expected: int,
+        now_utc: str,
+        owner: str | None = None,
+    ) -> None:
+        """The CAS write of a checked transition; a worker's write also names its
+        (owner, epoch) in the statement, so the database itself refuses a stale one."""
+        fenced = " AND owner = ? AND execution_epoch = ?" if owner is not None else ""
         cursor = self._execute(
             conn,
             "UPDATE operations SET version = ?, state = ?, operation_id = ?, record_json = ?,"
-            " updated_at_utc = ? WHERE call_node_id = ? AND version = ?",
+            " updated_at_utc = ?, execution_epoch = ?, open = ?"
+            f" WHERE call_node_id = ? AND version = ?{fenced}",
             (
                 record.version,
                 record.state.value,
                 record.operation_id,
                 codec.dumps(record),
                 now_utc,
+                record.execution_epoch,
+                None if record.is_terminal else 1,
                 record.call_node_id,
                 expected,
+                *((owner, record.execution_epoch) if owner is not None else ()),
             ),
         )
         if cursor.rowcount != 1:  # the SQL-level CAS (L4), beside the checked one
             raise VersionConflict(f"operation {record.call_node_id!r}: version moved")
 
-    def _history(self, conn: Any, record: OperationRecord, event: str, now_utc: str) -> None:
+    def _history(
+        self,
+        conn: Any,
+        record: OperationRecord,
+        event: str,
+        now_utc: str,
+        owner: str | None = None,
+    ) -> None:
         self._execute(
             conn,
-            "INSERT INTO history (call_node_id, version, state, event, at, at_utc)"
-            " VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO history (call_node_id, version, state, event, at, at_utc, owner,"
+            " execution_epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
             (
                 record.call_node_id,
                 record.version,
@@ -433,6 +505,8 @@ class SqlLedger(Ledger):
                 event,
                 record.updated_at,
                 now_utc,
+                owner,
+                record.execution_epoch,
             ),
         )
 
@@ -443,9 +517,14 @@ class SqlLedger(Ledger):
             (call_node_id, name, payload),
         )
 
-    def put_blob(self, call_node_id: str, name: str, payload: bytes) -> bool:
+    def put_blob(
+        self, call_node_id: str, name: str, payload: bytes, *, fence: Fence | None = None
+    ) -> bool:
         with self._write() as conn:
-            self._locked_row(conn, call_node_id)
+            if fence is None:
+                self._locked_row(conn, call_node_id)
+            else:
+                self._locked_row(conn, call_node_id, owner=fence.owner, epoch=fence.execution_epoch)
             row = self._execute(
                 conn,
                 "SELECT payload FROM blobs WHERE call_node_id = ? AND name = ?",
@@ -476,6 +555,197 @@ class SqlLedger(Ledger):
             )
             return True
 
+    # --- leases (D1) ------------------------------------------------------------------
+
+    def register_worker(self, owner: str, *, kind: str, now: float, lease_s: float) -> None:
+        now_utc = self._utc_now()
+        with self._write() as conn:
+            self._execute(
+                conn,
+                f"INSERT INTO workers ({WORKER_COLUMNS}) VALUES (?, ?, ?, ?, ?)"
+                " ON CONFLICT (owner) DO UPDATE SET kind = excluded.kind,"
+                " lease_until = excluded.lease_until, renewed_at_utc = excluded.renewed_at_utc",
+                (owner, kind, now + lease_s, now_utc, now_utc),
+            )
+
+    def renew_worker(self, owner: str, *, now: float, lease_s: float) -> bool:
+        with self._write() as conn:
+            row = self._execute(
+                conn,
+                f"SELECT lease_until, kind FROM workers WHERE owner = ?{self.row_lock}",
+                (owner,),
+            ).fetchone()
+            if row is None:
+                return False  # forgotten: the caller registers again and re-reads
+            self._execute(
+                conn,
+                "UPDATE workers SET lease_until = ?, renewed_at_utc = ? WHERE owner = ?",
+                (now + lease_s, self._utc_now(), owner),
+            )
+            return float(row[0]) > now
+
+    def retire_worker(self, owner: str) -> int:
+        with self._write() as conn:
+            released = self._execute(
+                conn, "UPDATE operations SET owner = NULL WHERE owner = ? AND open = 1", (owner,)
+            ).rowcount
+            self._execute(conn, "DELETE FROM workers WHERE owner = ?", (owner,))
+            return int(released)
+
+    def workers(self) -> list[WorkerRow]:
+        rows = self._read(f"SELECT {WORKER_COLUMNS} FROM workers ORDER BY owner")
+        return [worker_row(row) for row in rows]
+
+    def census(self, owner: str, *, now: float) -> Census:
+        lapsed = [str(r[0]) for r in self._read(_LAPSED_OWNERS, (now,))]
+        live = self._read(
+            "SELECT count(*) FROM workers WHERE kind = ? AND lease_until > ?", (WORKER, now)
+        )
+        counts = self._read(
+            "SELECT count(*), coalesce(sum(CASE WHEN owner = ? THEN 1 ELSE 0 END), 0),"
+            " coalesce(sum(CASE WHEN owner IS NULL THEN 1 ELSE 0 END), 0)"
+            " FROM operations WHERE open = 1",
+            (owner,),
+        )
+        lapsed_held = (
+            self._read(
+                "SELECT count(*) FROM operations WHERE open = 1"
+                f" AND owner IN ({marks(len(lapsed))})",
+                lapsed,
+            )[0][0]
+            if lapsed
+            else 0
+        )
+        total, held, unowned = (int(v) for v in counts[0])
+        return Census(
+            open_operations=total,
+            live_workers=int(live[0][0]),
+            held=held,
+            claimable=unowned + int(lapsed_held),
+        )
+
+    def claim(
+        self,
+        owner: str,
+        *,
+        now: float,
+        limit: int,
+        decide: ClaimDecision,
+        nodes: Collection[str] | None = None,
+    ) -> list[OperationRecord]:
+        if limit < 1 or (nodes is not None and not nodes):
+            return []
+        now_utc = self._utc_now()
+        claimed: list[OperationRecord] = []
+        with self._write() as conn:
+            lapsed = [
+                str(r[0])
+                for r in self._execute(conn, _LAPSED_OWNERS, (now,)).fetchall()
+                if r[0] != owner
+            ]
+            holders = "owner IS NULL" + (f" OR owner IN ({marks(len(lapsed))})" if lapsed else "")
+            only = f" AND call_node_id IN ({marks(len(nodes))})" if nodes is not None else ""
+            rows = self._execute(
+                conn,
+                f"SELECT record_json FROM operations WHERE open = 1 AND ({holders}){only}"
+                f" ORDER BY {self.creation_order} LIMIT ?{self.claim_lock}",
+                (*lapsed, *(nodes or ()), limit),
+            ).fetchall()
+            for (text,) in rows:
+                before = codec.loads_record(str(text))
+                after = decide(before)
+                check_update(before, after, before.version)
+                if after.execution_epoch <= before.execution_epoch:
+                    raise LocalProtocolError(
+                        f"operation {before.call_node_id!r}: a claim must raise the epoch"
+                    )
+                claimed.append(after)
+            self._executemany(
+                conn,
+                _CLAIMED_UPDATE,
+                [
+                    (
+                        owner,
+                        r.execution_epoch,
+                        r.version,
+                        r.state.value,
+                        codec.dumps(r),
+                        now_utc,
+                        r.call_node_id,
+                        r.version - 1,
+                    )
+                    for r in claimed
+                ],
+            )
+            for record in claimed:
+                self._history(conn, record, "ExecutionClaimed", now_utc, owner)
+            if lapsed and len(claimed) < limit:
+                # A lapsed worker that holds nothing any more is forgotten.
+                self._execute(
+                    conn,
+                    f"DELETE FROM workers WHERE owner IN ({marks(len(lapsed))}) AND NOT EXISTS"
+                    " (SELECT 1 FROM operations o WHERE o.owner = workers.owner AND o.open = 1)",
+                    lapsed,
+                )
+        return claimed
+
+    def release(self, owner: str, call_node_ids: Collection[str]) -> int:
+        if not call_node_ids:
+            return 0
+        with self._write() as conn:
+            released = 0
+            for chunk in _chunks(list(call_node_ids)):
+                released += self._execute(
+                    conn,
+                    "UPDATE operations SET owner = NULL WHERE owner = ? AND open = 1"
+                    f" AND call_node_id IN ({marks(len(chunk))})",
+                    (owner, *chunk),
+                ).rowcount
+            return released
+
+    def held_versions(self, owner: str) -> dict[str, int]:
+        rows = self._read(
+            "SELECT call_node_id, version FROM operations WHERE open = 1 AND owner = ?",
+            (owner,),
+        )
+        return {str(node): int(version) for node, version in rows}
+
+    def take_poll_slots(self, server: str, *, now: float, count: int, qps_max: float) -> PollGrant:
+        with self._write() as conn:
+            self._execute(
+                conn,
+                "INSERT INTO poll_budget (server, next_free_at) VALUES (?, ?)"
+                " ON CONFLICT (server) DO NOTHING",
+                (server, now),
+            )
+            row = self._execute(
+                conn,
+                f"SELECT next_free_at FROM poll_budget WHERE server = ?{self.row_lock}",
+                (server,),
+            ).fetchone()
+            grant, next_free_at = grant_slots(
+                server, float(row[0]), now=now, count=count, qps_max=qps_max
+            )
+            self._execute(
+                conn,
+                "UPDATE poll_budget SET next_free_at = ? WHERE server = ?",
+                (next_free_at, server),
+            )
+        return grant
+
+    def _executemany(self, conn: Any, query: str, rows: Sequence[Params]) -> None:
+        """Run one ``?``-style statement for each parameter row."""
+        for params in rows:
+            self._execute(conn, query, params)
+
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+_CHUNK = 500
+"""Parameters per ``IN (...)`` list (SQLite's default limit is far above; PostgreSQL's too)."""
+
+
+def _chunks(items: list[str]) -> list[list[str]]:
+    return [items[i : i + _CHUNK] for i in range(0, len(items), _CHUNK)]

@@ -29,6 +29,9 @@ from longcall.ledger import codec
 from longcall.ledger.base import check_update, utc_now_iso
 from longcall.ledger.sql import TERMINAL_VALUES, Params, SqlLedger, marks
 
+_TERMINAL_AT_V4 = ("accepted", "cancelled_accepted")
+"""The terminal states when migration 4 ran (a migration never changes after it ships)."""
+
 # Forward-only migrations; index i brings the schema to version i + 1.
 MIGRATIONS: tuple[str, ...] = (
     """
@@ -106,6 +109,32 @@ MIGRATIONS: tuple[str, ...] = (
         updated_at_utc TEXT NOT NULL
     );
     """,
+    # Leases with fencing (D1): who holds an open operation, at which execution epoch
+    # (mirrored from the record so a write can be conditioned on it in SQL), and
+    # whether it is still open (1) or accepted (NULL); the lease holders; one poll
+    # budget per server for every worker (X3).
+    f"""
+    ALTER TABLE operations ADD COLUMN owner TEXT;
+    ALTER TABLE operations ADD COLUMN execution_epoch INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE operations ADD COLUMN open INTEGER CHECK (open = 1);
+    UPDATE operations SET execution_epoch = json_extract(record_json, '$.execution_epoch'),
+        open = CASE WHEN state IN ({", ".join(repr(v) for v in _TERMINAL_AT_V4)}) THEN NULL
+                    ELSE 1 END;
+    CREATE INDEX operations_open_by_owner ON operations (owner) WHERE open = 1;
+    ALTER TABLE history ADD COLUMN owner TEXT;
+    ALTER TABLE history ADD COLUMN execution_epoch INTEGER NOT NULL DEFAULT 0;
+    CREATE TABLE workers (
+        owner          TEXT PRIMARY KEY,
+        kind           TEXT NOT NULL,
+        lease_until    REAL NOT NULL,
+        started_at_utc TEXT NOT NULL,
+        renewed_at_utc TEXT NOT NULL
+    );
+    CREATE TABLE poll_budget (
+        server       TEXT PRIMARY KEY,
+        next_free_at REAL NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -114,15 +143,24 @@ SCHEMA_VERSION = len(MIGRATIONS)
 # itself, any other state only over a non-terminal one.
 _STATE_IS = "state = ?"
 _STATE_NOT_TERMINAL = f"state NOT IN ({marks(len(TERMINAL_VALUES))})"
+# A worker's write also names the (owner, epoch) it holds the row at (D1); an
+# operator's write (no owner) leaves the epoch as it is.
+_FENCE = " AND owner = ? AND execution_epoch = ?"
 _GUARDED_UPDATE = (
     "UPDATE operations SET version = ?, state = ?, operation_id = ?,"
-    " record_json = ?, updated_at_utc = ?"
+    " record_json = ?, updated_at_utc = ?, execution_epoch = ?"
     " WHERE call_node_id = ? AND version = ? AND version + 1 = ?"
     " AND request_digest = ? AND tool_digest = ? AND submission_key = ?"
-    " AND {state_guard}"
+    " AND {state_guard}{fence}"
 )
-_UPDATE_TO_TERMINAL = _GUARDED_UPDATE.format(state_guard=_STATE_IS)
-_UPDATE_TO_OPEN = _GUARDED_UPDATE.format(state_guard=_STATE_NOT_TERMINAL)
+_UPDATES = {
+    (terminal, fenced): _GUARDED_UPDATE.format(
+        state_guard=_STATE_IS if terminal else _STATE_NOT_TERMINAL,
+        fence=_FENCE if fenced else "",
+    )
+    for terminal in (False, True)
+    for fenced in (False, True)
+}
 
 
 class SQLiteLedger(SqlLedger):
@@ -221,34 +259,42 @@ class SQLiteLedger(SqlLedger):
 
     # --- operations ------------------------------------------------------------------
 
-    def _operation_columns(self, record: OperationRecord, now_utc: str) -> dict[str, object]:
+    def _operation_columns(
+        self, record: OperationRecord, now_utc: str, owner: str | None
+    ) -> dict[str, object]:
         # The identity digests have their own columns so the guarded update can check
         # them without decoding the record.
         return {
-            **super()._operation_columns(record, now_utc),
+            **super()._operation_columns(record, now_utc, owner),
             "request_digest": record.request_digest,
             "tool_digest": record.tool_descriptor_digest,
         }
 
-    def update(self, record: OperationRecord, *, expected_version: int, event: str) -> None:
+    def update(
+        self,
+        record: OperationRecord,
+        *,
+        expected_version: int,
+        event: str,
+        owner: str | None = None,
+    ) -> None:
         now_utc = self._utc_now()
-        # Fast path: every rule of check_update is in the UPDATE's guard (L4), so the
-        # row is neither read nor decoded; only a refused update reads the row, to
-        # raise the precise error.
-        guard_values: tuple[str, ...]
-        if record.state in TERMINAL_STATES:
-            statement, guard_values = _UPDATE_TO_TERMINAL, (record.state.value,)
-        else:
-            statement, guard_values = _UPDATE_TO_OPEN, TERMINAL_VALUES
+        # Fast path: every rule of check_update, and the fence, is in the UPDATE's
+        # guard (L4, D1), so the row is neither read nor decoded; only a refused update
+        # reads the row, to raise the precise error (Fenced before a version conflict).
+        terminal = record.state in TERMINAL_STATES
+        guard_values = (record.state.value,) if terminal else TERMINAL_VALUES
+        fence_values = (owner, record.execution_epoch) if owner is not None else ()
         with self._write() as conn:
             cursor = conn.execute(
-                statement,
+                _UPDATES[terminal, owner is not None],
                 (
                     record.version,
                     record.state.value,
                     record.operation_id,
                     codec.dumps(record),
                     now_utc,
+                    record.execution_epoch,
                     record.call_node_id,
                     expected_version,
                     record.version,
@@ -256,9 +302,11 @@ class SQLiteLedger(SqlLedger):
                     record.tool_descriptor_digest,
                     record.submission_key,
                     *guard_values,
+                    *fence_values,
                 ),
             )
             if cursor.rowcount != 1:
-                check_update(self._locked_row(conn, record.call_node_id), record, expected_version)
+                row = self._locked_row(conn, record.call_node_id, owner=owner)
+                check_update(row, record, expected_version)
                 raise VersionConflict(f"operation {record.call_node_id!r}: version moved")
-            self._history(conn, record, event, now_utc)
+            self._history(conn, record, event, now_utc, owner)

@@ -28,8 +28,12 @@ def commit(
     *,
     event: str,
     result_payload: bytes | None = None,
+    owner: str | None = None,
 ) -> OperationRecord:
-    """Write ``transition`` over ``before`` (which must still be the stored version)."""
+    """Write ``transition`` over ``before`` (which must still be the stored version).
+
+    ``owner`` makes it a worker's write under its lease: the database refuses it
+    (Fenced) once another worker took the operation over (D1)."""
     accepts = [cmd for cmd in transition.commands if isinstance(cmd, AcceptTerminal)]
     if accepts:
         if result_payload is None:
@@ -42,9 +46,10 @@ def commit(
             expected_version=before.version,
             result_payload=result_payload,
             event=event,
+            owner=owner,
         )
     else:
-        ledger.update(transition.record, expected_version=before.version, event=event)
+        ledger.update(transition.record, expected_version=before.version, event=event, owner=owner)
     return transition.record
 
 

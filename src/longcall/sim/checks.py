@@ -227,15 +227,26 @@ class ObservedLedger(SQLiteLedger):
     checker: Checker | None = None
 
     def create(
-        self, record: OperationRecord, *, blobs: Mapping[str, bytes] | None = None
+        self,
+        record: OperationRecord,
+        *,
+        blobs: Mapping[str, bytes] | None = None,
+        owner: str | None = None,
     ) -> OperationRecord:
-        out = super().create(record, blobs=blobs)
+        out = super().create(record, blobs=blobs, owner=owner)
         if self.checker is not None:
             self.checker.on_write(record, "Created", None)
         return out
 
-    def update(self, record: OperationRecord, *, expected_version: int, event: str) -> None:
-        super().update(record, expected_version=expected_version, event=event)
+    def update(
+        self,
+        record: OperationRecord,
+        *,
+        expected_version: int,
+        event: str,
+        owner: str | None = None,
+    ) -> None:
+        super().update(record, expected_version=expected_version, event=event, owner=owner)
         if self.checker is not None:
             self.checker.on_write(record, event, None)
 
@@ -247,6 +258,7 @@ class ObservedLedger(SQLiteLedger):
         expected_version: int,
         result_payload: bytes,
         event: str,
+        owner: str | None = None,
     ) -> int:
         receipt_id = super().accept_terminal(
             record,
@@ -254,6 +266,7 @@ class ObservedLedger(SQLiteLedger):
             expected_version=expected_version,
             result_payload=result_payload,
             event=event,
+            owner=owner,
         )
         if self.checker is not None:
             self.checker.on_write(record, event, receipt)
