@@ -308,17 +308,56 @@ def _print_view(view: dict[str, Any], as_json: bool) -> None:
 
 @click.command()
 @ledger_option
-@click.option("--qps", "qps", type=float, default=20.0, show_default=True, help="Poll QPS cap.")
+@click.option(
+    "--qps",
+    "qps",
+    type=float,
+    default=20.0,
+    show_default=True,
+    help="Poll cap per server, shared by every worker of the ledger.",
+)
 @click.option("--until-idle", is_flag=True, help="Exit once no operation is open.")
 @click.option(
-    "--disable", "disabled", multiple=True, help="Protocol adapter to disable for new work (P6)."
+    "--disable", "disabled", multiple=True, help="Protocol adapter to disable for new work."
 )
-def worker(ledger_url: str, qps: float, until_idle: bool, disabled: tuple[str, ...]) -> None:
-    """Drive (and resume) every open operation of the ledger."""
-    asyncio.run(_worker(ledger_url, qps, until_idle, disabled))
+@click.option(
+    "--lease",
+    "lease_s",
+    type=click.FloatRange(min=0.5),
+    default=30.0,
+    show_default=True,
+    help="Seconds another worker waits before taking over this one's operations if it stops.",
+)
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: any free port).",
+)
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Metrics interface.")
+def worker(
+    ledger_url: str,
+    qps: float,
+    until_idle: bool,
+    disabled: tuple[str, ...],
+    lease_s: float,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> None:
+    """Drive open operations of the ledger; several workers share them through leases."""
+    asyncio.run(_worker(ledger_url, qps, until_idle, disabled, lease_s, metrics_port, metrics_host))
 
 
-async def _worker(ledger_url: str, qps: float, until_idle: bool, disabled: tuple[str, ...]) -> None:
+async def _worker(
+    ledger_url: str,
+    qps: float,
+    until_idle: bool,
+    disabled: tuple[str, ...],
+    lease_s: float,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> None:
+    from longcall.runtime.engine import LeasePolicy
     from longcall.runtime.executor import Executor
 
     console = Console(stderr=True)
@@ -331,10 +370,16 @@ async def _worker(ledger_url: str, qps: float, until_idle: bool, disabled: tuple
             ledger,
             poll_qps_max=qps,
             disabled_protocols=disabled,
+            lease=LeasePolicy.of(lease_s),
         )
-        resumed = executor.resume_all()
-        console.print(f"worker: resumed {resumed} open operations from {ledger_url}")
+        if metrics_port is not None:
+            port = executor.metrics.serve(metrics_port, host=metrics_host)
+            console.print(f"worker: metrics at http://{metrics_host}:{port}/metrics")
         try:
+            resumed = await executor.aresume_all()
+            console.print(
+                f"worker {executor.owner}: took {resumed} open operations from {ledger_url}"
+            )
             await executor.run(stop=stop, until_idle=until_idle)
         finally:
             await executor.aclose()

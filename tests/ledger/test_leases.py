@@ -65,12 +65,12 @@ def test_claim_takes_unowned_and_raises_the_epoch(twins: tuple[Ledger, Ledger]) 
         a.create(fresh(f"node-{n}"))
     a.register_worker("w1", kind=WORKER, now=100.0, lease_s=LEASE_S)
     b.register_worker("w2", kind=WORKER, now=100.0, lease_s=LEASE_S)
-    mine = a.claim("w1", now=100.0, limit=2, decide=claimed)
+    mine = [c.record for c in a.claim("w1", now=100.0, limit=2, decide=claimed)]
     assert [r.call_node_id for r in mine] == ["node-0", "node-1"]
     assert all(r.execution_epoch == 1 and r.version == 2 for r in mine)
     assert a.get("node-0") == mine[0]
     theirs = b.claim("w2", now=101.0, limit=10, decide=claimed)
-    assert [r.call_node_id for r in theirs] == ["node-2"]
+    assert [(c.record.call_node_id, c.taken_from) for c in theirs] == [("node-2", None)]
     assert b.claim("w2", now=105.0, limit=10, decide=claimed) == []
     assert a.held_versions("w1") == {"node-0": 2, "node-1": 2}
     history = a.history("node-0")
@@ -85,12 +85,14 @@ def test_takeover_after_lapse_fences_the_stale_worker(twins: tuple[Ledger, Ledge
     a, b = twins
     a.create(fresh())
     a.register_worker("w1", kind=WORKER, now=100.0, lease_s=LEASE_S)
-    (held,) = a.claim("w1", now=100.0, limit=10, decide=claimed)
+    (first,) = a.claim("w1", now=100.0, limit=10, decide=claimed)
+    held = first.record
     working = acked(held)
     a.update(working, expected_version=held.version, event="SubmitAcknowledged", owner="w1")
     b.register_worker("w2", kind=WORKER, now=120.0, lease_s=LEASE_S)
-    (taken,) = b.claim("w2", now=120.0, limit=10, decide=claimed)
-    assert taken.execution_epoch == 2
+    (second,) = b.claim("w2", now=120.0, limit=10, decide=claimed)
+    taken = second.record
+    assert (taken.execution_epoch, second.taken_from) == (2, "w1")
     # The stale worker wakes up and writes what it decided before the takeover.
     stale = handle(working, e.WorkingObserved(status_message="x"), now=121.0, jitter=0.5)
     with pytest.raises(Fenced):
@@ -108,7 +110,7 @@ def test_stale_acceptance_is_fenced(twins: tuple[Ledger, Ledger]) -> None:
     a, b = twins
     a.create(fresh())
     a.register_worker("w1", kind=WORKER, now=100.0, lease_s=LEASE_S)
-    (r,) = a.claim("w1", now=100.0, limit=1, decide=claimed)
+    r = a.claim("w1", now=100.0, limit=1, decide=claimed)[0].record
     for event in (
         e.SubmitAcknowledged(operation_id="op-1"),
         e.TerminalObserved(status=e.ServerStatus.COMPLETED),
@@ -136,7 +138,7 @@ def test_operator_write_is_a_version_race_not_a_fence(twins: tuple[Ledger, Ledge
     a, b = twins
     a.create(fresh())
     a.register_worker("w1", kind=WORKER, now=100.0, lease_s=LEASE_S)
-    (held,) = a.claim("w1", now=100.0, limit=1, decide=claimed)
+    held = a.claim("w1", now=100.0, limit=1, decide=claimed)[0].record
     working = acked(held)
     a.update(working, expected_version=held.version, event="SubmitAcknowledged", owner="w1")
     cancel = handle(working, e.CancelRequested(requested_by="cli"), now=150.0, jitter=0.5)
@@ -162,7 +164,10 @@ def test_racing_claims_take_disjoint_batches(twins: tuple[Ledger, Ledger]) -> No
         barrier.wait()
         got: list[str] = []
         for _ in range(10):
-            got += [r.call_node_id for r in ledger.claim(owner, now=100.0, limit=3, decide=claimed)]
+            got += [
+                c.record.call_node_id
+                for c in ledger.claim(owner, now=100.0, limit=3, decide=claimed)
+            ]
         results[owner] = got
 
     threads = [threading.Thread(target=run, args=pair) for pair in ((a, "w1"), (b, "w2"))]
@@ -182,7 +187,7 @@ def test_claim_only_named_nodes_and_release(twins: tuple[Ledger, Ledger]) -> Non
         a.create(fresh(f"node-{n}"))
     a.register_worker("client", kind=CLIENT, now=100.0, lease_s=LEASE_S)
     got = a.claim("client", now=100.0, limit=10, decide=claimed, nodes=["node-2"])
-    assert [r.call_node_id for r in got] == ["node-2"]
+    assert [c.record.call_node_id for c in got] == ["node-2"]
     b.register_worker("w2", kind=WORKER, now=100.0, lease_s=LEASE_S)
     census = b.census("w2", now=100.0)
     assert (census.open_operations, census.live_workers, census.held, census.claimable) == (
@@ -192,7 +197,9 @@ def test_claim_only_named_nodes_and_release(twins: tuple[Ledger, Ledger]) -> Non
         2,
     )
     assert a.release("client", ["node-2"]) == 1
-    assert sorted(r.call_node_id for r in b.claim("w2", now=100.0, limit=10, decide=claimed)) == [
+    assert sorted(
+        c.record.call_node_id for c in b.claim("w2", now=100.0, limit=10, decide=claimed)
+    ) == [
         "node-0",
         "node-1",
         "node-2",
@@ -230,7 +237,7 @@ def test_accepted_operation_leaves_the_lease(twins: tuple[Ledger, Ledger]) -> No
     a, _ = twins
     a.create(fresh())
     a.register_worker("w1", kind=WORKER, now=100.0, lease_s=LEASE_S)
-    (r,) = a.claim("w1", now=100.0, limit=1, decide=claimed)
+    r = a.claim("w1", now=100.0, limit=1, decide=claimed)[0].record
     for event in (
         e.SubmitAcknowledged(operation_id="op-1"),
         e.TerminalObserved(status=e.ServerStatus.COMPLETED),

@@ -179,7 +179,7 @@ def _older_rows(open_at: Callable[[], Ledger], insert: Callable[[str], Any]) -> 
                 r, execution_epoch=r.execution_epoch + 1, version=r.version + 1
             ),
         )
-        assert (claimed.call_node_id, claimed.execution_epoch) == ("open-1", 4)
+        assert (claimed.record.call_node_id, claimed.record.execution_epoch) == ("open-1", 4)
 
 
 def test_migration_4_fills_lease_columns_sqlite(tmp_path: Path) -> None:

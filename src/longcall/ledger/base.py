@@ -101,6 +101,15 @@ class Fence:
     execution_epoch: int
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Claim:
+    """One operation a claim took: the record as now stored, and whose it was."""
+
+    record: OperationRecord
+    taken_from: str | None
+    """The holder whose lease had lapsed (a takeover), or None (nobody held it)."""
+
+
 ClaimDecision = Callable[[OperationRecord], OperationRecord]
 """Given a stored open record, the record a claim writes (same identity, version + 1,
 a higher execution epoch): the engine runs the core machine here."""
@@ -284,7 +293,7 @@ class Ledger(abc.ABC):
         limit: int,
         decide: ClaimDecision,
         nodes: Collection[str] | None = None,
-    ) -> list[OperationRecord]:
+    ) -> list[Claim]:
         """Take over up to ``limit`` open operations nobody live holds (unowned, or
         their owner's lease lapsed at ``now``), oldest first; with ``nodes``, only
         those call nodes. Each is rewritten as ``decide`` says (a higher execution

@@ -49,6 +49,7 @@ from longcall.ledger import codec
 from longcall.ledger.base import (
     WORKER,
     Census,
+    Claim,
     ClaimDecision,
     Fence,
     HistoryRow,
@@ -632,11 +633,11 @@ class SqlLedger(Ledger):
         limit: int,
         decide: ClaimDecision,
         nodes: Collection[str] | None = None,
-    ) -> list[OperationRecord]:
+    ) -> list[Claim]:
         if limit < 1 or (nodes is not None and not nodes):
             return []
         now_utc = self._utc_now()
-        claimed: list[OperationRecord] = []
+        claimed: list[Claim] = []
         with self._write() as conn:
             lapsed = [
                 str(r[0])
@@ -647,11 +648,11 @@ class SqlLedger(Ledger):
             only = f" AND call_node_id IN ({marks(len(nodes))})" if nodes is not None else ""
             rows = self._execute(
                 conn,
-                f"SELECT record_json FROM operations WHERE open = 1 AND ({holders}){only}"
+                f"SELECT record_json, owner FROM operations WHERE open = 1 AND ({holders}){only}"
                 f" ORDER BY {self.creation_order} LIMIT ?{self.claim_lock}",
                 (*lapsed, *(nodes or ()), limit),
             ).fetchall()
-            for (text,) in rows:
+            for text, holder in rows:
                 before = codec.loads_record(str(text))
                 after = decide(before)
                 check_update(before, after, before.version)
@@ -659,26 +660,26 @@ class SqlLedger(Ledger):
                     raise LocalProtocolError(
                         f"operation {before.call_node_id!r}: a claim must raise the epoch"
                     )
-                claimed.append(after)
+                claimed.append(Claim(record=after, taken_from=holder))
             self._executemany(
                 conn,
                 _CLAIMED_UPDATE,
                 [
                     (
                         owner,
-                        r.execution_epoch,
-                        r.version,
-                        r.state.value,
-                        codec.dumps(r),
+                        c.record.execution_epoch,
+                        c.record.version,
+                        c.record.state.value,
+                        codec.dumps(c.record),
                         now_utc,
-                        r.call_node_id,
-                        r.version - 1,
+                        c.record.call_node_id,
+                        c.record.version - 1,
                     )
-                    for r in claimed
+                    for c in claimed
                 ],
             )
-            for record in claimed:
-                self._history(conn, record, "ExecutionClaimed", now_utc, owner)
+            for c in claimed:
+                self._history(conn, c.record, "ExecutionClaimed", now_utc, owner)
             if lapsed and len(claimed) < limit:
                 # A lapsed worker that holds nothing any more is forgotten.
                 self._execute(

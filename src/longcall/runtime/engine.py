@@ -12,14 +12,26 @@ therefore run the same decision code.
 
 An :class:`Action` is one request to carry out. The driver reports back with
 :meth:`Engine.complete` (an adapter :class:`~longcall.adapters.base.Outcome`).
+
+Several processes on one ledger (D1): an engine with an ``owner`` drives only the
+operations it holds a lease on. It claims its fair share of the open operations
+(:meth:`Engine.housekeep`: renew the lease, claim, shed a surplus, notice operator
+writes), writes every step under its (owner, epoch) so the database refuses a stale
+write (:class:`~longcall.ledger.Fenced`: the engine lets the operation go), sends
+nothing once its lease is about to run out, and takes its polls' send slots from the
+ledger's one budget per server (:mod:`longcall.ledger.budget`). Every decision takes
+``now``; the simulator drives the same methods on virtual time. An engine without an
+owner is the single-process mode: it must be the only driver of its ledger.
 """
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import heapq
 import itertools
 import json
+import math
 import random
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -51,7 +63,8 @@ from longcall.errors import (
     RequestDigestMismatch,
     StaleEvent,
 )
-from longcall.ledger import Ledger
+from longcall.ledger import WORKER, Census, Fence, Fenced, Ledger
+from longcall.ledger.budget import GRANT_HORIZON_S, SLOT_VALID_S
 from longcall.runtime.step import commit
 
 REQUEST_BLOB = "request"
@@ -96,6 +109,44 @@ class CallSpec:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class LeasePolicy:
+    """The lease numbers of a worker (docs/design/leases-and-fencing.md says why)."""
+
+    lease_s: float = 30.0
+    """How long a lease lasts without renewal: a worker that stops (killed, paused,
+    cut off) loses its operations to the others this long after its last renewal."""
+    renew_every_s: float = 10.0
+    """Two renewals may fail in a row before the lease runs out."""
+    send_margin_s: float = 5.0
+    """No new request leaves when the lease has less than this left."""
+    claim_every_s: float = 1.0
+    """How often the worker looks for operations to take (and for operator writes)."""
+    claim_batch: int = 500
+    """At most this many operations are taken in one claim transaction."""
+    surplus_slack: float = 0.1
+    """A worker sheds operations only when it holds more than its fair share plus this
+    fraction of it (and at least ``claim_batch``): no claim ping-pong."""
+
+    def __post_init__(self) -> None:
+        if not 0 < self.renew_every_s < self.lease_s - self.send_margin_s:
+            raise ValueError("need 0 < renew_every_s < lease_s - send_margin_s")
+
+    @classmethod
+    def of(cls, lease_s: float, **changes: Any) -> LeasePolicy:
+        """A lease of ``lease_s`` with the default proportions: renewed every third of
+        it, no new request in its last sixth, claim rounds at most every second."""
+        if lease_s <= 0:
+            raise ValueError(f"lease_s must be > 0, got {lease_s!r}")
+        return cls(
+            lease_s=lease_s,
+            renew_every_s=lease_s / 3,
+            send_margin_s=lease_s / 6,
+            claim_every_s=min(1.0, lease_s / 6),
+            **changes,
+        )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Action:
     """One request for the driver to send, for one operation at one execution epoch."""
 
@@ -104,6 +155,9 @@ class Action:
     command: c.Command
     record: OperationRecord
     """The record as it was when the action was issued (its epoch fences the reply)."""
+    not_after: float | None = None
+    """A poll's send slot ends here: later than this it must not leave (X3, the shared
+    budget); the driver reports :meth:`Engine.slot_missed` instead."""
 
     @property
     def kind(self) -> str:
@@ -140,8 +194,32 @@ class Engine:
         on_accepted: Callable[[OperationRecord], None] | None = None,
         on_escalated: Callable[[OperationRecord, str], None] | None = None,
         breaker: CircuitBreaker | None = None,
+        owner: str | None = None,
+        kind: str = WORKER,
+        lease: LeasePolicy | None = None,
+        claim_all: bool = True,
     ) -> None:
         self.ledger = ledger
+        self.owner = owner
+        """The lease holder this engine writes as (None: single-process mode)."""
+        self.kind = kind
+        self.lease = lease or LeasePolicy()
+        self.claim_all = claim_all
+        """True: take a fair share of every open operation (a worker). False: claim
+        only :attr:`wanted` call nodes (a caller waiting on its own)."""
+        self.wanted: set[str] = set()
+        self._lease_until = -math.inf
+        self.last_census: Census | None = None
+        """What the last claim round saw of the whole ledger (a worker only)."""
+        self._registered = False
+        self._next_renew = 0.0
+        self._next_claim = 0.0
+        self._poll_queue: dict[str, collections.deque[tuple[str, int]]] = {}
+        """Per server, the operations whose poll is due and waits for a send slot."""
+        self._slot_of: dict[str, float] = {}
+        """The send slot assigned to an operation's next poll."""
+        self._granted_until: dict[str, float] = {}
+        """Per server, the last send slot this engine was granted."""
         self.rng = rng
         self.policy = policy
         self.poll_qps_max = poll_qps_max
@@ -166,12 +244,17 @@ class Engine:
         self._buckets: dict[str, TokenBucket] = {}
         self._windows: dict[str, WindowLimit] = {}
         self.breakers: dict[str, CircuitBreaker] = {}
-        self.stats: dict[str, int] = {
-            "stale_replies": 0,
-            "conflicts": 0,
-            "integrity_failures": 0,
-            "requests": 0,
-        }
+        self.stats: dict[str, int] = collections.Counter(
+            stale_replies=0,
+            conflicts=0,
+            integrity_failures=0,
+            requests=0,
+            fenced=0,
+            claimed=0,
+            takeovers=0,
+        )
+        self.polls_by_server: collections.Counter[str] = collections.Counter()
+        self.failures_by_server: collections.Counter[str] = collections.Counter()
 
     # --- intake ----------------------------------------------------------------------
 
@@ -202,7 +285,10 @@ class Engine:
             caller_key=self.ledger.caller_key,
         )
         request = canonical_json(dict(spec.arguments))
-        self.ledger.create(transition.record, blobs={REQUEST_BLOB: request})
+        if self.owner is not None:
+            self._ensure_registered(now)
+            self.wanted.add(spec.call_node_id)
+        self.ledger.create(transition.record, blobs={REQUEST_BLOB: request}, owner=self.owner)
         self.records[spec.call_node_id] = transition.record
         self._plan(transition.record, transition.commands, now=now)
         return transition.record
@@ -222,12 +308,25 @@ class Engine:
                 f"({existing.request_digest} != {digest}); a call node is one request"
             )
         if not existing.is_terminal and call_node_id not in self.records:
-            self.adopt(existing, now=now)
+            if self.owner is None:
+                self.adopt(existing, now=now)
+            else:
+                # Held by a live worker: wait on the ledger; claimed only if nobody holds
+                # it (or its holder's lease lapsed), now or at a later claim round.
+                self.wanted.add(call_node_id)
+                self._claim_nodes([call_node_id], now=now)
         return self.records.get(call_node_id, existing)
 
     def resume_all(self, *, now: float) -> int:
-        """Take over every open operation in the ledger (SPEC L7): claim a higher
-        epoch, recover in-doubt creates, and re-plan each one. Returns how many."""
+        """Take over open operations in the ledger (SPEC L7): claim a higher epoch,
+        recover in-doubt creates, and re-plan each one. Returns how many.
+
+        With an owner, only what no live worker holds, up to this engine's fair share
+        (a first :meth:`housekeep` round); without, every open operation."""
+        if self.owner is not None:
+            held = len(self.records)
+            self.housekeep(now=now)
+            return len(self.records) - held
         count = 0
         for record in self.ledger.list_by_state(*(s for s in State if s not in TERMINAL_STATES)):
             self.adopt(record, now=now)
@@ -235,25 +334,37 @@ class Engine:
         return count
 
     def adopt(self, record: OperationRecord, *, now: float) -> None:
-        """Take one stored open operation over with a new epoch and plan what it needs."""
+        """Single-process mode: take one stored open operation over with a new epoch
+        (an unowned write) and plan what it needs. With an owner, claims do this."""
         if record.is_terminal:
             self.records.pop(record.call_node_id, None)
             return
-        # An operator's proof of absence (NOT_FOUND_SAFE written by a manual
-        # reconciliation, nothing committed since) means no create went out after it:
-        # resubmit with the same key (X2). Treating it as an in-doubt create would
-        # send it straight back to reconciliation, for ever.
-        proven_absent = False
-        if record.state is State.NOT_FOUND_SAFE:
-            history = self.ledger.history(record.call_node_id)
-            proven_absent = bool(history) and history[-1].event == "ReconciledManually"
+        proven_absent = self._proven_absent(record, claimed=False)
         claim = e.ExecutionClaimed(new_epoch=record.execution_epoch + 1)
         transition = self._apply(record, claim, now=now)
         if transition is None:
             return
-        record = transition.record
+        self.stats["recoveries"] += 1
+        self._taken_over(transition.record, proven_absent=proven_absent, now=now)
+
+    def _proven_absent(self, record: OperationRecord, *, claimed: bool) -> bool:
+        """An operator's proof of absence (NOT_FOUND_SAFE written by a manual
+        reconciliation, nothing committed since but, with ``claimed``, the claim that
+        just took it) means no create went out after it: resubmit with the same key
+        (X2). Treating it as an in-doubt create would send it straight back to
+        reconciliation, for ever."""
+        if record.state is not State.NOT_FOUND_SAFE:
+            return False
+        history = self.ledger.history(record.call_node_id)
+        before = history[:-1] if claimed else history
+        return bool(before) and before[-1].event == "ReconciledManually"
+
+    def _taken_over(self, record: OperationRecord, *, proven_absent: bool, now: float) -> None:
+        """Plan a record this engine just took over at a new epoch (L7): resume it, and
+        treat a create that may have left as in doubt (X2)."""
+        self.records[record.call_node_id] = record
         self._forget_timers(record.call_node_id)
-        self._plan(record, transition.commands, now=now)
+        self._plan(record, resume(record, now=now), now=now)
         if proven_absent:
             resubmit = c.SendSubmit(
                 submission_key=record.submission_key, attempt=record.submit_attempts, at=now
@@ -266,9 +377,14 @@ class Engine:
 
     def refresh(self, *, now: float, adopt_new: bool = True) -> int:
         """Notice records another process wrote (CLI cancel/answer/reconcile, another
-        worker) and re-plan them; with ``adopt_new``, also take over open operations
-        this engine does not hold yet (a worker does; a one-shot ``call`` does not).
-        Returns how many changed."""
+        worker) and re-plan them. Returns how many changed.
+
+        With an owner: only the operations this engine holds; one another worker took
+        over is let go, one an operator changed is re-planned at the same epoch.
+        Without (single-process mode), ``adopt_new`` also takes over open operations
+        this engine does not hold yet."""
+        if self.owner is not None:
+            return self._refresh_held(now=now)
         changed = 0
         versions = self.ledger.open_versions()
         for node, version in versions.items():
@@ -279,10 +395,162 @@ class Engine:
                 changed += 1
                 self.adopt(self.ledger.get(node), now=now)
         for node in [n for n in self.records if n not in versions]:
-            self.records.pop(node)
-            self._forget_timers(node)
-            self._last_poll_at.pop(node, None)
+            self._let_go(node)
         return changed
+
+    def _refresh_held(self, *, now: float) -> int:
+        assert self.owner is not None
+        held = self.ledger.held_versions(self.owner)
+        changed = 0
+        for node, known in list(self.records.items()):
+            version = held.get(node)
+            if version is None:
+                self._let_go(node)  # accepted, released, or taken over by another worker
+                continue
+            if version != known.version:
+                record = self.ledger.find(node)
+                if record is None or record.is_terminal:
+                    self._let_go(node)
+                    continue
+                changed += 1
+                self.records[node] = record
+                self._forget_timers(node)
+                self._plan(record, resume(record, now=now), now=now)
+                if self._proven_absent(record, claimed=False):
+                    resubmit = c.SendSubmit(
+                        submission_key=record.submission_key,
+                        attempt=record.submit_attempts,
+                        at=now,
+                    )
+                    self._plan(record, (resubmit,), now=now)
+        return changed
+
+    def _let_go(self, node: str) -> None:
+        """Stop driving an operation (terminal, released, or no longer ours)."""
+        self.records.pop(node, None)
+        self._forget_timers(node)
+        self._last_poll_at.pop(node, None)
+
+    # --- leases (D1) -----------------------------------------------------------------
+
+    def housekeep(self, *, now: float) -> None:
+        """What keeps a worker's leases: renew when due; at each claim round, take a
+        fair share of what nobody live holds (a caller: only its wanted call nodes),
+        shed a surplus, and re-plan what an operator changed. Single-process mode has
+        nothing to keep."""
+        if self.owner is None:
+            return
+        self._ensure_registered(now)
+        if now >= self._next_renew:
+            self._renew(now)
+        if now >= self._next_claim:
+            self._next_claim = now + self.lease.claim_every_s
+            if self.claim_all:
+                self._claim_share(now)
+            else:
+                missing = [n for n in self.wanted if n not in self.records]
+                if missing:
+                    self._claim_nodes(missing, now=now)
+            self._refresh_held(now=now)
+
+    def next_housekeeping(self) -> float | None:
+        """When :meth:`housekeep` has work next (None in single-process mode)."""
+        if self.owner is None:
+            return None
+        return min(self._next_renew, self._next_claim)
+
+    def idle(self) -> bool:
+        """Nothing left to drive: nothing held and, for a worker, no open operation in
+        the ledger at the last claim round (others' leases may still run out)."""
+        if self.records:
+            return False
+        census = self.last_census
+        return census is None or census.open_operations == 0
+
+    def lease_valid(self, now: float) -> bool:
+        """Whether a new request may leave now: the lease has the send margin left."""
+        return self.owner is None or now < self._lease_until - self.lease.send_margin_s
+
+    def retire(self) -> int:
+        """A clean stop: hand every held operation back at once (no lease wait) and
+        forget this owner. Returns how many were released."""
+        if self.owner is None or not self._registered:
+            return 0
+        released = self.ledger.retire_worker(self.owner)
+        for node in list(self.records):
+            self._let_go(node)
+        self._registered = False
+        self._lease_until = -math.inf
+        return released
+
+    def _ensure_registered(self, now: float) -> None:
+        if self._registered:
+            return
+        assert self.owner is not None
+        self.ledger.register_worker(self.owner, kind=self.kind, now=now, lease_s=self.lease.lease_s)
+        self._registered = True
+        self._lease_until = now + self.lease.lease_s
+        self._next_renew = now + self.lease.renew_every_s
+        self._next_claim = now
+
+    def _renew(self, now: float) -> None:
+        assert self.owner is not None
+        if not self.ledger.renew_worker(self.owner, now=now, lease_s=self.lease.lease_s):
+            # Lapsed (paused, cut off): others may have taken some of ours. What we
+            # still hold is read back at once; a stale write would be fenced anyway.
+            self.stats["lease_lapses"] += 1
+            self.ledger.register_worker(
+                self.owner, kind=self.kind, now=now, lease_s=self.lease.lease_s
+            )
+            self._refresh_held(now=now)
+        self._lease_until = now + self.lease.lease_s
+        self._next_renew = now + self.lease.renew_every_s
+
+    def _claim_share(self, now: float) -> None:
+        """Hold about ``open / live workers`` operations: claim up to that, shed above
+        it (plus the slack) what has no request in flight."""
+        assert self.owner is not None
+        census = self.ledger.census(self.owner, now=now)
+        self.last_census = census
+        share = math.ceil(census.open_operations / max(1, census.live_workers))
+        held = len(self.records)
+        if census.claimable and held < share:
+            self._claim(now=now, limit=min(self.lease.claim_batch, share - held))
+        slack = max(self.lease.claim_batch, math.ceil(share * self.lease.surplus_slack))
+        surplus = len(self.records) - share - slack
+        if surplus > 0:
+            busy = {node for node, _kind in self._in_flight}
+            idle = [n for n in self.records if n not in busy and n not in self.wanted]
+            release = idle[:surplus]
+            self.ledger.release(self.owner, release)
+            self.stats["released"] += len(release)
+            for node in release:
+                self._let_go(node)
+
+    def _claim_nodes(self, nodes: list[str], *, now: float) -> None:
+        self._ensure_registered(now)
+        self._claim(now=now, limit=len(nodes), nodes=nodes)
+
+    def _claim(self, *, now: float, limit: int, nodes: list[str] | None = None) -> None:
+        assert self.owner is not None
+
+        def decide(record: OperationRecord) -> OperationRecord:
+            claim = e.ExecutionClaimed(new_epoch=record.execution_epoch + 1)
+            return handle(
+                record, claim, now=now, jitter=self.rng.random(), policy=self.policy
+            ).record
+
+        for claimed in self.ledger.claim(
+            self.owner, now=now, limit=limit, decide=decide, nodes=nodes
+        ):
+            record = claimed.record
+            self.stats["claimed"] += 1
+            if claimed.taken_from is not None:
+                self.stats["takeovers"] += 1  # its holder's lease had lapsed
+            if record.execution_epoch > 1:
+                self.stats["recoveries"] += 1  # driven before, by a process now gone
+            proven_absent = self._proven_absent(record, claimed=True)
+            self._taken_over(record, proven_absent=proven_absent, now=now)
 
     # --- local intents (X4, X5, X7) --------------------------------------------------
 
@@ -292,7 +560,12 @@ class Engine:
         """Ask for cancellation: bump the generation by CAS, then send (X5)."""
         record = self.ledger.get(call_node_id)
         outcome, transition = request_cancel(
-            self.ledger, record, now=now, jitter=self.rng.random(), requested_by=requested_by
+            self.ledger,
+            record,
+            now=now,
+            jitter=self.rng.random(),
+            requested_by=requested_by,
+            owner=self._owner_for(call_node_id),
         )
         if transition is not None:
             self.records[call_node_id] = transition.record
@@ -304,7 +577,14 @@ class Engine:
     ) -> OperationRecord:
         """Answer pending input keys of the current round (X4)."""
         record = self.ledger.get(call_node_id)
-        transition = record_answers(self.ledger, record, answers, now=now, jitter=self.rng.random())
+        transition = record_answers(
+            self.ledger,
+            record,
+            answers,
+            now=now,
+            jitter=self.rng.random(),
+            owner=self._owner_for(call_node_id),
+        )
         self.records[call_node_id] = transition.record
         self._plan(transition.record, transition.commands, now=now)
         return transition.record
@@ -312,17 +592,30 @@ class Engine:
     # --- scheduling ------------------------------------------------------------------
 
     def next_wakeup(self) -> float | None:
-        """The earliest planned request (None when nothing is planned)."""
+        """The earliest planned request, or the moment polls waiting for a send slot
+        ask for more (None when nothing is planned)."""
+        wake: float | None = None
         while self._timers:
             at, _, seq, node, kind = self._timers[0]
             if self._pending.get((node, kind), (None, None))[1] == seq:
-                return at
+                wake = at
+                break
             heapq.heappop(self._timers)
-        return None
+        for server, queue in self._poll_queue.items():
+            if queue:
+                at = self._granted_until.get(server, -math.inf) - GRANT_HORIZON_S
+                wake = at if wake is None else min(wake, at)
+        return wake
 
     def due(self, now: float, *, limit: int | None = None) -> list[Action]:
         """Pop the requests whose time has come, within the server's limits (at most
-        ``limit`` of them: the driver's free sending capacity)."""
+        ``limit`` of them: the driver's free sending capacity). Nothing leaves while
+        this engine's lease is about to run out (D1)."""
+        if not self.lease_valid(now):
+            return []
+        shared = self.owner is not None
+        if shared:
+            self._assign_slots(now)
         actions: list[Action] = []
         while self._timers and self._timers[0][0] <= now:
             if limit is not None and len(actions) >= limit:
@@ -350,14 +643,26 @@ class Engine:
             if not_before > now:
                 self._push(node, kind, planned[2], not_before)
                 continue
-            if kind == "Poll" and (node, kind) not in self._token_held:
+            not_after = None
+            if kind == "Poll" and shared:
+                slot = self._slot_of.pop(node, None)
+                if slot is None or now > slot + SLOT_VALID_S:
+                    # No send slot yet (or it passed unused): queue for the next grant
+                    # from the server's one budget (X3, shared by every worker).
+                    self.stats["slots_missed"] += slot is not None
+                    self._poll_queue.setdefault(server, collections.deque()).append(
+                        (node, planned[1])
+                    )
+                    continue
+                not_after = slot + SLOT_VALID_S
+            elif kind == "Poll" and (node, kind) not in self._token_held:
                 wait_s = self._take_poll_token(server, now)
                 if wait_s > 0:
                     # The token is reserved for that slot: the request goes then (X3).
                     self._token_held.add((node, kind))
                     self._push(node, kind, planned[2], now + wait_s)
                     continue
-            if kind == "Poll":
+            if kind == "Poll" and not shared:
                 wait_s = self._admit_poll(server, now)
                 if wait_s > 0:
                     self._token_held.add((node, kind))
@@ -367,13 +672,69 @@ class Engine:
             del self._pending[(node, kind)]
             if kind == "Poll":
                 self._last_poll_at[node] = now
+                self.polls_by_server[server] += 1
             self._in_flight.add((node, kind))
             self.breakers[server] = breaker.on_request(now)
             self.stats["requests"] += 1
             actions.append(
-                Action(call_node_id=node, server=server, command=planned[2], record=record)
+                Action(
+                    call_node_id=node,
+                    server=server,
+                    command=planned[2],
+                    record=record,
+                    not_after=not_after,
+                )
             )
+        if shared:
+            self._assign_slots(now)
         return actions
+
+    def _assign_slots(self, now: float) -> None:
+        """Give queued polls send slots from each server's shared budget: one grant per
+        server, taken once the slots already assigned run out within the horizon."""
+        for server, queue in self._poll_queue.items():
+            while queue and not self._awaits_slot(*queue[0]):
+                queue.popleft()
+            if not queue or self._granted_until.get(server, -math.inf) >= now + GRANT_HORIZON_S:
+                continue
+            grant = self.ledger.take_poll_slots(
+                server, now=now, count=len(queue), qps_max=self.poll_qps_max
+            )
+            for slot in grant.slots():
+                while queue and not self._awaits_slot(*queue[0]):
+                    queue.popleft()
+                if not queue:
+                    self.stats["slots_unused"] += 1
+                    continue
+                node, _seq = queue.popleft()
+                self._slot_of[node] = slot
+                self._push(node, "Poll", self._pending[(node, "Poll")][2], slot)
+                self._granted_until[server] = slot
+
+    def _awaits_slot(self, node: str, seq: int) -> bool:
+        """A queued poll still stands (not re-planned, sent or dropped since)."""
+        planned = self._pending.get((node, "Poll"))
+        return planned is not None and planned[1] == seq and node not in self._slot_of
+
+    def slot_missed(self, action: Action, *, now: float) -> None:
+        """The driver could not send a poll within its slot: it waits for a new one."""
+        self.stats["slots_missed"] += 1
+        self.requeue(action, now=now)
+
+    def requeue(self, action: Action, *, now: float) -> None:
+        """The action was not carried out (the driver stopped, or a poll missed its
+        slot): plan it again, unless something newer of its kind is planned."""
+        key = (action.call_node_id, action.kind)
+        self._in_flight.discard(key)
+        record = self.records.get(action.call_node_id)
+        if record is not None and isinstance(action.command, c.SendSubmit):
+            # The create may have reached the server: its outcome is unknown, and
+            # sending it again blind is what X2 forbids.
+            lost = e.SubmitOutcomeLost(reason="the executor stopped while the create was sent")
+            self._apply_and_plan(record, lost, now=now)
+        elif record is not None and key not in self._pending:
+            self._push(action.call_node_id, action.kind, action.command, now)
+        self._rearm(key)
 
     def wake(self, call_node_id: str, *, now: float) -> None:
         """A push notification says something changed: poll soon (X3: "listen for
@@ -407,6 +768,8 @@ class Engine:
         self._in_flight.discard(key)
         self._rearm(key)
         self._note_server_health(action.server, outcome.event, now)
+        if isinstance(outcome.event, e.RequestFailed):
+            self.failures_by_server[action.server] += 1
         event = outcome.event
         if event.execution_epoch is None:
             # Fence the reply to the epoch that issued the request (D1, R3).
@@ -448,8 +811,8 @@ class Engine:
         return self.records.get(record.call_node_id, record)
 
     def finish(self, action: Action) -> None:
-        """The action ended with nothing to apply (an input delivery acknowledged, or
-        the driver shutting down): it is no longer in flight."""
+        """The action ended with nothing to apply (an input delivery acknowledged): it
+        is no longer in flight."""
         key = (action.call_node_id, action.kind)
         self._in_flight.discard(key)
         self._rearm(key)
@@ -507,7 +870,20 @@ class Engine:
                 self.stats["stale_replies"] += 1
                 return None
             try:
-                commit(self.ledger, record, transition, event=event.name, result_payload=payload)
+                commit(
+                    self.ledger,
+                    record,
+                    transition,
+                    event=event.name,
+                    result_payload=payload,
+                    owner=self._owner_for(record.call_node_id),
+                )
+            except Fenced:
+                # Another worker took the operation over (our lease lapsed): the
+                # database refused the write. Not ours to re-decide: let it go (D1).
+                self.stats["fenced"] += 1
+                self._let_go(record.call_node_id)
+                return None
             except ConflictError:
                 self.stats["conflicts"] += 1
                 fresh = self._redecide(record, now=now)
@@ -554,6 +930,11 @@ class Engine:
         self._forget_timers(fresh.call_node_id)
         self._apply_and_plan(fresh, e.ReconciliationEscalated(reason=reason), now=now)
 
+    def _owner_for(self, call_node_id: str) -> str | None:
+        """Write as the lease holder only what this engine holds; anything else (an
+        operation another worker drives) is an unowned write, like an operator's."""
+        return self.owner if call_node_id in self.records else None
+
     def _apply_and_plan(self, record: OperationRecord, event: e.Event, *, now: float) -> None:
         transition = self._apply(record, event, now=now)
         if transition is not None:
@@ -591,7 +972,12 @@ class Engine:
         answers = self.input_policy(record, command)
         if answers:
             transition = record_answers(
-                self.ledger, record, answers, now=now, jitter=self.rng.random()
+                self.ledger,
+                record,
+                answers,
+                now=now,
+                jitter=self.rng.random(),
+                owner=self._owner_for(record.call_node_id),
             )
             self.records[record.call_node_id] = transition.record
             self._plan(transition.record, transition.commands, now=now)
@@ -605,6 +991,7 @@ class Engine:
         for cls in _REQUEST_COMMANDS:
             self._pending.pop((node, cls.__name__), None)
             self._token_held.discard((node, cls.__name__))
+        self._slot_of.pop(node, None)
 
     def _take_poll_token(self, server: str, now: float) -> float:
         bucket = self._buckets.get(server) or TokenBucket.full(
@@ -645,10 +1032,12 @@ def request_cancel(
     now: float,
     jitter: float,
     requested_by: str = "caller",
+    owner: str | None = None,
 ) -> tuple[CancelOutcome, Transition | None]:
     """Record a cancel request by CAS (X5) and say what it achieved.
 
     Returns the outcome and, when a request must now be sent, the transition.
+    ``owner``: written under that worker's lease (fenced), else as an operator.
     """
     if record.state is State.CANCELLED_ACCEPTED:
         return CancelOutcome(
@@ -678,7 +1067,7 @@ def request_cancel(
     transition = handle(
         record, e.CancelRequested(requested_by=requested_by), now=now, jitter=jitter
     )
-    commit(ledger, record, transition, event="CancelRequested")
+    commit(ledger, record, transition, event="CancelRequested", owner=owner)
     generation = transition.record.cancel_generation
     return CancelOutcome(outcome="requested", cancel_generation=generation), transition
 
@@ -690,8 +1079,11 @@ def record_answers(
     *,
     now: float,
     jitter: float,
+    owner: str | None = None,
 ) -> Transition:
-    """Store answers (write-once per key) and record them against the current round (X4)."""
+    """Store answers (write-once per key) and record them against the current round (X4).
+
+    ``owner``: written under that worker's lease (fenced), else as an operator."""
     keys = tuple(k for k in record.input_keys_pending if k in answers)
     unknown = sorted(set(answers) - set(record.input_keys_pending))
     if unknown or not keys:
@@ -702,9 +1094,15 @@ def record_answers(
     event = e.InputAnswered(input_round=record.input_round, keys=keys)
     # Decide first (pure): an answer the machine refuses stores nothing.
     transition = handle(record, event, now=now, jitter=jitter)
+    fence = None if owner is None else Fence(owner=owner, execution_epoch=record.execution_epoch)
     for key in keys:
-        ledger.put_blob(record.call_node_id, INPUT_BLOB_PREFIX + key, canonical_json(answers[key]))
-    commit(ledger, record, transition, event=event.name)
+        ledger.put_blob(
+            record.call_node_id,
+            INPUT_BLOB_PREFIX + key,
+            canonical_json(answers[key]),
+            fence=fence,
+        )
+    commit(ledger, record, transition, event=event.name, owner=owner)
     return transition
 
 

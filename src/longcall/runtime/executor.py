@@ -17,17 +17,36 @@ stream costs speed, never correctness: the planned polls go on regardless.
 Time is wall-clock seconds since the epoch (``time.time()``): records outlive the
 process, and a monotonic clock does not survive a restart (docs/design/time-in-the-core.md).
 A client going away only stops local waiting; it never cancels (X8).
+
+Ledger I/O never runs on the event loop: every engine call (each one may commit, and a
+commit may fsync) runs on one dedicated thread, ``longcall-ledger``, one at a time;
+the loop only awaits it. The synchronous methods (:meth:`Executor.call`,
+:meth:`~Executor.cancel`, …) are for scripts and tests: they block the calling thread
+for their commit; async code uses the ``a…`` twins (:meth:`Executor.acall`, …).
+
+Several processes on one ledger (D1): an executor holds leases as ``owner``. As a
+worker (``adopt_new=True``) it claims a fair share of every open operation; as a
+caller (``adopt_new=False``) it drives only the call nodes it started or attached,
+and while a worker holds one of those it waits on the ledger instead of competing —
+taking the node over only if that worker's lease lapses.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
+import dataclasses
+import functools
 import logging
+import os
 import random
+import secrets
+import socket
+import threading
 import time
 from collections.abc import Awaitable, Callable, Collection, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from longcall.adapters.base import Adapter, AdapterError, Outcome, ToolBinding
 from longcall.adapters.exchange import TransportFailure
@@ -48,8 +67,16 @@ from longcall.core.commands import (
 )
 from longcall.core.retry import FailureKind
 from longcall.errors import AdapterDisabled
-from longcall.ledger import Ledger
-from longcall.runtime.engine import Action, CallSpec, CancelOutcome, Engine, InputPolicy
+from longcall.ledger import CLIENT, WORKER, Ledger
+from longcall.runtime.engine import (
+    Action,
+    CallSpec,
+    CancelOutcome,
+    Engine,
+    InputPolicy,
+    LeasePolicy,
+)
+from longcall.runtime.metrics import ExecutorMetrics
 
 log = logging.getLogger("longcall.executor")
 
@@ -60,6 +87,28 @@ LISTEN_RESYNC_S = 1.0
 
 AdapterFactory = Callable[[str, str], Awaitable[Adapter]]
 """(server URL, protocol name) → a connected adapter for that protocol version."""
+
+T = TypeVar("T")
+_SLOT_MISSED = object()
+"""A poll whose send slot passed before it could leave (it waits for a new slot)."""
+
+
+def new_owner_id() -> str:
+    """A lease holder id unique to this process incarnation: host, pid, 64 random bits
+    (a restarted process is a new holder, so its old leases are never mistaken for
+    its own)."""
+    return f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(8)}"
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class _Step:
+    """What one engine step on the ledger thread hands back to the loop."""
+
+    actions: list[Action]
+    wake_at: float | None
+    idle: bool
+    listeners: tuple[dict[tuple[str, str], set[str]], dict[tuple[str, str], str]] | None
+    finished: list[OperationRecord]
 
 
 async def default_adapter_factory(server: str, protocol: str) -> Adapter:
@@ -88,7 +137,15 @@ class Executor:
         rng: random.Random | None = None,
         clock: Callable[[], float] = time.time,
         on_progress: Callable[[str, float | None, str | None], None] | None = None,
+        owner: str | None = None,
+        lease: LeasePolicy | None = None,
+        single_process: bool = False,
+        metrics: ExecutorMetrics | None = None,
     ) -> None:
+        """``adopt_new``: a worker (claims a fair share of every open operation) or a
+        caller (drives only its own call nodes). ``owner``: the lease holder id
+        (default: a new one for this process). ``single_process``: no leases at all —
+        only for a process that is alone on its ledger."""
         self.ledger = ledger
         self.clock = clock
         self.disabled_protocols = frozenset(disabled_protocols)
@@ -97,6 +154,7 @@ class Executor:
         self.request_timeout_s = request_timeout_s
         self.in_flight_max = in_flight_max
         self.on_progress = on_progress
+        self.metrics = metrics or ExecutorMetrics(clock=clock)
         # By default: no credentials, and the sessions of stateful servers kept in the
         # ledger so every process of this caller resumes them (their tasks live there).
         self._adapter_factory = adapter_factory or Connector(
@@ -115,6 +173,16 @@ class Executor:
         """(server, operation id) → call node, for the operations a listener covers."""
         self._listen_dirty = True
         self._next_listen_sync = 0.0
+        self._next_refresh = 0.0
+        self._watched: set[str] = set()
+        """Call nodes someone waits on that another process drives (read from the ledger)."""
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._loop_thread: threading.Thread | None = None
+        self._io = concurrent.futures.ThreadPoolExecutor(
+            max_workers=1, thread_name_prefix="longcall-ledger"
+        )
+        self._engine_lock = threading.RLock()
+        """Held by whoever runs the engine: the ledger thread, or a synchronous caller."""
         self.engine = Engine(
             ledger,
             rng=rng or random.Random(),
@@ -122,7 +190,36 @@ class Executor:
             input_policy=input_policy,
             on_accepted=self._note_accepted,
             on_escalated=self._note_escalated,
+            owner=None if single_process else (owner or new_owner_id()),
+            kind=WORKER if adopt_new else CLIENT,
+            lease=lease,
+            claim_all=adopt_new,
         )
+        self.metrics.bind(self.engine, self._engine_lock)
+
+    @property
+    def owner(self) -> str | None:
+        """The lease holder id this executor writes as (None: single-process mode)."""
+        return self.engine.owner
+
+    # --- the ledger thread ------------------------------------------------------------
+
+    def _bind_loop(self) -> asyncio.AbstractEventLoop:
+        """Remember the running loop (and its thread): engine callbacks on the ledger
+        thread hand their results back to it."""
+        loop = asyncio.get_running_loop()
+        self._loop, self._loop_thread = loop, threading.current_thread()
+        return loop
+
+    def _locked(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        with self._engine_lock:
+            return fn(*args, **kwargs)
+
+    async def _off_loop(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Run ``fn`` on the ledger thread (one engine call at a time); the loop waits."""
+        loop = self._bind_loop()
+        job = functools.partial(self._locked, fn, *args, **kwargs)
+        return await loop.run_in_executor(self._io, job)
 
     # --- the API callers use ---------------------------------------------------------
 
@@ -135,51 +232,104 @@ class Executor:
 
     def call(self, spec: CallSpec) -> OperationRecord:
         """Record a durable call (or attach to its call node) and plan its first request."""
+        return self._locked(self._call, spec)
+
+    async def acall(self, spec: CallSpec) -> OperationRecord:
+        """:meth:`call` without blocking the event loop."""
+        return await self._off_loop(self._call, spec)
+
+    def _call(self, spec: CallSpec) -> OperationRecord:
         if spec.binding.protocol in self.disabled_protocols:
             raise AdapterDisabled(
                 f"the {spec.binding.protocol} adapter is disabled for new operations (P6)"
             )
         record = self.engine.start_call(spec, now=self.clock())
-        self._wakeup.set()
+        self._wake_soon()
         return record
 
     def attach(
         self, call_node_id: str, tool_name: str, arguments: Mapping[str, Any]
     ) -> OperationRecord | None:
         """Attach to the call node's existing operation (None if it has none), X2."""
+        return self._locked(self._attach, call_node_id, tool_name, arguments)
+
+    async def aattach(
+        self, call_node_id: str, tool_name: str, arguments: Mapping[str, Any]
+    ) -> OperationRecord | None:
+        """:meth:`attach` without blocking the event loop."""
+        return await self._off_loop(self._attach, call_node_id, tool_name, arguments)
+
+    def _attach(
+        self, call_node_id: str, tool_name: str, arguments: Mapping[str, Any]
+    ) -> OperationRecord | None:
         record = self.engine.attach(call_node_id, tool_name, arguments, now=self.clock())
-        self._wakeup.set()
+        self._wake_soon()
         return record
 
     def cancel(self, call_node_id: str) -> CancelOutcome:
+        return self._locked(self._cancel, call_node_id)
+
+    async def acancel(self, call_node_id: str) -> CancelOutcome:
+        """:meth:`cancel` without blocking the event loop."""
+        return await self._off_loop(self._cancel, call_node_id)
+
+    def _cancel(self, call_node_id: str) -> CancelOutcome:
         outcome = self.engine.cancel(call_node_id, now=self.clock())
-        self._wakeup.set()
+        self._wake_soon()
         return outcome
 
     def answer(self, call_node_id: str, answers: Mapping[str, Any]) -> OperationRecord:
+        return self._locked(self._answer, call_node_id, answers)
+
+    async def aanswer(self, call_node_id: str, answers: Mapping[str, Any]) -> OperationRecord:
+        """:meth:`answer` without blocking the event loop."""
+        return await self._off_loop(self._answer, call_node_id, answers)
+
+    def _answer(self, call_node_id: str, answers: Mapping[str, Any]) -> OperationRecord:
         record = self.engine.answer(call_node_id, answers, now=self.clock())
-        self._wakeup.set()
+        self._wake_soon()
         return record
 
     def resume_all(self) -> int:
-        """Take over every open operation in the ledger (run this once at start)."""
+        """Take over the open operations this process may drive (run this once at
+        start): with leases, a first fair share; alone on a ledger, all of them."""
+        return self._locked(self._resume_all)
+
+    async def aresume_all(self) -> int:
+        """:meth:`resume_all` without blocking the event loop."""
+        return await self._off_loop(self._resume_all)
+
+    def _resume_all(self) -> int:
         count = self.engine.resume_all(now=self.clock())
         self._listen_dirty = True
-        self._wakeup.set()
+        self._wake_soon()
         return count
 
     def notify(self, call_node_id: str) -> None:
         """A push notification arrived for this operation: poll it soon (X3)."""
-        self.engine.wake(call_node_id, now=self.clock())
+        self._io.submit(self._locked, self.engine.wake, call_node_id, now=self.clock())
+        self._wake_soon()
+
+    def _wake_soon(self) -> None:
+        """Wake the loop (from the loop or from the ledger thread)."""
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._wakeup.set)
+                return
         self._wakeup.set()
 
     async def wait_terminal(self, call_node_id: str) -> OperationRecord:
-        """Wait until the call node is accepted (or escalated); only local waiting (X8)."""
-        record = self.ledger.get(call_node_id)
-        if record.is_terminal or call_node_id in self._escalated:
+        """Wait until the call node is accepted (or escalated); only local waiting (X8).
+
+        A node another process drives is watched in the ledger, not competed for."""
+        record = await self._off_loop(self.ledger.get, call_node_id)
+        if _finished(record) or call_node_id in self._escalated:
             return record
         future: asyncio.Future[OperationRecord] = asyncio.get_running_loop().create_future()
         self._accepted.setdefault(call_node_id, []).append(future)
+        self._watched.add(call_node_id)
+        self._wakeup.set()
         return await future
 
     async def wait_for(
@@ -188,7 +338,7 @@ class Executor:
         """Wait until the stored record satisfies ``predicate`` (checked after each reply)."""
         while True:
             changed = self._changed
-            record = self.ledger.get(call_node_id)
+            record = await self._off_loop(self.ledger.get, call_node_id)
             if predicate(record):
                 return record
             await changed.wait()
@@ -202,41 +352,73 @@ class Executor:
         """Send due requests and apply replies until ``stop`` is set (or, with
         ``until_idle``, until no operation is open or in flight)."""
         stop = stop or asyncio.Event()
-        next_refresh = self.clock() + self.refresh_interval_s
+        self._bind_loop()
+        self._next_refresh = self.clock() + self.refresh_interval_s
         try:
             while not stop.is_set():
-                now = self.clock()
-                if now >= next_refresh:
-                    self.engine.refresh(now=now, adopt_new=self.adopt_new)
-                    next_refresh = now + self.refresh_interval_s
-                    self._listen_dirty = True
-                if self._listen_dirty and (
-                    now >= self._next_listen_sync or len(self.engine.records) <= LISTEN_EAGER_MAX
-                ):
-                    # With many operations, re-syncing on every create would reopen a
-                    # stream per create with every id in it; once in a while is enough,
-                    # since polling covers the gap (X3).
-                    self._sync_listeners()
-                    self._next_listen_sync = now + LISTEN_RESYNC_S
                 # A bounded number of requests in flight: memory stays flat and servers
                 # are not flooded when thousands of operations fall due at once.
                 capacity = max(0, self.in_flight_max - len(self._tasks))
-                for action in self.engine.due(now, limit=capacity):
+                self._wakeup.clear()
+                step = await self._off_loop(self._step, self.clock(), capacity)
+                if step.listeners is not None:
+                    self._apply_listeners(*step.listeners)
+                for record in step.finished:
+                    self._resolve(record)
+                for action in step.actions:
                     task = asyncio.create_task(self._perform(action))
                     self._tasks.add(task)
                     task.add_done_callback(self._tasks.discard)
-                if until_idle and not self.engine.records and not self._tasks:
+                if until_idle and step.idle and not self._tasks:
                     return
-                # At capacity, only a finished request (which sets the wake-up) frees a slot.
-                full = len(self._tasks) >= self.in_flight_max
-                wake_at = None if full else self.engine.next_wakeup()
-                timeout = max(0.0, min(next_refresh, wake_at or next_refresh) - self.clock())
-                self._wakeup.clear()
+                wake_at = step.wake_at if step.wake_at is not None else self._next_refresh
+                timeout = max(0.0, min(self._next_refresh, wake_at) - self.clock())
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(timeout):
                         await self._wait_any(stop)
         finally:
             await self._drain()
+
+    def _step(self, now: float, capacity: int) -> _Step:
+        """One turn of the engine, on the ledger thread: keep the leases, notice other
+        processes' writes, read the watched nodes, and pop what is due."""
+        finished: list[OperationRecord] = []
+        refresh_due = now >= self._next_refresh
+        if refresh_due:
+            self._next_refresh = now + self.refresh_interval_s
+            self._listen_dirty = True
+            if self.engine.owner is None:
+                self.engine.refresh(now=now, adopt_new=self.adopt_new)
+            for node in [n for n in self._watched if n not in self.engine.records]:
+                record = self.ledger.find(node)
+                if record is None or _finished(record):
+                    self._watched.discard(node)
+                    if record is not None:
+                        finished.append(record)
+        self.engine.housekeep(now=now)
+        listeners = None
+        if self._listen_dirty and (
+            now >= self._next_listen_sync or len(self.engine.records) <= LISTEN_EAGER_MAX
+        ):
+            # With many operations, re-syncing on every create would reopen a stream per
+            # create with every id in it; once in a while is enough, since polling
+            # covers the gap (X3).
+            listeners = self._listener_targets()
+            self._next_listen_sync = now + LISTEN_RESYNC_S
+        actions = self.engine.due(now, limit=capacity)
+        full = len(actions) >= capacity
+        wakes = [
+            None if full else self.engine.next_wakeup(),
+            self.engine.next_housekeeping(),
+        ]
+        present = [w for w in wakes if w is not None]
+        return _Step(
+            actions=actions,
+            wake_at=min(present) if present else None,
+            idle=self.engine.idle() and not self._watched,
+            listeners=listeners,
+            finished=finished,
+        )
 
     async def _wait_any(self, stop: asyncio.Event) -> None:
         waiters = [asyncio.ensure_future(self._wakeup.wait()), asyncio.ensure_future(stop.wait())]
@@ -257,9 +439,11 @@ class Executor:
 
     # --- push (X3: listen for speed) -------------------------------------------------
 
-    def _sync_listeners(self) -> None:
-        """Keep one push listener per (server, protocol) holding open operations; reopen
-        it when an operation it does not cover appears, stop it when none is left."""
+    def _listener_targets(
+        self,
+    ) -> tuple[dict[tuple[str, str], set[str]], dict[tuple[str, str], str]]:
+        """On the ledger thread: which operation ids each (server, protocol) listener
+        should cover, and the call node of each."""
         self._listen_dirty = False
         wanted: dict[tuple[str, str], set[str]] = {}
         nodes: dict[tuple[str, str], str] = {}
@@ -268,13 +452,21 @@ class Executor:
                 continue
             wanted.setdefault((record.server, record.protocol), set()).add(record.operation_id)
             nodes[(record.server, record.operation_id)] = node
+        return wanted, nodes
+
+    def _apply_listeners(
+        self, wanted: dict[tuple[str, str], set[str]], nodes: dict[tuple[str, str], str]
+    ) -> None:
+        """Keep one push listener per (server, protocol) holding open operations; reopen
+        it when an operation it does not cover appears, stop it when none is left."""
         self._push_nodes = nodes
         for key in [k for k in self._listeners if k not in wanted]:
             self._listeners.pop(key)[1].cancel()
         for key, ids in wanted.items():
             adapter = self._adapters.get(key)
             if adapter is None:
-                continue  # made by the first request; a later sync starts its listener
+                self._listen_dirty = True  # made by the first request; a later sync starts it
+                continue
             current = self._listeners.get(key)
             # A listener that returned (no push, or all its operations ended) stays
             # recorded, so it is not reopened until a new operation appears.
@@ -302,9 +494,16 @@ class Executor:
             log.exception("push listener failed at %s", server)
 
     async def aclose(self) -> None:
+        """Stop: cancel what is in flight, hand every held operation back (no lease
+        wait for the next worker), close the adapters and the ledger thread."""
         await self._drain()
+        with contextlib.suppress(Exception):
+            await self._off_loop(self.engine.retire)
         open_servers = {
-            r.server for r in self.ledger.list_by_state(*(s for s in State if s not in TERMINAL))
+            r.server
+            for r in await self._off_loop(
+                self.ledger.list_by_state, *(s for s in State if s not in TERMINAL)
+            )
         }
         for (server, _protocol), adapter in {
             id(a): (k, a) for k, a in self._adapters.items()
@@ -319,15 +518,18 @@ class Executor:
         if closer is not None:
             with contextlib.suppress(Exception):
                 await closer()
+        self._io.shutdown(wait=True)
 
     # --- one action ------------------------------------------------------------------
 
     async def _perform(self, action: Action) -> None:
+        outcome: Outcome | object | None
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 outcome = await self._send(action)
         except asyncio.CancelledError:
-            self.engine.finish(action)
+            # Stopped mid-request: plan it again for whoever runs this engine next.
+            self._io.submit(self._locked, self.engine.requeue, action, now=self.clock())
             raise
         except TimeoutError:
             outcome = failure_outcome(
@@ -341,9 +543,12 @@ class Executor:
             log.exception("adapter failed on %s for %s", action.kind, action.call_node_id)
             outcome = failure_outcome(action.kind, _failure(FailureKind.TRANSPORT, repr(exc)))
         if outcome is None:
-            self.engine.finish(action)
+            await self._off_loop(self.engine.finish, action)
+        elif outcome is _SLOT_MISSED:
+            await self._off_loop(self.engine.slot_missed, action, now=self.clock())
         else:
-            self.engine.complete(action, outcome, now=self.clock())
+            assert isinstance(outcome, Outcome)
+            await self._off_loop(self.engine.complete, action, outcome, now=self.clock())
             if isinstance(outcome.event, (e.SubmitAcknowledged, e.SubmissionFound)):
                 self._listen_dirty = True  # a new operation id to listen for (X3)
             if outcome.progress is not None or isinstance(outcome.event, e.WorkingObserved):
@@ -355,24 +560,28 @@ class Executor:
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    async def _send(self, action: Action) -> Outcome | None:
+    async def _send(self, action: Action) -> Outcome | object | None:
         adapter = await self._adapter(action.server, action.record.protocol)
         record = action.record
         match action.command:
             case SendSubmit():
-                return await adapter.submit(
-                    record, self.engine.request_payload(record.call_node_id)
-                )
+                payload = await self._off_loop(self.engine.request_payload, record.call_node_id)
+                return await adapter.submit(record, payload)
             case LookupSubmission():
                 return await adapter.lookup(record)
             case Poll():
+                now = self.clock()
+                if action.not_after is not None and now > action.not_after:
+                    return _SLOT_MISSED  # the shared budget's slot passed: never late (X3)
+                self.metrics.observe_poll(action.server, now)
                 return await adapter.poll(record)
             case FetchResult():
                 return await adapter.fetch_result(record)
             case SendCancel():
                 return await adapter.cancel(record)
             case SendInputResponse(keys=keys):
-                return await adapter.send_input(record, self.engine.input_answers(record, keys))
+                answers = await self._off_loop(self.engine.input_answers, record, keys)
+                return await adapter.send_input(record, answers)
         raise AssertionError(f"no adapter call for {action.kind}")
 
     async def _adapter(self, server: str, protocol: str) -> Adapter:
@@ -393,13 +602,26 @@ class Executor:
     # --- callbacks from the engine ---------------------------------------------------
 
     def _note_accepted(self, record: OperationRecord) -> None:
-        for future in self._accepted.pop(record.call_node_id, []):
-            if not future.done():
-                future.set_result(record)
+        """From the engine (on the ledger thread, or a synchronous caller's)."""
+        self.metrics.observe_accepted(record)
+        self._resolve_soon(record)
 
     def _note_escalated(self, record: OperationRecord, reason: str) -> None:
         log.warning("operation %s needs reconciliation: %s", record.call_node_id, reason)
+        self.metrics.observe_escalated(record)
         self._escalated[record.call_node_id] = reason
+        self._resolve_soon(record)
+
+    def _resolve_soon(self, record: OperationRecord) -> None:
+        loop = self._loop
+        if loop is None or loop.is_closed() or threading.current_thread() is self._loop_thread:
+            self._resolve(record)
+        else:
+            loop.call_soon_threadsafe(self._resolve, record)
+
+    def _resolve(self, record: OperationRecord) -> None:
+        """On the loop: wake whoever waits on this call node."""
+        self._watched.discard(record.call_node_id)
         for future in self._accepted.pop(record.call_node_id, []):
             if not future.done():
                 future.set_result(record)
@@ -409,6 +631,11 @@ class Executor:
             return
         message = getattr(outcome.event, "status_message", None)
         self.on_progress(call_node_id, outcome.progress, message)
+
+
+def _finished(record: OperationRecord) -> bool:
+    """Nothing more will happen without an operator: accepted, or escalated (X7)."""
+    return record.is_terminal or record.state is State.RECONCILIATION_REQUIRED
 
 
 def _failure(
