@@ -68,6 +68,8 @@ from longcall.ledger.budget import GRANT_HORIZON_S, SLOT_VALID_S
 from longcall.runtime.step import commit
 
 REQUEST_BLOB = "request"
+SURPLUS_MIN = 2
+"""A worker keeps at least this many operations above its fair share before shedding."""
 LOST_RACE_RETRIES = 3
 """How often one event is decided again after losing a compare-and-set race (L4)."""
 INPUT_BLOB_PREFIX = "input:"
@@ -125,7 +127,8 @@ class LeasePolicy:
     """At most this many operations are taken in one claim transaction."""
     surplus_slack: float = 0.1
     """A worker sheds operations only when it holds more than its fair share plus this
-    fraction of it (and at least ``claim_batch``): no claim ping-pong."""
+    fraction of it (and at least ``SURPLUS_MIN`` more), and claims only below its share:
+    between the two each worker stays put, so operations do not ping-pong."""
 
     def __post_init__(self) -> None:
         if not 0 < self.renew_every_s < self.lease_s - self.send_margin_s:
@@ -321,8 +324,10 @@ class Engine:
         """Take over open operations in the ledger (SPEC L7): claim a higher epoch,
         recover in-doubt creates, and re-plan each one. Returns how many.
 
-        With an owner, only what no live worker holds, up to this engine's fair share
-        (a first :meth:`housekeep` round); without, every open operation."""
+        With an owner: registers the lease holder, and claims nothing yet: claims come
+        in :meth:`housekeep` rounds, the first one claim interval later, up to this
+        engine's fair share of what no live worker holds. Without: every open
+        operation, at once."""
         if self.owner is not None:
             held = len(self.records)
             self.housekeep(now=now)
@@ -491,7 +496,10 @@ class Engine:
         self._registered = True
         self._lease_until = now + self.lease.lease_s
         self._next_renew = now + self.lease.renew_every_s
-        self._next_claim = now
+        # The first claim round waits one interval, so that workers started together
+        # see each other in the census and split the work at once: otherwise the
+        # first would take everything and shed most of it again.
+        self._next_claim = now + self.lease.claim_every_s
 
     def _renew(self, now: float) -> None:
         assert self.owner is not None
@@ -516,7 +524,7 @@ class Engine:
         held = len(self.records)
         if census.claimable and held < share:
             self._claim(now=now, limit=min(self.lease.claim_batch, share - held))
-        slack = max(self.lease.claim_batch, math.ceil(share * self.lease.surplus_slack))
+        slack = max(SURPLUS_MIN, math.ceil(share * self.lease.surplus_slack))
         surplus = len(self.records) - share - slack
         if surplus > 0:
             busy = {node for node, _kind in self._in_flight}
