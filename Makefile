@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev interop test lint type bench demo docs sim clean
+.PHONY: dev interop test lint type bench bench-slow demo docs sim clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,10 @@ demo: $(STAMP)
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# The many-workers end-to-end test at full size (CI runs it with 300 operations).
+bench-slow: $(STAMP)
+	LONGCALL_E2E_OPS=2000 LONGCALL_REQUIRE_PG=1 $(BIN)/python -m pytest -q -s tests/e2e/test_many_workers.py
 
 sim: $(STAMP)
 	$(BIN)/longcall sim --permutations 10000

@@ -28,10 +28,11 @@ from __future__ import annotations
 import dataclasses
 import math
 
-SLOT_VALID_S = 0.2
-"""How late after its slot a poll may still leave (covers event-loop and dispatch lag)."""
-ARRIVAL_JITTER_S = 0.05
-"""How much the travel time to the server may vary between two polls (127.0.0.1: far less)."""
+SLOT_VALID_S = 0.15
+"""How late after its slot a poll may still leave (covers event-loop lag)."""
+ARRIVAL_JITTER_S = 0.1
+"""How much the time from that check to the server's door may vary between two polls:
+the adapter's own work and the connection pool on a loaded worker, then the network."""
 GRANT_HORIZON_S = 0.5
 """One grant covers at most this much of the server's schedule: a worker cannot hoard
 slots that another worker's due polls need."""

@@ -84,6 +84,10 @@ _REQUEST_COMMANDS: tuple[type[c.Command], ...] = (
     c.Poll,
 )
 _PRIORITY = {cls.__name__: rank for rank, cls in enumerate(_REQUEST_COMMANDS)}
+# Requests that read an operation's status from the server: with several workers they
+# all draw send slots from the server's one budget (X3) — a result fetch is a
+# ``tasks/get`` too in 2026-07-28, and the server's load is what the cap protects.
+_BUDGETED = frozenset({"Poll", "FetchResult"})
 # States in which no status poll may go out (X3, X4, X6): a poll planned earlier is
 # obsolete there (found by the simulator: a stray poll after the terminal was observed).
 _NOT_POLLING = frozenset(
@@ -125,7 +129,7 @@ class LeasePolicy:
     """How often the worker looks for operations to take (and for operator writes)."""
     claim_batch: int = 500
     """At most this many operations are taken in one claim transaction."""
-    surplus_slack: float = 0.1
+    surplus_slack: float = 0.25
     """A worker sheds operations only when it holds more than its fair share plus this
     fraction of it (and at least ``SURPLUS_MIN`` more), and claims only below its share:
     between the two each worker stays put, so operations do not ping-pong."""
@@ -213,14 +217,17 @@ class Engine:
         self.wanted: set[str] = set()
         self._lease_until = -math.inf
         self.last_census: Census | None = None
+        self.external_heartbeat = False
+        """True when the driver renews the lease from its own thread (:meth:`heartbeat`)."""
+        self._lapsed_at: float | None = None
         """What the last claim round saw of the whole ledger (a worker only)."""
         self._registered = False
         self._next_renew = 0.0
         self._next_claim = 0.0
-        self._poll_queue: dict[str, collections.deque[tuple[str, int]]] = {}
-        """Per server, the operations whose poll is due and waits for a send slot."""
-        self._slot_of: dict[str, float] = {}
-        """The send slot assigned to an operation's next poll."""
+        self._poll_queue: dict[str, collections.deque[tuple[str, str, int]]] = {}
+        """Per server, the status reads (node, kind, plan) due and waiting for a slot."""
+        self._slot_of: dict[tuple[str, str], float] = {}
+        """The send slot assigned to an operation's next status read."""
         self._granted_until: dict[str, float] = {}
         """Per server, the last send slot this engine was granted."""
         self.rng = rng
@@ -406,8 +413,11 @@ class Engine:
     def _refresh_held(self, *, now: float) -> int:
         assert self.owner is not None
         held = self.ledger.held_versions(self.owner)
+        busy = {node for node, _kind in self._in_flight}
         changed = 0
         for node, known in list(self.records.items()):
+            if node in busy:
+                continue  # its reply's write decides: applied, or refused as Fenced (D1)
             version = held.get(node)
             if version is None:
                 self._let_go(node)  # accepted, released, or taken over by another worker
@@ -446,7 +456,14 @@ class Engine:
         if self.owner is None:
             return
         self._ensure_registered(now)
-        if now >= self._next_renew:
+        if self._lapsed_at is not None:
+            # The driver's heartbeat found the lease lapsed (this process was paused
+            # or cut off): count it; what others took is found at the claim round's
+            # re-read, or by the database refusing the write (Fenced).
+            self._lapsed_at = None
+            self.stats["lease_lapses"] += 1
+            self._next_claim = min(self._next_claim, now)
+        elif not self.external_heartbeat and now >= self._next_renew:
             self._renew(now)
         if now >= self._next_claim:
             self._next_claim = now + self.lease.claim_every_s
@@ -462,15 +479,33 @@ class Engine:
         """When :meth:`housekeep` has work next (None in single-process mode)."""
         if self.owner is None:
             return None
+        if self.external_heartbeat:
+            return self._next_claim
         return min(self._next_renew, self._next_claim)
+
+    def heartbeat(self, now: float) -> None:
+        """Renew the lease from a thread of the driver's own (any thread: it touches
+        only the ledger's workers row and the lease deadline). A worker whose ledger
+        thread is busy with a long queue of commits must not lose its lease for it;
+        a process that is killed or stopped stops its heartbeat too, so takeover
+        still happens exactly when it should."""
+        if self.owner is None or not self._registered:
+            return
+        lease_s = self.lease.lease_s
+        if not self.ledger.renew_worker(self.owner, now=now, lease_s=lease_s):
+            self.ledger.register_worker(self.owner, kind=self.kind, now=now, lease_s=lease_s)
+            self._lapsed_at = now
+        self._lease_until = now + lease_s
 
     def idle(self) -> bool:
         """Nothing left to drive: nothing held and, for a worker, no open operation in
         the ledger at the last claim round (others' leases may still run out)."""
         if self.records:
             return False
-        census = self.last_census
-        return census is None or census.open_operations == 0
+        if self.owner is None or not self.claim_all:
+            return True
+        census = self.last_census  # None: no claim round yet, nothing is known
+        return census is not None and census.open_operations == 0
 
     def lease_valid(self, now: float) -> bool:
         """Whether a new request may leave now: the lease has the send margin left."""
@@ -527,8 +562,10 @@ class Engine:
         slack = max(SURPLUS_MIN, math.ceil(share * self.lease.surplus_slack))
         surplus = len(self.records) - share - slack
         if surplus > 0:
+            # The most recently taken go first: claims take the oldest, so shedding the
+            # oldest would hand the same operations back and forth at every change.
             busy = {node for node, _kind in self._in_flight}
-            idle = [n for n in self.records if n not in busy and n not in self.wanted]
+            idle = [n for n in reversed(self.records) if n not in busy and n not in self.wanted]
             release = idle[:surplus]
             self.ledger.release(self.owner, release)
             self.stats["released"] += len(release)
@@ -652,15 +689,21 @@ class Engine:
                 self._push(node, kind, planned[2], not_before)
                 continue
             not_after = None
-            if kind == "Poll" and shared:
-                slot = self._slot_of.pop(node, None)
+            if kind in _BUDGETED and shared:
+                slot = self._slot_of.pop((node, kind), None)
                 if slot is None or now > slot + SLOT_VALID_S:
                     # No send slot yet (or it passed unused): queue for the next grant
                     # from the server's one budget (X3, shared by every worker).
                     self.stats["slots_missed"] += slot is not None
                     self._poll_queue.setdefault(server, collections.deque()).append(
-                        (node, planned[1])
+                        (node, kind, planned[1])
                     )
+                    continue
+                if slot > now:
+                    # Moved earlier since the slot was assigned (a push wake-up): it
+                    # still leaves no sooner than its slot.
+                    self._slot_of[(node, kind)] = slot
+                    self._push(node, kind, planned[2], slot)
                     continue
                 not_after = slot + SLOT_VALID_S
             elif kind == "Poll" and (node, kind) not in self._token_held:
@@ -714,15 +757,15 @@ class Engine:
                 if not queue:
                     self.stats["slots_unused"] += 1
                     continue
-                node, _seq = queue.popleft()
-                self._slot_of[node] = slot
-                self._push(node, "Poll", self._pending[(node, "Poll")][2], slot)
+                node, kind, _seq = queue.popleft()
+                self._slot_of[(node, kind)] = slot
+                self._push(node, kind, self._pending[(node, kind)][2], slot)
                 self._granted_until[server] = slot
 
-    def _awaits_slot(self, node: str, seq: int) -> bool:
-        """A queued poll still stands (not re-planned, sent or dropped since)."""
-        planned = self._pending.get((node, "Poll"))
-        return planned is not None and planned[1] == seq and node not in self._slot_of
+    def _awaits_slot(self, node: str, kind: str, seq: int) -> bool:
+        """A queued read still stands (not re-planned, sent or dropped since)."""
+        planned = self._pending.get((node, kind))
+        return planned is not None and planned[1] == seq and (node, kind) not in self._slot_of
 
     def slot_missed(self, action: Action, *, now: float) -> None:
         """The driver could not send a poll within its slot: it waits for a new one."""
@@ -999,7 +1042,7 @@ class Engine:
         for cls in _REQUEST_COMMANDS:
             self._pending.pop((node, cls.__name__), None)
             self._token_held.discard((node, cls.__name__))
-        self._slot_of.pop(node, None)
+            self._slot_of.pop((node, cls.__name__), None)
 
     def _take_poll_token(self, server: str, now: float) -> float:
         bucket = self._buckets.get(server) or TokenBucket.full(

@@ -196,6 +196,9 @@ class Executor:
             claim_all=adopt_new,
         )
         self.metrics.bind(self.engine, self._engine_lock)
+        self.engine.external_heartbeat = self.engine.owner is not None
+        self._heartbeat_stop = threading.Event()
+        self._heartbeat: threading.Thread | None = None
 
     @property
     def owner(self) -> str | None:
@@ -353,6 +356,7 @@ class Executor:
         ``until_idle``, until no operation is open or in flight)."""
         stop = stop or asyncio.Event()
         self._bind_loop()
+        self._start_heartbeat()
         self._next_refresh = self.clock() + self.refresh_interval_s
         try:
             while not stop.is_set():
@@ -378,6 +382,27 @@ class Executor:
                         await self._wait_any(stop)
         finally:
             await self._drain()
+
+    def _start_heartbeat(self) -> None:
+        """Renew the lease on a thread of its own, beside the ledger thread's queue."""
+        if self.engine.owner is None or self._heartbeat is not None:
+            return
+        every_s = self.engine.lease.renew_every_s
+
+        def beat() -> None:
+            while not self._heartbeat_stop.wait(every_s):
+                try:
+                    self.engine.heartbeat(self.clock())
+                except Exception:  # the ledger may be away: the next beat tries again
+                    log.exception("lease renewal failed")
+
+        self._heartbeat = threading.Thread(target=beat, name="longcall-lease", daemon=True)
+        self._heartbeat.start()
+
+    def _stop_heartbeat(self) -> None:
+        self._heartbeat_stop.set()
+        if self._heartbeat is not None:
+            self._heartbeat.join()
 
     def _step(self, now: float, capacity: int) -> _Step:
         """One turn of the engine, on the ledger thread: keep the leases, notice other
@@ -497,6 +522,7 @@ class Executor:
         """Stop: cancel what is in flight, hand every held operation back (no lease
         wait for the next worker), close the adapters and the ledger thread."""
         await self._drain()
+        self._stop_heartbeat()
         with contextlib.suppress(Exception):
             await self._off_loop(self.engine.retire)
         open_servers = {
@@ -576,6 +602,8 @@ class Executor:
                 self.metrics.observe_poll(action.server, now)
                 return await adapter.poll(record)
             case FetchResult():
+                if action.not_after is not None and self.clock() > action.not_after:
+                    return _SLOT_MISSED
                 return await adapter.fetch_result(record)
             case SendCancel():
                 return await adapter.cancel(record)

@@ -1,0 +1,317 @@
+"""Four ``longcall worker`` processes on one PostgreSQL ledger, under SIGKILL and SIGSTOP (D1).
+
+The reference server is ``longcall serve``, a process of its own; in front of it a TCP
+relay in this process logs the moment each ``tasks/get`` reaches the server's door (the
+poll cap is measured there, not inside a server whose own pauses would bunch the
+arrivals up). Operations are created unowned; four real worker processes share them
+through leases with a 3 s lease. A seeded chaos loop SIGKILLs workers (and starts
+replacements) and SIGSTOPs workers for longer than the lease before SIGCONT. At the end:
+
+- every call node has exactly one receipt and one outbox row, and the server holds
+  exactly one task per call node (no second remote operation);
+- no stopped worker wrote after its operations were taken over: in every operation's
+  history each execution epoch was written by one owner only, and epochs never go
+  back; the writes the stale workers did attempt were refused by the database and
+  counted (``longcall_stale_writes_rejected_total``, scraped from the workers);
+- polls arriving at the server never exceed the cap in any one-second window;
+- claims per operation are bounded by the faults (no ping-pong): an operation moves
+  only when its worker is taken away, and once more when the work is rebalanced.
+
+``LONGCALL_E2E_OPS`` sets the size (default 300, what CI runs on two cores);
+``make bench-slow`` runs it with 2,000.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import re
+import signal
+import socket
+import sqlite3
+import sys
+import time
+from collections import Counter, defaultdict
+from pathlib import Path
+
+import httpx
+import pytest
+from tests.ledger.conftest import pg_schema
+
+from longcall.core import State
+from longcall.ledger.postgres import PostgresLedger
+from longcall.runtime.engine import CallSpec
+from longcall.runtime.executor import Executor
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.postgres]
+
+OPERATIONS = int(os.environ.get("LONGCALL_E2E_OPS", "300"))
+WORKERS = 4
+LEASE_S = 3.0
+QPS_CAP = 60.0
+CHAOS_EVERY_S = (1.0, 2.5)
+STOP_FOR_S = LEASE_S + 1.5
+"""SIGSTOP lasts longer than the lease: the others take the stopped worker's work over."""
+RUN_TIMEOUT_S = 60.0 + OPERATIONS * 0.15
+METRICS_LINE = re.compile(r"metrics at (http://\S+/metrics)")
+
+
+class Worker:
+    """One ``longcall worker`` process and what was last scraped from its metrics."""
+
+    def __init__(self, process: asyncio.subprocess.Process, metrics_url: str) -> None:
+        self.process = process
+        self.metrics_url = metrics_url
+        self.fenced = 0.0
+        self.stopped = False
+
+    async def scrape(self, client: httpx.AsyncClient) -> None:
+        """Remember the counter of refused stale writes (kept if the process dies later)."""
+        with contextlib.suppress(httpx.HTTPError):
+            text = (await client.get(self.metrics_url, timeout=2.0)).text
+            for line in text.splitlines():
+                if line.startswith("longcall_stale_writes_rejected_total "):
+                    self.fenced = float(line.split()[1])
+
+
+class FrontDoor:
+    """A TCP relay to the server that stamps each status read as it arrives."""
+
+    PATTERN = re.compile(rb'"method"\s*:\s*"tasks/get"')
+
+    def __init__(self, upstream_port: int) -> None:
+        self.upstream_port = upstream_port
+        self.reads: list[float] = []
+        self._server: asyncio.Server | None = None
+
+    async def start(self) -> str:
+        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
+        port = self._server.sockets[0].getsockname()[1]
+        return f"http://127.0.0.1:{port}/mcp"
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+
+    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
+        except OSError:
+            writer.close()
+            return
+        loop = asyncio.get_running_loop()
+
+        async def inbound() -> None:
+            tail = b""
+            while chunk := await reader.read(65536):
+                seen = tail + chunk
+                for _ in self.PATTERN.finditer(seen, max(0, len(tail) - 40)):
+                    self.reads.append(loop.time())
+                tail = seen[-40:]
+                up_writer.write(chunk)
+                await up_writer.drain()
+            up_writer.close()
+
+        async def outbound() -> None:
+            while chunk := await up_reader.read(65536):
+                writer.write(chunk)
+                await writer.drain()
+            writer.close()
+
+        with contextlib.suppress(OSError, asyncio.CancelledError):
+            await asyncio.gather(inbound(), outbound())
+
+
+async def start_server(store: Path) -> tuple[asyncio.subprocess.Process, int]:
+    """``longcall serve`` on a free port; returns once it accepts connections."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "longcall", "serve", "--port", str(port)),
+        *("--store", f"sqlite:///{store}"),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
+    async with asyncio.timeout(30):
+        while True:
+            try:
+                _reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            except OSError:
+                await asyncio.sleep(0.1)
+                continue
+            writer.close()
+            return process, port
+
+
+async def start_worker(ledger_url: str) -> Worker:
+    process = await asyncio.create_subprocess_exec(
+        *(sys.executable, "-m", "longcall", "worker", "--ledger", ledger_url),
+        *("--lease", str(LEASE_S), "--qps", str(QPS_CAP), "--metrics-port", "0"),
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    async with asyncio.timeout(30):
+        while True:
+            line = (await process.stderr.readline()).decode()
+            if not line:
+                raise AssertionError("worker exited before serving its metrics")
+            found = METRICS_LINE.search(line)
+            if found:
+                break
+    # Keep draining stderr so the worker never blocks on a full pipe.
+    asyncio.get_running_loop().create_task(_drain(process.stderr))
+    return Worker(process, found.group(1))
+
+
+async def _drain(stream: asyncio.StreamReader) -> None:
+    while await stream.read(65536):
+        pass
+
+
+def accepted_count(ledger: PostgresLedger) -> int:
+    return len(ledger.outbox())
+
+
+async def chaos(
+    workers: list[Worker],
+    retired: list[Worker],
+    faults: Counter[str],
+    ledger_url: str,
+    rng: random.Random,
+    client: httpx.AsyncClient,
+) -> None:
+    """One fault at a time, at seeded moments, until cancelled: SIGKILL a worker (and
+    start a replacement) or SIGSTOP one for longer than the lease, then SIGCONT."""
+    while True:
+        await asyncio.sleep(rng.uniform(*CHAOS_EVERY_S))
+        slot = rng.randrange(len(workers))
+        worker = workers[slot]
+        if rng.random() < 0.5:
+            await worker.scrape(client)
+            worker.process.send_signal(signal.SIGKILL)
+            await worker.process.wait()
+            retired.append(worker)
+            workers[slot] = await start_worker(ledger_url)
+            faults["sigkill"] += 1
+        else:
+            worker.process.send_signal(signal.SIGSTOP)
+            try:
+                await asyncio.sleep(STOP_FOR_S)
+            finally:
+                worker.process.send_signal(signal.SIGCONT)
+            faults["sigstop"] += 1
+
+
+def worst_window(times: list[float], window_s: float = 1.0) -> int:
+    """The most arrivals in any half-open window of ``window_s`` (times sorted)."""
+    worst, first = 0, 0
+    for last, t in enumerate(times):
+        while times[first] <= t - window_s:
+            first += 1
+        worst = max(worst, last - first + 1)
+    return worst
+
+
+async def test_four_workers_share_one_postgres_ledger_under_kill_and_stop(tmp_path: Path) -> None:
+    """SIGKILL and SIGSTOP beyond the lease: one receipt and one server task per node,
+    no stale write lands (the database refused them), the poll cap holds at the server."""
+    rng = random.Random(20261130)
+    store = tmp_path / "tasks.db"
+    server, port = await start_server(store)
+    door = FrontDoor(port)
+    url = await door.start()
+    with pg_schema() as (dsn, schema):
+        sep = "&" if "?" in dsn else "?"
+        ledger_url = f"{dsn}{sep}schema={schema}"
+        async with httpx.AsyncClient() as client:
+            with PostgresLedger(dsn, schema=schema) as ledger:
+                seeder = Executor(ledger, single_process=True)
+                binding = await seeder.bind(url, "sleep_report", protocol="2026-07-28")
+                for i in range(OPERATIONS):
+                    arguments = {"seconds": rng.choice([0.2, 0.5, 1.0]), "rows": 1}
+                    await seeder.acall(
+                        CallSpec(call_node_id=f"op-{i:05d}", binding=binding, arguments=arguments)
+                    )
+                await seeder.aclose()
+                started = time.monotonic()
+                # Started together: they see each other at their first claim round.
+                workers = list(
+                    await asyncio.gather(*(start_worker(ledger_url) for _ in range(WORKERS)))
+                )
+                retired: list[Worker] = []
+                faults: Counter[str] = Counter()
+                chaos_task = asyncio.create_task(
+                    chaos(workers, retired, faults, ledger_url, rng, client)
+                )
+                try:
+                    async with asyncio.timeout(RUN_TIMEOUT_S):
+                        # Other processes write the ledger: nothing to await but the rows.
+                        while await asyncio.to_thread(accepted_count, ledger) < OPERATIONS:  # noqa: ASYNC110
+                            await asyncio.sleep(0.5)
+                finally:
+                    chaos_task.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await chaos_task
+                    await asyncio.sleep(LEASE_S)  # let resumed workers meet their fences
+                    for worker in workers:
+                        if worker.process.returncode is None:
+                            await worker.scrape(client)
+                            worker.process.send_signal(signal.SIGTERM)
+                    for worker in workers:
+                        with contextlib.suppress(ProcessLookupError):
+                            async with asyncio.timeout(20):
+                                await worker.process.wait()
+                elapsed = time.monotonic() - started
+                server.send_signal(signal.SIGTERM)
+                await server.wait()
+                await door.close()
+                records = ledger.list_by_state()
+                receipts = ledger.receipts()
+                outbox = ledger.outbox()
+                histories = {r.call_node_id: ledger.history(r.call_node_id) for r in records}
+
+    assert len(records) == OPERATIONS
+    assert all(r.state is State.ACCEPTED for r in records), Counter(r.state for r in records)
+    assert sorted(r.call_node_id for r in receipts) == sorted(r.call_node_id for r in records)
+    assert len(outbox) == OPERATIONS
+
+    with contextlib.closing(sqlite3.connect(store)) as db:
+        keys = [key for (key,) in db.execute("SELECT submission_key FROM tasks")]
+    assert len(keys) == OPERATIONS
+    assert set(keys) == {r.submission_key for r in records}
+
+    claims: Counter[str] = Counter()
+    takeovers = 0
+    for node, history in histories.items():
+        owners_by_epoch: dict[int, set[str]] = defaultdict(set)
+        epochs = [h.execution_epoch for h in history]
+        assert epochs == sorted(epochs), (node, history)
+        for h in history:
+            if h.owner is not None:
+                owners_by_epoch[h.execution_epoch].add(h.owner)
+            if h.event == "ExecutionClaimed":
+                claims[node] += 1
+        assert all(len(owners) == 1 for owners in owners_by_epoch.values()), (node, history)
+        takeovers += max(0, claims[node] - 1)
+    # No ping-pong: operations move only when a fault takes their worker away (and
+    # once more when the work is rebalanced after it), never on their own.
+    injected = faults["sigkill"] + faults["sigstop"]
+    assert max(claims.values()) <= 2 + injected, (faults, claims.most_common(3))
+    assert sum(claims.values()) <= OPERATIONS * (1 + 2 * injected / WORKERS), (faults, claims)
+
+    polls = sorted(door.reads)
+    worst = worst_window(polls)
+    assert worst <= QPS_CAP, worst
+
+    fenced = sum(w.fenced for w in [*workers, *retired])
+    assert faults["sigstop"] == 0 or fenced >= 1, "a stopped worker's late writes were refused"
+    print(
+        f"\n{OPERATIONS} operations, {WORKERS} workers, {elapsed:.1f} s, faults {dict(faults)};"
+        f" polls {len(polls)}, worst 1 s window {worst} (cap {QPS_CAP:.0f});"
+        f" claims per operation max {max(claims.values())}, re-claims {takeovers};"
+        f" stale writes refused by the database {fenced:.0f}"
+    )
