@@ -10,6 +10,7 @@ from __future__ import annotations
 import click
 
 from longcall.caller import call, ops, worker
+from longcall.rollout_cli import rollout
 
 
 @click.group()
@@ -149,3 +150,4 @@ def _whole_number(text: str, option: str, *, minimum: int) -> int:
 main.add_command(call)
 main.add_command(worker)
 main.add_command(ops)
+main.add_command(rollout)

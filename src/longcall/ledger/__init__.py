@@ -20,8 +20,10 @@ from longcall.errors import (
     UnsupportedLedgerURL,
 )
 from longcall.ledger.base import (
+    ADAPTER_STATES,
     CLIENT,
     WORKER,
+    AdapterPlan,
     Census,
     Claim,
     Fence,
@@ -56,9 +58,11 @@ def open_ledger(url: str) -> Ledger:
 
 
 __all__ = [
+    "ADAPTER_STATES",
     "CLIENT",
     "DEFAULT_LEDGER_URL",
     "WORKER",
+    "AdapterPlan",
     "Census",
     "Claim",
     "CorruptRow",

@@ -101,6 +101,31 @@ class Fence:
     execution_epoch: int
 
 
+ADAPTER_STATES = ("enabled", "canary", "shadow", "draining", "disabled")
+"""A protocol adapter version's place in the rollout plan (R1-R3, P6): ``enabled`` takes
+new calls; ``canary`` takes a stable share of them; ``shadow`` takes none (shadow
+copies of read-only calls are not built yet); ``draining`` and ``disabled`` take none,
+while the operations they already started go on to their terminal."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AdapterPlan:
+    """One row of the rollout plan."""
+
+    protocol: str
+    adapter_version: str
+    state: str
+    canary_percent: float = 0.0
+    note: str = ""
+    updated_at_utc: str = ""
+
+    def __post_init__(self) -> None:
+        if self.state not in ADAPTER_STATES:
+            raise ValueError(f"adapter state must be one of {ADAPTER_STATES}, not {self.state!r}")
+        if not 0.0 <= self.canary_percent <= 100.0:
+            raise ValueError(f"canary_percent must be in [0, 100], not {self.canary_percent!r}")
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Claim:
     """One operation a claim took: the record as now stored, and whose it was."""
@@ -313,6 +338,25 @@ class Ledger(abc.ABC):
     def take_poll_slots(self, server: str, *, now: float, count: int, qps_max: float) -> PollGrant:
         """Take up to ``count`` send slots from the server's one poll budget, shared
         by every worker of this ledger (X3; :mod:`longcall.ledger.budget`)."""
+
+    # --- rollout (R1-R3, P6) -------------------------------------------------------
+
+    @abc.abstractmethod
+    def rollout_plan(self) -> list[AdapterPlan]:
+        """Every row of the rollout plan, by protocol then version."""
+
+    @abc.abstractmethod
+    def set_rollout(self, plan: AdapterPlan) -> None:
+        """Write one row of the rollout plan (insert or replace)."""
+
+    @abc.abstractmethod
+    def rebind_open(
+        self, protocol: str, from_version: str, *, decide: ClaimDecision
+    ) -> list[OperationRecord]:
+        """Rollback (R3): every open operation of ``protocol`` on ``from_version`` is
+        rewritten as ``decide`` says (the old version, a higher execution epoch) and
+        let go, in one transaction: whoever held it is fenced from then on, and a worker
+        claims it afresh. Returns the rewritten records."""
 
     @abc.abstractmethod
     def close(self) -> None:

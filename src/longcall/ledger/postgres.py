@@ -140,6 +140,19 @@ MIGRATIONS: tuple[str, ...] = (
         next_free_at DOUBLE PRECISION NOT NULL
     );
     """,
+    # The rollout plan (R1-R3, P6): one row per (protocol, adapter version), read by
+    # every worker, so all of them route new calls the same way.
+    """
+    CREATE TABLE rollout (
+        protocol        TEXT NOT NULL,
+        adapter_version TEXT NOT NULL,
+        state           TEXT NOT NULL,
+        canary_percent  DOUBLE PRECISION NOT NULL DEFAULT 0,
+        note            TEXT NOT NULL DEFAULT '',
+        updated_at_utc  TEXT NOT NULL,
+        PRIMARY KEY (protocol, adapter_version)
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

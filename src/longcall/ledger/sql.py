@@ -48,6 +48,7 @@ from longcall.errors import (
 from longcall.ledger import codec
 from longcall.ledger.base import (
     WORKER,
+    AdapterPlan,
     Census,
     Claim,
     ClaimDecision,
@@ -733,6 +734,79 @@ class SqlLedger(Ledger):
                 (next_free_at, server),
             )
         return grant
+
+    # --- rollout (R1-R3, P6) -----------------------------------------------------------
+
+    def rollout_plan(self) -> list[AdapterPlan]:
+        rows = self._read(
+            "SELECT protocol, adapter_version, state, canary_percent, note, updated_at_utc"
+            " FROM rollout ORDER BY protocol, adapter_version"
+        )
+        return [
+            AdapterPlan(
+                protocol=str(r[0]),
+                adapter_version=str(r[1]),
+                state=str(r[2]),
+                canary_percent=float(r[3]),
+                note=str(r[4]),
+                updated_at_utc=str(r[5]),
+            )
+            for r in rows
+        ]
+
+    def set_rollout(self, plan: AdapterPlan) -> None:
+        with self._write() as conn:
+            self._execute(
+                conn,
+                "INSERT INTO rollout (protocol, adapter_version, state, canary_percent, note,"
+                " updated_at_utc) VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (protocol,"
+                " adapter_version) DO UPDATE SET state = excluded.state, canary_percent ="
+                " excluded.canary_percent, note = excluded.note,"
+                " updated_at_utc = excluded.updated_at_utc",
+                (
+                    plan.protocol,
+                    plan.adapter_version,
+                    plan.state,
+                    plan.canary_percent,
+                    plan.note,
+                    self._utc_now(),
+                ),
+            )
+
+    def rebind_open(
+        self, protocol: str, from_version: str, *, decide: ClaimDecision
+    ) -> list[OperationRecord]:
+        now_utc = self._utc_now()
+        rebound: list[OperationRecord] = []
+        with self._write() as conn:
+            rows = self._execute(
+                conn,
+                f"SELECT record_json FROM operations WHERE open = 1 ORDER BY"
+                f" {self.creation_order}{self.row_lock}",
+            ).fetchall()
+            for (text,) in rows:
+                before = codec.loads_record(str(text))
+                if before.protocol != protocol or before.adapter_version != from_version:
+                    continue
+                after = decide(before)
+                check_update(before, after, before.version)
+                if after.execution_epoch <= before.execution_epoch:
+                    raise LocalProtocolError(
+                        f"operation {before.call_node_id!r}: a rebind must raise the epoch"
+                    )
+                self._execute(conn, _CLAIMED_UPDATE, (
+                    None,
+                    after.execution_epoch,
+                    after.version,
+                    after.state.value,
+                    codec.dumps(after),
+                    now_utc,
+                    after.call_node_id,
+                    before.version,
+                ))  # fmt: skip
+                self._history(conn, after, "ExecutionClaimed", now_utc, None)
+                rebound.append(after)
+        return rebound
 
     def _executemany(self, conn: Any, query: str, rows: Sequence[Params]) -> None:
         """Run one ``?``-style statement for each parameter row."""

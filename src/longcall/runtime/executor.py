@@ -77,6 +77,7 @@ from longcall.runtime.engine import (
     LeasePolicy,
 )
 from longcall.runtime.metrics import ExecutorMetrics
+from longcall.runtime.rollout import route
 
 log = logging.getLogger("longcall.executor")
 
@@ -242,10 +243,23 @@ class Executor:
         return await self._off_loop(self._call, spec)
 
     def _call(self, spec: CallSpec) -> OperationRecord:
-        if spec.binding.protocol in self.disabled_protocols:
-            raise AdapterDisabled(
-                f"the {spec.binding.protocol} adapter is disabled for new operations (P6)"
+        binding = spec.binding
+        if binding.protocol in self.disabled_protocols:
+            raise AdapterDisabled(f"the {binding.protocol} adapter is disabled for new operations")
+        if self.ledger.find(spec.call_node_id) is None:
+            # A new operation follows the ledger's rollout plan (R2, P6); attaching to an
+            # existing one never re-routes it.
+            version = route(
+                self.ledger.rollout_plan(),
+                protocol=binding.protocol,
+                offered=binding.adapter_version,
+                call_node_id=spec.call_node_id,
             )
+            if version != binding.adapter_version:
+                raise AdapterDisabled(
+                    f"the rollout plan routes this call to {binding.protocol} adapter "
+                    f"{version}; this process runs {binding.adapter_version}"
+                )
         record = self.engine.start_call(spec, now=self.clock())
         self._wake_soon()
         return record

@@ -1,0 +1,156 @@
+"""``longcall rollout``: read and change the ledger's rollout plan (SPEC R1-R3, P6, O1).
+
+Owns: the ``status``, ``set``, ``canary``, ``shadow`` and ``rollback`` subcommands. The
+plan lives in the ledger, so every worker of that ledger routes new calls by it;
+:mod:`longcall.runtime.rollout` holds the rules. Must not: route or rebind anything
+itself.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from typing import Any
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from longcall.caller import json_option, ledger_option
+from longcall.errors import LongcallError
+from longcall.ledger import ADAPTER_STATES, AdapterPlan, open_ledger
+
+
+@click.group()
+def rollout() -> None:
+    """Roll a protocol adapter version out and back (stored in the ledger)."""
+
+
+@rollout.command("status")
+@ledger_option
+@json_option
+def rollout_status(ledger_url: str, as_json: bool) -> None:
+    """Show the plan, and how many open operations each adapter version drives."""
+    with open_ledger(ledger_url) as ledger:
+        plan = ledger.rollout_plan()
+        open_by_version: dict[tuple[str, str], int] = {}
+        for record in ledger.list_by_state():
+            if not record.is_terminal:
+                key = (record.protocol, record.adapter_version)
+                open_by_version[key] = open_by_version.get(key, 0) + 1
+    rows: list[dict[str, Any]] = [
+        {
+            "protocol": p.protocol,
+            "adapter_version": p.adapter_version,
+            "state": p.state,
+            "canary_percent": p.canary_percent,
+            "open_operations": open_by_version.pop((p.protocol, p.adapter_version), 0),
+            "note": p.note,
+            "updated_at_utc": p.updated_at_utc,
+        }
+        for p in plan
+    ]
+    rows += [
+        {"protocol": protocol, "adapter_version": version, "state": "enabled (no plan row)",
+         "canary_percent": 0.0, "open_operations": count, "note": "", "updated_at_utc": ""}
+        for (protocol, version), count in sorted(open_by_version.items())
+    ]  # fmt: skip
+    if as_json:
+        click.echo(json.dumps(rows, indent=2, sort_keys=True))
+        return
+    table = Table(title="rollout plan", title_justify="left")
+    for column in ("protocol", "version", "state", "canary %", "open operations", "note"):
+        table.add_column(column)
+    for row in rows:
+        table.add_row(
+            row["protocol"],
+            row["adapter_version"],
+            row["state"],
+            f"{row['canary_percent']:g}",
+            str(row["open_operations"]),
+            row["note"],
+        )
+    Console().print(table)
+
+
+def _write(ledger_url: str, plan: AdapterPlan) -> None:
+    with open_ledger(ledger_url) as ledger:
+        ledger.set_rollout(plan)
+    click.echo(f"{plan.protocol} {plan.adapter_version}: {plan.state}")
+
+
+@rollout.command("set")
+@click.argument("protocol")
+@click.argument("version")
+@click.argument("state", type=click.Choice(ADAPTER_STATES))
+@click.option("--note", default="", help="Why (kept in the plan).")
+@ledger_option
+def rollout_set(protocol: str, version: str, state: str, note: str, ledger_url: str) -> None:
+    """Set VERSION of PROTOCOL to STATE (draining/disabled: no new calls, in-flight go on)."""
+    _write(
+        ledger_url, AdapterPlan(protocol=protocol, adapter_version=version, state=state, note=note)
+    )
+
+
+@rollout.command("canary")
+@click.argument("protocol")
+@click.argument("version")
+@click.argument("percent", type=click.FloatRange(0, 100))
+@click.option("--note", default="", help="Why (kept in the plan).")
+@ledger_option
+def rollout_canary(protocol: str, version: str, percent: float, note: str, ledger_url: str) -> None:
+    """Route PERCENT of new PROTOCOL calls (a stable share of call nodes) to VERSION."""
+    plan = AdapterPlan(
+        protocol=protocol,
+        adapter_version=version,
+        state="canary",
+        canary_percent=percent,
+        note=note,
+    )
+    _write(ledger_url, plan)
+
+
+@rollout.command("shadow")
+@click.argument("protocol")
+@click.argument("version")
+@click.option("--note", default="", help="Why (kept in the plan).")
+@ledger_option
+def rollout_shadow(protocol: str, version: str, note: str, ledger_url: str) -> None:
+    """Mark VERSION as the shadow of PROTOCOL (recorded only: shadow calls are not built yet)."""
+    _write(
+        ledger_url,
+        AdapterPlan(protocol=protocol, adapter_version=version, state="shadow", note=note),
+    )
+    click.echo("note: shadow copies of read-only calls are not carried out yet", err=True)
+
+
+@rollout.command("rollback")
+@click.argument("protocol")
+@click.option("--from", "from_version", required=True, help="The version to take out.")
+@click.option("--to", "to_version", required=True, help="The version that takes over.")
+@click.option("--note", default="", help="Why (kept in the plan).")
+@ledger_option
+def rollout_rollback(
+    protocol: str, from_version: str, to_version: str, note: str, ledger_url: str
+) -> None:
+    """Stop new calls on FROM, and hand its in-flight operations to TO at a new epoch."""
+    from longcall.runtime.rollout import rollback
+
+    with open_ledger(ledger_url) as ledger:
+        try:
+            rebound = rollback(
+                ledger,
+                protocol=protocol,
+                from_version=from_version,
+                to_version=to_version,
+                now=time.time(),
+                rng=random.Random(),
+                note=note,
+            )
+        except LongcallError as exc:
+            raise click.ClickException(str(exc)) from exc
+    click.echo(
+        f"{protocol}: {from_version} disabled, {to_version} enabled; "
+        f"{len(rebound)} in-flight operations handed to {to_version}"
+    )

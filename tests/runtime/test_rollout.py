@@ -1,0 +1,133 @@
+"""The rollout plan (SPEC R1-R3, P6): canary routing, disabled adapters, rollback of
+in-flight operations to the old version at a higher epoch — never a second call."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from longcall.cli import main
+from longcall.core import State
+from longcall.errors import AdapterDisabled
+from longcall.ledger import AdapterPlan, SQLiteLedger
+from longcall.runtime.engine import CallSpec
+from longcall.runtime.executor import Executor
+from longcall.runtime.rollout import canary_bucket, rollback, route
+
+from .test_engine import binding
+from .test_leases import LEASE, World
+
+
+def plan(*rows: tuple[str, str, float]) -> list[AdapterPlan]:
+    return [
+        AdapterPlan(protocol="test", adapter_version=v, state=s, canary_percent=pct)
+        for v, s, pct in rows
+    ]
+
+
+def test_canary_takes_a_stable_share_of_new_calls() -> None:
+    """5 % canary: about 5 % of call nodes, the same ones every time, on every worker."""
+    rows = plan(("1", "enabled", 0.0), ("2", "canary", 5.0))
+    nodes = [f"node-{i}" for i in range(4000)]
+    chosen = [route(rows, protocol="test", offered="1", call_node_id=n) for n in nodes]
+    share = chosen.count("2") / len(nodes)
+    assert 0.04 <= share <= 0.06
+    assert chosen == [route(rows, protocol="test", offered="1", call_node_id=n) for n in nodes]
+    assert all((c == "2") == (canary_bucket(n) < 5.0) for n, c in zip(nodes, chosen, strict=True))
+
+
+def test_plan_states_route_new_calls() -> None:
+    """No plan: the offered version; draining/disabled take nothing new; none left: refused."""
+    assert route([], protocol="test", offered="1", call_node_id="n") == "1"
+    rows = plan(("1", "enabled", 0.0), ("2", "draining", 0.0))
+    assert route(rows, protocol="test", offered="2", call_node_id="n") == "1"
+    with pytest.raises(AdapterDisabled, match="no test adapter version takes new calls"):
+        route(plan(("1", "disabled", 0.0)), protocol="test", offered="1", call_node_id="n")
+
+
+def test_disabled_adapter_refuses_new_calls_and_keeps_its_own(tmp_path: Path) -> None:
+    """P6: disabling the version stops new operations; an existing one is still attached."""
+    with SQLiteLedger(tmp_path / "l.db", synchronous="off") as ledger:
+        executor = Executor(ledger, single_process=True)
+        spec = CallSpec(call_node_id="old", binding=binding(), arguments={"a": 1})
+        executor.call(spec)
+        ledger.set_rollout(
+            AdapterPlan(protocol="test", adapter_version="1", state="disabled", note="bad")
+        )
+        with pytest.raises(AdapterDisabled):
+            executor.call(CallSpec(call_node_id="new", binding=binding(), arguments={}))
+        assert ledger.find("new") is None
+        assert executor.call(spec).call_node_id == "old"
+
+
+def test_rollback_hands_in_flight_operations_to_the_old_version(tmp_path: Path) -> None:
+    """R3: the new version's in-flight operations go on under the old one at a higher
+    epoch; the worker that drove them is fenced; each ends with one receipt."""
+    world = World(tmp_path)
+    world.server.polls_until_done = 40
+    creator_binding = binding(adapter_version="2")
+    seeder = world.ledger()
+    from longcall.runtime.engine import Engine
+
+    creator = Engine(seeder, rng=random.Random(0))
+    for i in range(6):
+        spec = CallSpec(call_node_id=f"r{i}", binding=creator_binding, arguments={"i": i})
+        creator.start_call(spec, now=0.0)
+    a = world.worker("a")
+    world.held_back["a"] = []
+    world.run(until=2.0)
+    assert len(a.records) == 6
+    late = world.held_back.pop("a")
+    rebound = rollback(
+        seeder, protocol="test", from_version="2", to_version="1", now=world.now,
+        rng=random.Random(1),
+    )  # fmt: skip
+    assert sorted(r.call_node_id for r in rebound) == [f"r{i}" for i in range(6)]
+    assert all(r.adapter_version == "1" for r in rebound)
+    for action in late:
+        outcome = world.server.answer(action, world.now)
+        if outcome is not None:
+            a.complete(action, outcome, now=world.now)
+    assert a.stats["fenced"] >= 1
+    world.server.polls_until_done = 1
+    world.worker("b")
+    world.run(until=world.now + LEASE.lease_s + 30.0)
+    records = seeder.list_by_state()
+    assert [r.state for r in records] == [State.ACCEPTED] * 6
+    assert all(r.adapter_version == "1" for r in records)
+    assert len(seeder.receipts()) == 6
+    assert len(world.server.created) == 6  # the same remote operations, never a new call
+    world.close()
+
+
+def test_rollout_commands(tmp_path: Path) -> None:
+    """longcall rollout set, canary, status --json and rollback write and show the plan."""
+    ledger = f"sqlite:///{tmp_path / 'l.db'}"
+    runner = CliRunner()
+    for args in (
+        ["set", "mcp", "1", "enabled"],
+        ["canary", "mcp", "2", "5", "--note", "new reader"],
+    ):
+        done = runner.invoke(main, ["rollout", *args, "--ledger", ledger])
+        assert done.exit_code == 0, done.output
+    shown = runner.invoke(main, ["rollout", "status", "--json", "--ledger", ledger])
+    rows = {
+        (r["adapter_version"], r["state"], r["canary_percent"]) for r in json.loads(shown.output)
+    }
+    assert rows == {("1", "enabled", 0.0), ("2", "canary", 5.0)}
+    done = runner.invoke(
+        main, ["rollout", "rollback", "mcp", "--from", "2", "--to", "1", "--ledger", ledger]
+    )
+    assert done.exit_code == 0, done.output
+    assert "0 in-flight operations handed to 1" in done.output
+    shown = runner.invoke(main, ["rollout", "status", "--json", "--ledger", ledger])
+    assert {(r["adapter_version"], r["state"]) for r in json.loads(shown.output)} == {
+        ("1", "enabled"),
+        ("2", "disabled"),
+    }
+    bad = runner.invoke(main, ["rollout", "set", "mcp", "1", "paused", "--ledger", ledger])
+    assert bad.exit_code != 0
