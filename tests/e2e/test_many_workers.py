@@ -55,6 +55,7 @@ CHAOS_EVERY_S = (1.0, 2.5)
 STOP_FOR_S = LEASE_S + 1.5
 """SIGSTOP lasts longer than the lease: the others take the stopped worker's work over."""
 RUN_TIMEOUT_S = 60.0 + OPERATIONS * 0.15
+STOP_TIMEOUT_S = 20.0
 METRICS_LINE = re.compile(r"metrics at (http://\S+/metrics)")
 
 
@@ -146,6 +147,26 @@ async def start_server(store: Path) -> tuple[asyncio.subprocess.Process, int]:
             return process, port
 
 
+async def stop_all(
+    workers: list[asyncio.subprocess.Process], server: asyncio.subprocess.Process
+) -> None:
+    """Every process this test started ends with it, whatever happened: workers get
+    SIGTERM (a clean retire) and, if that does not end them, SIGKILL."""
+    for process in [*workers, server]:
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGCONT)
+                process.send_signal(signal.SIGTERM)
+    for process in [*workers, server]:
+        try:
+            async with asyncio.timeout(STOP_TIMEOUT_S):
+                await process.wait()
+        except TimeoutError:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+
+
 async def start_worker(ledger_url: str) -> Worker:
     process = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "longcall", "worker", "--ledger", ledger_url),
@@ -224,55 +245,53 @@ async def test_four_workers_share_one_postgres_ledger_under_kill_and_stop(tmp_pa
     server, port = await start_server(store)
     door = FrontDoor(port)
     url = await door.start()
-    with pg_schema() as (dsn, schema):
-        sep = "&" if "?" in dsn else "?"
-        ledger_url = f"{dsn}{sep}schema={schema}"
-        async with httpx.AsyncClient() as client:
-            with PostgresLedger(dsn, schema=schema) as ledger:
-                seeder = Executor(ledger, single_process=True)
-                binding = await seeder.bind(url, "sleep_report", protocol="2026-07-28")
-                for i in range(OPERATIONS):
-                    arguments = {"seconds": rng.choice([0.2, 0.5, 1.0]), "rows": 1}
-                    await seeder.acall(
-                        CallSpec(call_node_id=f"op-{i:05d}", binding=binding, arguments=arguments)
+    workers: list[Worker] = []
+    retired: list[Worker] = []
+    try:
+        with pg_schema() as (dsn, schema):
+            sep = "&" if "?" in dsn else "?"
+            ledger_url = f"{dsn}{sep}schema={schema}"
+            async with httpx.AsyncClient() as client:
+                with PostgresLedger(dsn, schema=schema) as ledger:
+                    seeder = Executor(ledger, single_process=True)
+                    binding = await seeder.bind(url, "sleep_report", protocol="2026-07-28")
+                    for i in range(OPERATIONS):
+                        arguments = {"seconds": rng.choice([0.2, 0.5, 1.0]), "rows": 1}
+                        spec = CallSpec(
+                            call_node_id=f"op-{i:05d}", binding=binding, arguments=arguments
+                        )
+                        await seeder.acall(spec)
+                    await seeder.aclose()
+                    started = time.monotonic()
+                    # Started together: they see each other at their first claim round.
+                    workers += await asyncio.gather(
+                        *(start_worker(ledger_url) for _ in range(WORKERS))
                     )
-                await seeder.aclose()
-                started = time.monotonic()
-                # Started together: they see each other at their first claim round.
-                workers = list(
-                    await asyncio.gather(*(start_worker(ledger_url) for _ in range(WORKERS)))
-                )
-                retired: list[Worker] = []
-                faults: Counter[str] = Counter()
-                chaos_task = asyncio.create_task(
-                    chaos(workers, retired, faults, ledger_url, rng, client)
-                )
-                try:
-                    async with asyncio.timeout(RUN_TIMEOUT_S):
-                        # Other processes write the ledger: nothing to await but the rows.
-                        while await asyncio.to_thread(accepted_count, ledger) < OPERATIONS:  # noqa: ASYNC110
-                            await asyncio.sleep(0.5)
-                finally:
-                    chaos_task.cancel()
-                    with contextlib.suppress(asyncio.CancelledError):
-                        await chaos_task
+                    faults: Counter[str] = Counter()
+                    chaos_task = asyncio.create_task(
+                        chaos(workers, retired, faults, ledger_url, rng, client)
+                    )
+                    try:
+                        async with asyncio.timeout(RUN_TIMEOUT_S):
+                            # Other processes write the ledger: nothing to await but rows.
+                            while await asyncio.to_thread(accepted_count, ledger) < OPERATIONS:  # noqa: ASYNC110
+                                await asyncio.sleep(0.5)
+                    finally:
+                        chaos_task.cancel()
+                        with contextlib.suppress(asyncio.CancelledError):
+                            await chaos_task
                     await asyncio.sleep(LEASE_S)  # let resumed workers meet their fences
                     for worker in workers:
-                        if worker.process.returncode is None:
-                            await worker.scrape(client)
-                            worker.process.send_signal(signal.SIGTERM)
-                    for worker in workers:
-                        with contextlib.suppress(ProcessLookupError):
-                            async with asyncio.timeout(20):
-                                await worker.process.wait()
-                elapsed = time.monotonic() - started
-                server.send_signal(signal.SIGTERM)
-                await server.wait()
-                await door.close()
-                records = ledger.list_by_state()
-                receipts = ledger.receipts()
-                outbox = ledger.outbox()
-                histories = {r.call_node_id: ledger.history(r.call_node_id) for r in records}
+                        await worker.scrape(client)
+                        worker.process.send_signal(signal.SIGTERM)
+                    elapsed = time.monotonic() - started
+                    records = ledger.list_by_state()
+                    receipts = ledger.receipts()
+                    outbox = ledger.outbox()
+                    histories = {r.call_node_id: ledger.history(r.call_node_id) for r in records}
+    finally:
+        await stop_all([w.process for w in [*workers, *retired]], server)
+        await door.close()
 
     assert len(records) == OPERATIONS
     assert all(r.state is State.ACCEPTED for r in records), Counter(r.state for r in records)

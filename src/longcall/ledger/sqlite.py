@@ -166,14 +166,10 @@ _GUARDED_UPDATE = (
     " AND request_digest = ? AND tool_digest = ? AND submission_key = ?"
     " AND {state_guard}{fence}"
 )
-_UPDATES = {
-    (terminal, fenced): _GUARDED_UPDATE.format(
-        state_guard=_STATE_IS if terminal else _STATE_NOT_TERMINAL,
-        fence=_FENCE if fenced else "",
-    )
-    for terminal in (False, True)
-    for fenced in (False, True)
-}
+_UPDATE_TO_TERMINAL = _GUARDED_UPDATE.format(state_guard=_STATE_IS, fence="")
+_UPDATE_TO_OPEN = _GUARDED_UPDATE.format(state_guard=_STATE_NOT_TERMINAL, fence="")
+_FENCED_UPDATE_TO_TERMINAL = _GUARDED_UPDATE.format(state_guard=_STATE_IS, fence=_FENCE)
+_FENCED_UPDATE_TO_OPEN = _GUARDED_UPDATE.format(state_guard=_STATE_NOT_TERMINAL, fence=_FENCE)
 
 
 class SQLiteLedger(SqlLedger):
@@ -298,9 +294,13 @@ class SQLiteLedger(SqlLedger):
         terminal = record.state in TERMINAL_STATES
         guard_values = (record.state.value,) if terminal else TERMINAL_VALUES
         fence_values = (owner, record.execution_epoch) if owner is not None else ()
+        if owner is None:
+            statement = _UPDATE_TO_TERMINAL if terminal else _UPDATE_TO_OPEN
+        else:
+            statement = _FENCED_UPDATE_TO_TERMINAL if terminal else _FENCED_UPDATE_TO_OPEN
         with self._write() as conn:
             cursor = conn.execute(
-                _UPDATES[terminal, owner is not None],
+                statement,
                 (
                     record.version,
                     record.state.value,
