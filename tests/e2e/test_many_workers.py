@@ -53,6 +53,7 @@ LEASE_S = 3.0
 QPS_CAP = 60.0
 CHAOS_EVERY_S = (1.0, 2.5)
 STOP_FOR_S = LEASE_S + 1.5
+HOLD_ANSWERS_S = 0.3
 """SIGSTOP lasts longer than the lease: the others take the stopped worker's work over."""
 RUN_TIMEOUT_S = 60.0 + OPERATIONS * 0.15
 STOP_TIMEOUT_S = 20.0
@@ -85,6 +86,9 @@ class FrontDoor:
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
         self.reads: list[float] = []
+        self.answering = asyncio.Event()
+        """Cleared: the server's answers wait at the door (requests still go in)."""
+        self.answering.set()
         self._server: asyncio.Server | None = None
 
     async def start(self) -> str:
@@ -117,6 +121,7 @@ class FrontDoor:
 
         async def outbound() -> None:
             while chunk := await up_reader.read(65536):
+                await self.answering.wait()
                 writer.write(chunk)
                 await writer.drain()
             writer.close()
@@ -201,6 +206,7 @@ async def chaos(
     workers: list[Worker],
     retired: list[Worker],
     faults: Counter[str],
+    door: FrontDoor,
     ledger_url: str,
     rng: random.Random,
     client: httpx.AsyncClient,
@@ -219,7 +225,14 @@ async def chaos(
             workers[slot] = await start_worker(ledger_url)
             faults["sigkill"] += 1
         else:
-            worker.process.send_signal(signal.SIGSTOP)
+            # Hold the server's answers a moment, so the worker stops with requests in
+            # flight: their answers reach it only after its work was taken over.
+            door.answering.clear()
+            try:
+                await asyncio.sleep(HOLD_ANSWERS_S)
+                worker.process.send_signal(signal.SIGSTOP)
+            finally:
+                door.answering.set()
             try:
                 await asyncio.sleep(STOP_FOR_S)
             finally:
@@ -269,7 +282,7 @@ async def test_four_workers_share_one_postgres_ledger_under_kill_and_stop(tmp_pa
                     )
                     faults: Counter[str] = Counter()
                     chaos_task = asyncio.create_task(
-                        chaos(workers, retired, faults, ledger_url, rng, client)
+                        chaos(workers, retired, faults, door, ledger_url, rng, client)
                     )
                     try:
                         async with asyncio.timeout(RUN_TIMEOUT_S):
@@ -282,8 +295,9 @@ async def test_four_workers_share_one_postgres_ledger_under_kill_and_stop(tmp_pa
                             await chaos_task
                     await asyncio.sleep(LEASE_S)  # let resumed workers meet their fences
                     for worker in workers:
-                        await worker.scrape(client)
-                        worker.process.send_signal(signal.SIGTERM)
+                        if worker.process.returncode is None:  # not killed as chaos ended
+                            await worker.scrape(client)
+                            worker.process.send_signal(signal.SIGTERM)
                     elapsed = time.monotonic() - started
                     records = ledger.list_by_state()
                     receipts = ledger.receipts()
