@@ -559,6 +559,7 @@ class Executor:
             with contextlib.suppress(Exception):
                 await closer()
         self._io.shutdown(wait=True)
+        self.metrics.close()
 
     # --- one action ------------------------------------------------------------------
 

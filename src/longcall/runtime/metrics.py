@@ -75,6 +75,7 @@ class ExecutorMetrics:
         self._poll_seconds: dict[str, collections.deque[tuple[int, int]]] = {}
         self._engine: Engine | None = None
         self._engine_lock: AbstractContextManager[Any] | None = None
+        self._http: Any = None
         self.registry.register(_EngineCollector(self))
 
     def bind(self, engine: Engine, lock: AbstractContextManager[Any]) -> None:
@@ -129,8 +130,15 @@ class ExecutorMetrics:
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
         """Expose ``/metrics`` on ``host:port`` (0: a free port); returns the port."""
-        server, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return int(server.server_port)
+        self._http, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return int(self._http.server_port)
+
+    def close(self) -> None:
+        """Stop serving ``/metrics`` (if it was served)."""
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
 
 
 class _EngineCollector(Collector):
