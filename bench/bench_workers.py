@@ -10,8 +10,9 @@ one reference server process that every worker would queue behind on two cores.
 1. **Lifecycles per second with 1, 2 and 4 workers**, poll cap far above the load:
    ``LONGCALL_BENCH_LIFECYCLES`` operations (default 1,200) created unowned, then the
    workers started together drive them to acceptance. Target: 2 workers ≥ 1.5 × one.
-2. **100,000 open operations across 4 workers** (``LONGCALL_BENCH_OPEN``): each
-   worker claims its share and keeps polling under a 20 QPS cap shared by all four for
+2. **100,000 open operations across 4 workers** (``LONGCALL_BENCH_OPEN``), seeded as
+   acknowledged by the server (the steady state of open operations): each worker
+   claims its share and keeps polling under a 20 QPS cap shared by all four for
    ``OPEN_WINDOW_S``. Reported: RSS added per held operation (target ≤ 5 KB), the
    worst one-second window of polls summed over the workers (≤ the cap), and the CPU
    seconds each worker spent.
@@ -29,7 +30,7 @@ from typing import Any
 
 LIFECYCLES = int(os.environ.get("LONGCALL_BENCH_LIFECYCLES", "1200"))
 OPEN_OPERATIONS = int(os.environ.get("LONGCALL_BENCH_OPEN", "100000"))
-OPEN_WINDOW_S = 30.0
+OPEN_WINDOW_S = 60.0
 OPEN_QPS = 20.0
 FAST_QPS = 100_000.0
 POLLS_UNTIL_DONE = 2
@@ -141,9 +142,12 @@ def _worker(schema: str, qps: float, forever: bool, seconds: float, out: Any) ->
     ledger.close()
 
 
-def _seed(schema: str, count: int) -> None:
-    """``count`` unowned operations, written in batches (the seeding is not measured)."""
-    from longcall.core import new_operation
+def _seed(schema: str, count: int, *, working: bool = False) -> None:
+    """``count`` unowned operations, written in batches (the seeding is not measured):
+    just created, or (``working``) already acknowledged by the server and polling —
+    the steady state of open operations."""
+    from longcall.core import events as e
+    from longcall.core import handle, new_operation
     from longcall.core.keys import canonical_json, request_digest
     from longcall.ledger import codec
     from longcall.ledger.postgres import PostgresLedger
@@ -165,9 +169,13 @@ def _seed(schema: str, count: int) -> None:
                 submission_lookup=True,
                 tool_idempotent=True,
             ).record
+            if working:
+                ack = e.SubmitAcknowledged(operation_id=f"op-{i}", poll_interval_s=POLL_INTERVAL_S)
+                record = handle(record, ack, now=record.created_at, jitter=0.5).record
             rows.append(
                 (
                     record.call_node_id,
+                    record.version,
                     record.state.value,
                     record.server,
                     record.submission_key,
@@ -180,12 +188,12 @@ def _seed(schema: str, count: int) -> None:
             cursor.executemany(
                 "INSERT INTO operations (call_node_id, version, state, server, submission_key,"
                 " record_json, created_at_utc, updated_at_utc, execution_epoch, open)"
-                " VALUES (%s, 1, %s, %s, %s, %s, 'bench', 'bench', 0, 1)",
-                [row[:5] for row in rows],
+                " VALUES (%s, %s, %s, %s, %s, %s, 'bench', 'bench', 0, 1)",
+                [row[:6] for row in rows],
             )
             cursor.executemany(
                 "INSERT INTO blobs (call_node_id, name, payload) VALUES (%s, 'request', %s)",
-                [(row[0], row[5]) for row in rows],
+                [(row[0], row[6]) for row in rows],
             )
 
 
@@ -230,7 +238,7 @@ def lifecycles(workers: int) -> float:
 
 def open_operations() -> None:
     with _schema() as (_dsn, schema):
-        _seed(schema, OPEN_OPERATIONS)
+        _seed(schema, OPEN_OPERATIONS, working=True)
         results = _run_workers(schema, 4, qps=OPEN_QPS, forever=True, seconds=OPEN_WINDOW_S)
     held = [r["held"] for r in results]
     per_op = [r["rss_kb"] * 1024 / max(1, r["held"]) for r in results]

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import psycopg
@@ -248,6 +248,15 @@ class PostgresLedger(SqlLedger):
         self, conn: psycopg.Connection[Any], query: str, params: Params | None = None
     ) -> psycopg.Cursor[Any]:
         return conn.execute(_psycopg_query(query), params)
+
+    def _executemany(
+        self, conn: psycopg.Connection[Any], query: str, rows: Sequence[Params]
+    ) -> None:
+        # psycopg pipelines executemany: a claim of thousands of rows is a few round
+        # trips, not two per row.
+        if rows:
+            with conn.cursor() as cursor:
+                cursor.executemany(_psycopg_query(query), rows)
 
     def _insert_receipt(
         self, conn: psycopg.Connection[Any], receipt: TerminalReceipt, now_utc: str

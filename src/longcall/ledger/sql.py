@@ -496,21 +496,7 @@ class SqlLedger(Ledger):
         now_utc: str,
         owner: str | None = None,
     ) -> None:
-        self._execute(
-            conn,
-            "INSERT INTO history (call_node_id, version, state, event, at, at_utc, owner,"
-            " execution_epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-            (
-                record.call_node_id,
-                record.version,
-                record.state.value,
-                event,
-                record.updated_at,
-                now_utc,
-                owner,
-                record.execution_epoch,
-            ),
-        )
+        self._execute(conn, _HISTORY_INSERT, _history_values(record, event, now_utc, owner))
 
     def _insert_blob(self, conn: Any, call_node_id: str, name: str, payload: bytes) -> None:
         self._execute(
@@ -679,8 +665,11 @@ class SqlLedger(Ledger):
                     for c in claimed
                 ],
             )
-            for c in claimed:
-                self._history(conn, c.record, "ExecutionClaimed", now_utc, owner)
+            self._executemany(
+                conn,
+                _HISTORY_INSERT,
+                [_history_values(c.record, "ExecutionClaimed", now_utc, owner) for c in claimed],
+            )
             if lapsed and len(claimed) < limit:
                 # A lapsed worker that holds nothing any more is forgotten.
                 self._execute(
@@ -809,13 +798,35 @@ class SqlLedger(Ledger):
         return rebound
 
     def _executemany(self, conn: Any, query: str, rows: Sequence[Params]) -> None:
-        """Run one ``?``-style statement for each parameter row."""
+        """Run one ``?``-style statement for each parameter row (a backend may send them
+        all in one round trip)."""
         for params in rows:
             self._execute(conn, query, params)
 
     def close(self) -> None:
         with self._lock:
             self._conn.close()
+
+
+_HISTORY_INSERT = (
+    "INSERT INTO history (call_node_id, version, state, event, at, at_utc, owner,"
+    " execution_epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+def _history_values(
+    record: OperationRecord, event: str, now_utc: str, owner: str | None
+) -> tuple[object, ...]:
+    return (
+        record.call_node_id,
+        record.version,
+        record.state.value,
+        event,
+        record.updated_at,
+        now_utc,
+        owner,
+        record.execution_epoch,
+    )
 
 
 _CHUNK = 500

@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from longcall.core import TERMINAL_STATES, OperationRecord, TerminalReceipt
@@ -249,6 +249,9 @@ class SQLiteLedger(SqlLedger):
         self, conn: sqlite3.Connection, query: str, params: Params | None = None
     ) -> sqlite3.Cursor:
         return conn.execute(query, () if params is None else params)
+
+    def _executemany(self, conn: sqlite3.Connection, query: str, rows: Sequence[Params]) -> None:
+        conn.executemany(query, rows)
 
     def _insert_receipt(
         self, conn: sqlite3.Connection, receipt: TerminalReceipt, now_utc: str
