@@ -550,7 +550,7 @@ class ApifyFacade:
             if arguments.get("gracefully") is True:
                 # The platform sends "aborting" and force-stops after 30 s (reference A.7).
                 deadline = self.manager.clock() + GRACEFUL_ABORT_S * self.time_scale
-                await self.manager.store.set_run_limits(run_id, abort_at=deadline)
+                await self.manager.store.set_abort_at(run_id, deadline)
             else:
                 await self.manager.cancel(record)
         view = await self.observe(run_id, principal)

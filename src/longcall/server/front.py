@@ -22,7 +22,7 @@ import json
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -81,7 +81,6 @@ class Admitted:
 
     headers: Mapping[str, str]
     principal: Principal
-    session_id: str | None = field(default=None)
 
 
 # ---- origin and host (DNS rebinding) --------------------------------------------------------

@@ -161,10 +161,8 @@ class TaskStore(Protocol):
         """Give up ``owner``'s leases at once (a graceful stop), so others need not wait."""
         ...
 
-    async def set_run_limits(
-        self, task_id: str, *, run_timeout_s: float | None = None, abort_at: float | None = None
-    ) -> None:
-        """Persist an Apify-style run's time-out or graceful-abort deadline."""
+    async def set_abort_at(self, task_id: str, at: float) -> None:
+        """Persist an Apify-style graceful abort's deadline (the first one asked for holds)."""
         ...
 
     async def mark_deleted(self, task_id: str) -> bool:
@@ -762,18 +760,14 @@ class SqlTaskStore:
 
     # ---- facade state ------------------------------------------------------------------------
 
-    async def set_run_limits(
-        self, task_id: str, *, run_timeout_s: float | None = None, abort_at: float | None = None
-    ) -> None:
-        """Persist an Apify-style run's time-out or graceful-abort deadline."""
+    async def set_abort_at(self, task_id: str, at: float) -> None:
+        """Persist an Apify-style graceful abort's deadline (the first one asked for holds)."""
 
         def write(conn: Any) -> None:
-            # A graceful abort, once asked for, keeps its first deadline.
             self._execute(
                 conn,
-                "UPDATE tasks SET run_timeout_s = COALESCE(?, run_timeout_s),"
-                " abort_at = COALESCE(abort_at, ?) WHERE task_id = ?",
-                (run_timeout_s, abort_at, task_id),
+                "UPDATE tasks SET abort_at = COALESCE(abort_at, ?) WHERE task_id = ?",
+                (at, task_id),
             )
 
         await self._run(write)
