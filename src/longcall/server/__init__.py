@@ -2,9 +2,10 @@
 
 Both task protocols on one Streamable HTTP endpoint (2026-07-28 +
 ``io.modelcontextprotocol/tasks``, and 2025-11-25 experimental tasks), a durable task
-store (SQLite by default), idempotent creation by submission key, principal-bound
-tasks, input from inside a tool, status push (SPEC S1-S7). Must not: import
-``longcall.cli``.
+store (SQLite by default; PostgreSQL shared by several server processes, each running
+task leased to one), idempotent creation by submission key, principal-bound tasks (or
+tokens checked by an authorization server's verifier), input from inside a tool and
+before a task exists, status push (SPEC S1-S7, D1). Must not: import ``longcall.cli``.
 
 Typical use::
 

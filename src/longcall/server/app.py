@@ -1,10 +1,10 @@
 """The HTTP boundary: one Streamable HTTP endpoint serving both protocol versions (S1).
 
-Owns: ``LongcallServer`` (tools, store, options), the Starlette app, JSON-RPC framing,
-version routing by the request's own handshake, authentication (S5), translation of
-the error tree into JSON-RPC errors and HTTP statuses, SSE framing, the create-drop
-fault, and ``running_server`` for tests. Must not: hold protocol rules (``modern``,
-``legacy``) or task logic (``tasks``).
+Owns: ``LongcallServer`` (tools, store, options, auth, optional sessions), the Starlette
+app, version routing by the request's own handshake, translation of the error tree into
+JSON-RPC errors and HTTP statuses, the create-drop fault, and ``running_server`` for
+tests. Must not: check requests before protocol code (``front``), hold protocol rules
+(``modern``, ``legacy``) or task logic (``tasks``).
 
 Why not the SDK's server runner: mcp 2.3.0 re-validates every ``tools/call`` result as
 ``CallToolResult | InputRequiredResult`` (a task result would be stripped) and ships no
