@@ -111,7 +111,7 @@ def record_in(state: State) -> OperationRecord:
     raise AssertionError(state)  # pragma: no cover
 
 
-_REQUEST_FOR_STATE = {
+REQUEST_FOR_STATE = {
     State.SUBMITTING: RequestKind.SUBMIT,
     State.NOT_FOUND_SAFE: RequestKind.SUBMIT,
     State.SUBMISSION_UNKNOWN: RequestKind.LOOKUP,
@@ -160,7 +160,7 @@ def event_for(event_type: type[e.Event], record: OperationRecord) -> e.Event:
         e.CancelRefused: e.CancelRefused(reason="already completed"),
         e.CancellationObserved: e.CancellationObserved(result_digest=CANCEL_DIGEST),
         e.RequestFailed: e.RequestFailed(
-            request=_REQUEST_FOR_STATE.get(record.state, RequestKind.POLL),
+            request=REQUEST_FOR_STATE.get(record.state, RequestKind.POLL),
             failure=FailureKind.TIMEOUT,
         ),
         e.OperationNotFound: e.OperationNotFound(detail="404"),
