@@ -130,6 +130,8 @@ class CircuitBreaker:
         return self
 
     def on_success(self) -> CircuitBreaker:
+        if self.state is BreakerState.CLOSED and self.consecutive_failures == 0:
+            return self  # already healthy: every successful reply lands here
         return dataclasses.replace(
             self, state=BreakerState.CLOSED, consecutive_failures=0, opened_at=None
         )

@@ -226,6 +226,20 @@ class ObservedLedger(SQLiteLedger):
 
     checker: Checker | None = None
 
+    def empty(self, new_identity: Callable[[], tuple[str, str]]) -> None:
+        """Delete every row (the schema stays) and make the ledger's identity anew from
+        ``new_identity``: the next world starts from nothing, as on a new ledger."""
+        with self._write() as conn:
+            conn.execute("PRAGMA defer_foreign_keys = ON")  # checked at commit: all gone
+            tables = conn.execute(
+                "SELECT name FROM sqlite_master WHERE type = 'table'"
+                " AND name NOT LIKE 'sqlite_%' AND name != 'schema_version'"
+            ).fetchall()
+            for (table,) in tables:
+                conn.execute(f'DELETE FROM "{table}"')
+            self._new_identity = new_identity
+            self._identity(conn)
+
     def create(
         self,
         record: OperationRecord,
@@ -278,6 +292,8 @@ class Audit:
     """The end-of-run re-read: history problems, and the structural guarantees."""
 
     problems: list[Violation]
+    by_node: dict[str, TerminalReceipt]
+    """The receipt of each node that holds one."""
     receipts_max: int
     """Receipts of the busiest node (a UNIQUE constraint keeps it at 1)."""
     receipts: int
@@ -311,6 +327,7 @@ def audit(ledger: SQLiteLedger, nodes: list[str]) -> Audit:
     traced = sum(1 for row in outbox if row.call_node_id in by_node)
     return Audit(
         problems=problems,
+        by_node=by_node,
         receipts_max=max(per_node.values(), default=0),
         receipts=len(receipts),
         outbox_rows=len(outbox),

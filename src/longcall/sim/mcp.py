@@ -28,6 +28,7 @@ asked). Must not: read a clock or draw from any generator but the world's.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import json
 from collections.abc import Callable, Mapping
@@ -79,7 +80,9 @@ APPROVAL_SCHEMA = {
 }
 
 
+@functools.lru_cache(maxsize=4096)
 def iso(t: float) -> str:
+    """Virtual time ``t`` as the wire's ISO 8601 timestamp."""
     return datetime.fromtimestamp(EPOCH + t, UTC).isoformat()
 
 

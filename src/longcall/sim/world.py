@@ -46,7 +46,7 @@ from longcall.adapters.exchange import HttpReply, HttpRequest, TransportFailure
 from longcall.adapters.http import failure_of_exception
 from longcall.adapters.outcomes import failure_outcome
 from longcall.adapters.sse import SseDecoder
-from longcall.core import DEFAULT_POLICY, OperationRecord, State
+from longcall.core import DEFAULT_POLICY, OperationRecord, State, TerminalReceipt
 from longcall.core import commands as c
 from longcall.core import events as e
 from longcall.core.keys import digest_bytes, digest_json
@@ -171,6 +171,7 @@ class World:
         self._ledger_path = (
             os.path.join(self._tmpdir, "ledger.db") if self._tmpdir is not None else ":memory:"
         )
+        self._pooled = self._tmpdir is None and ledger_factory is ObservedLedger
         self.ledger = self._open_ledger()
         self.servers: dict[str, SimServer] = {
             sc.name: self._server(sc) for sc in self.config.servers
@@ -237,7 +238,10 @@ class World:
     def _open_ledger(self) -> ObservedLedger:
         # The ledger's identity comes from the seed, not from the system's randomness:
         # its caller key is in every submission key, and a seed replays byte for byte.
-        ledger = self._ledger_factory(self._ledger_path, new_identity=self._ledger_identity)
+        if self._pooled:
+            ledger = memory_ledger(self._ledger_identity)
+        else:
+            ledger = self._ledger_factory(self._ledger_path, new_identity=self._ledger_identity)
         ledger.checker = self.checker
         self.checker.ledger = ledger
         return ledger
@@ -302,18 +306,8 @@ class World:
 
     def run(self) -> Result:
         cfg = self.config
-        plans = [(n, dataclasses.astuple(p)) for n, p in cfg.plans.items()]
-        self.log(
-            "config",
-            f"profile={cfg.profile} servers={[dataclasses.astuple(s) for s in cfg.servers]} "
-            f"nodes={cfg.nodes} plans={plans} "
-            f"cancels={cfg.cancels} crashes={cfg.crashes} race_at={cfg.race_at} "
-            f"crash_on_action={cfg.crash_on_action} budgets={cfg.budgets} "
-            f"repeat_cancel={cfg.repeat_cancel} human_gate={cfg.human_gate} "
-            f"double_answer={cfg.double_answer} file_ledger={cfg.file_ledger} "
-            f"net={dataclasses.astuple(cfg.net)} "
-            f"server_faults={dataclasses.astuple(cfg.server_faults)} latency={cfg.latency_s}",
-        )
+        if self.trace is not None:
+            self._log_config()
         for node, _server, start in cfg.nodes:
             self.at(start, "start", node)
         for node, t in cfg.cancels:
@@ -330,6 +324,22 @@ class World:
         finally:
             result = self._finish(end)
         return result
+
+    def _log_config(self) -> None:
+        """The world as drawn: the first trace line (formatted only when tracing)."""
+        cfg = self.config
+        plans = [(n, dataclasses.astuple(p)) for n, p in cfg.plans.items()]
+        self.log(
+            "config",
+            f"profile={cfg.profile} servers={[dataclasses.astuple(s) for s in cfg.servers]} "
+            f"nodes={cfg.nodes} plans={plans} "
+            f"cancels={cfg.cancels} crashes={cfg.crashes} race_at={cfg.race_at} "
+            f"crash_on_action={cfg.crash_on_action} budgets={cfg.budgets} "
+            f"repeat_cancel={cfg.repeat_cancel} human_gate={cfg.human_gate} "
+            f"double_answer={cfg.double_answer} file_ledger={cfg.file_ledger} "
+            f"net={dataclasses.astuple(cfg.net)} "
+            f"server_faults={dataclasses.astuple(cfg.server_faults)} latency={cfg.latency_s}",
+        )
 
     def _loop(self, end: float) -> None:
         nodes = [n for n, _, _ in self.config.nodes]
@@ -386,7 +396,8 @@ class World:
     def _start_flight(self, eid: int, action: Action) -> None:
         engine = self.engines[eid]
         node = action.call_node_id
-        self.log(f"e{eid}", f"send {action.kind} {node} {_detail(action.command)}")
+        if self.trace is not None:
+            self.log(f"e{eid}", f"send {action.kind} {node} {_detail(action.command)}")
         route = self._route(eid, action.server)
         exchange = exchange_for(route, action, engine)
         flight = Flight(
@@ -451,7 +462,8 @@ class World:
         if answer.timed_out:
             self._flight_at(flight, hop.sent_at + request.timeout_s, "timeout", request)
             return
-        self.log("server", f"{server.name} {hop.action} {node} -> {_served_text(answer)}")
+        if self.trace is not None:
+            self.log("server", f"{server.name} {hop.action} {node} -> {_served_text(answer)}")
         net = self.config.net
         loss = net.response_loss
         if answer.what == "cancel":
@@ -568,7 +580,8 @@ class World:
         if outcome is None:
             self._call(eid, lambda en: en.finish(action))
             return
-        self.log(f"e{eid}", f"recv {action.kind} {node} {outcome.event.name}")
+        if self.trace is not None:
+            self.log(f"e{eid}", f"recv {action.kind} {node} {outcome.event.name}")
         stale = action.record.execution_epoch < self.checker.epoch.get(node, 0)
         writes = self.checker.writes
         self._call(eid, lambda en: en.complete(action, outcome, now=self.now))
@@ -673,6 +686,8 @@ class World:
     def _on_operator(self) -> None:
         """An operator works the reconciliation queue with the server's truth (X7)."""
         self.at(self.now + self.config.operator_tick_s, "operator", essential=False)
+        if State.RECONCILIATION_REQUIRED not in self.checker.state.values():
+            return  # the queue is empty (the checker sees every committed write)
         waiting = self.ledger.list_by_state(State.RECONCILIATION_REQUIRED)
         changed = False
         for record in waiting:
@@ -756,7 +771,7 @@ class World:
         result.violations.extend(found.problems)
         result.receipts_max, result.receipts = found.receipts_max, found.receipts
         result.outbox_rows, result.outbox_traced = found.outbox_rows, found.outbox_traced
-        self._judge_terminals(result, nodes, max(now, end))
+        self._judge_terminals(result, nodes, found.by_node, max(now, end))
         self._judge_polls(result)
         result.duplicates = sum(s.duplicates() for s in self.servers.values())
         result.requests = sum(len({t.request for t in s.tasks}) for s in self.servers.values())
@@ -770,7 +785,8 @@ class World:
         result.nodes = len(nodes)
         result.virtual_s = now
         result.trace = self.trace
-        self.ledger.close()
+        if not self._pooled:
+            self.ledger.close()
         if self._tmpdir is not None:
             shutil.rmtree(self._tmpdir, ignore_errors=True)
         return result
@@ -778,7 +794,9 @@ class World:
     def _gate(self, result: Result, check: str, detail: str) -> None:
         result.violations.append(Violation(check=check, detail=detail))
 
-    def _judge_terminals(self, result: Result, nodes: list[str], at: float) -> None:
+    def _judge_terminals(
+        self, result: Result, nodes: list[str], receipts: dict[str, TerminalReceipt], at: float
+    ) -> None:
         """Liveness, and every receipt against the server's truth (F3 divergence)."""
         for node in nodes:
             record = self.ledger.find(node)
@@ -786,7 +804,7 @@ class World:
                 state = record.state.name if record else "never created"
                 self._gate(result, "liveness", f"{node} not terminal by t={self.now:.1f} ({state})")
                 continue
-            receipt = self.ledger.receipt(node)
+            receipt = receipts.get(node)
             request = self.request_of.get(node)
             server = self.servers[self.node_server[node]]
             task = server.truth(request, at) if request else None
@@ -862,6 +880,21 @@ class World:
         polls.retry_after_violations = len(findings)
         for finding in findings[:3]:
             self._gate(result, "Retry-After honoured", finding)
+
+
+_MEMORY_LEDGER: list[ObservedLedger] = []
+
+
+def memory_ledger(identity: Callable[[], tuple[str, str]]) -> ObservedLedger:
+    """This process's in-memory ledger, emptied and given the world's ``identity``: one
+    connection and one migrated schema serve every world the process runs (opening and
+    migrating one per world cost about as much as the world itself). The ledger code is
+    the same; only its rows go."""
+    if not _MEMORY_LEDGER:
+        _MEMORY_LEDGER.append(ObservedLedger(":memory:", new_identity=identity))
+    else:
+        _MEMORY_LEDGER[0].empty(identity)
+    return _MEMORY_LEDGER[0]
 
 
 def _approval(key: str) -> dict[str, Any]:
