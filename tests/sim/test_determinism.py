@@ -8,6 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from longcall.sim import World, derive_seed, run_one
+from longcall.sim.checks import ObservedLedger
 
 
 def test_same_seed_same_trace_byte_for_byte() -> None:
@@ -68,3 +69,19 @@ def test_hypothesis_driven_worlds_hold_every_check(rng: random.Random) -> None:
     simplest example), which no schedule can tell from no jitter at all."""
     result = World(rng).run()
     assert [v for v in result.violations if v.check != "poll jitter"] == []
+
+
+def test_the_process_ledger_changes_nothing_a_world_does() -> None:
+    """A world on the process's shared, emptied ledger runs exactly as on a ledger of
+    its own, whatever ran before it (the pool only saves opening one)."""
+
+    class OwnLedger(ObservedLedger):
+        """The same ledger, opened for this world alone."""
+
+    seed = derive_seed(5, 3)
+    alone = run_one(seed, trace=True, ledger_factory=OwnLedger)
+    for index in range(3):
+        run_one(derive_seed(5, index))
+    shared = run_one(seed, trace=True)
+    assert shared.trace == alone.trace
+    assert shared.violations == alone.violations
