@@ -1,7 +1,109 @@
 """longcall: exactly one accepted terminal outcome per long-running tool call.
 
+The public caller API is here: :class:`Client` (async) and :class:`SyncClient` (for
+scripts) make durable calls and return a :class:`CallResult`; input requests arrive as
+an :class:`InputRequest`. The tool side is :mod:`longcall.server`.
+
 The package is layered (DESIGN.md): ``core`` (pure decisions) at the bottom, then
-``ledger`` and ``adapters``, then ``runtime``, then ``server`` / ``sim``, then ``cli``.
+``ledger`` and ``adapters``, then ``runtime``, then ``client`` / ``server`` / ``sim``,
+then ``cli``.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
 __version__ = "0.1.0"
+
+# The names below are loaded on first use, so that ``import longcall`` (the server, the
+# version) does not pull in the caller's runtime.
+_PUBLIC = {
+    "CallNodeConflict": "longcall.client",
+    "CallOutcome": "longcall.client",
+    "CallResult": "longcall.client",
+    "CancelOutcome": "longcall.client",
+    "Client": "longcall.client",
+    "ClientNotStarted": "longcall.client",
+    "DriverStopped": "longcall.client",
+    "InputField": "longcall.client",
+    "InputQuestion": "longcall.client",
+    "InputRequest": "longcall.client",
+    "InvalidAnswer": "longcall.client",
+    "InvalidArguments": "longcall.client",
+    "LedgerMissing": "longcall.client",
+    "NotWaitingForInput": "longcall.client",
+    "Progress": "longcall.client",
+    "ServerUnreachable": "longcall.client",
+    "SyncClient": "longcall.client",
+    "default_ledger_url": "longcall.client",
+    "LedgerUnavailable": "longcall.errors",
+    "LongcallError": "longcall.errors",
+    "State": "longcall.core",
+    "TerminalReceipt": "longcall.core",
+}
+
+if TYPE_CHECKING:
+    from longcall.client import (
+        CallNodeConflict,
+        CallOutcome,
+        CallResult,
+        CancelOutcome,
+        Client,
+        ClientNotStarted,
+        DriverStopped,
+        InputField,
+        InputQuestion,
+        InputRequest,
+        InvalidAnswer,
+        InvalidArguments,
+        LedgerMissing,
+        NotWaitingForInput,
+        Progress,
+        ServerUnreachable,
+        SyncClient,
+        default_ledger_url,
+    )
+    from longcall.core import State, TerminalReceipt
+    from longcall.errors import LedgerUnavailable, LongcallError
+
+
+def __getattr__(name: str) -> Any:
+    module = _PUBLIC.get(name)
+    if module is None:
+        raise AttributeError(f"module 'longcall' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_PUBLIC])
+
+
+__all__ = [
+    "CallNodeConflict",
+    "CallOutcome",
+    "CallResult",
+    "CancelOutcome",
+    "Client",
+    "ClientNotStarted",
+    "DriverStopped",
+    "InputField",
+    "InputQuestion",
+    "InputRequest",
+    "InvalidAnswer",
+    "InvalidArguments",
+    "LedgerMissing",
+    "LedgerUnavailable",
+    "LongcallError",
+    "NotWaitingForInput",
+    "Progress",
+    "ServerUnreachable",
+    "State",
+    "SyncClient",
+    "TerminalReceipt",
+    "__version__",
+    "default_ledger_url",
+]

@@ -11,7 +11,13 @@ The tree, and what a handler does with each branch::
     LongcallError
     ├── UsageError               the caller asked for something our rules refuse: say so
     │   ├── UnsupportedLedgerURL    the ledger URL names no backend we have
-    │   └── RequestDigestMismatch   a call node asked again with another request (X2)
+    │   ├── RequestDigestMismatch   a call node asked again with another request (X2)
+    │   ├── CallNodeConflict        a call node asked again at another server or protocol
+    │   ├── InvalidArguments        tool arguments that are not a plain JSON object
+    │   ├── InvalidAnswer           an answer that does not fit its question's form (X4)
+    │   ├── NotWaitingForInput      an answer for a node that waits for none, or not that key
+    │   ├── NotReconcilable         a manual resolution the operation's state does not allow
+    │   └── ClientNotStarted        calling or waiting outside ``async with Client(...)``
     ├── LocalProtocolError       our own rules broken (a bug or a misuse here)
     │   ├── IllegalTransition       no edge for (state, event) in the table (L2)
     │   └── StaleEvent              older than what the record knows: drop it
@@ -33,9 +39,14 @@ The tree, and what a handler does with each branch::
     │   ├── MissingPayload          bytes a record points at are not stored
     │   ├── CorruptRow              a stored row does not decode into a record
     │   └── SchemaTooNew            the store was written by a newer longcall
-    ├── LedgerUnavailable        the ledger cannot be opened (C5)
-    │   ├── LedgerMissing           nothing there, and this use must not create it
-    │   └── LedgerRefused           an empty, truncated, foreign or damaged file
+    ├── UnavailableError         something needed cannot be opened or reached: say which
+    │   ├── LedgerUnavailable       the ledger cannot be opened (C5)
+    │   │   ├── LedgerMissing       nothing there, and this use must not create it
+    │   │   └── LedgerRefused       an empty, truncated, foreign or damaged file
+    │   ├── ServerUnreachable       the server cannot be reached (refused, no route, DNS)
+    │   └── DriverStopped           the driver stopped while a caller waited; the call
+    │       │                       goes on and resumes with the next driver (X8, L7)
+    │       └── ExecutorFailed      an error escaped the executor's loop
     ├── NotFoundError            the thing asked for does not exist locally
     │   └── UnknownCallNode
     └── AdapterError             a protocol adapter could not be set up or was misused
@@ -71,6 +82,31 @@ class UnsupportedLedgerURL(UsageError):
 
 class RequestDigestMismatch(UsageError):
     """The same call node was asked for again with a different request (X2)."""
+
+
+class CallNodeConflict(UsageError):
+    """The call node holds an operation at another server or protocol: a call node is one
+    request, wherever it is sent (X2)."""
+
+
+class InvalidArguments(UsageError):
+    """Tool arguments that are not a plain JSON object (NaN, a lone surrogate, too deep)."""
+
+
+class InvalidAnswer(UsageError):
+    """An answer that does not fit the question it answers; nothing was stored or sent (X4)."""
+
+
+class NotWaitingForInput(UsageError):
+    """An answer for a call node that waits for no input, or not for that key."""
+
+
+class NotReconcilable(UsageError):
+    """A manual resolution the operation's state (or the request) does not allow (X7)."""
+
+
+class ClientNotStarted(UsageError):
+    """Calling or waiting needs the client's driver: ``async with Client(...)``."""
 
 
 # --- our own rules -----------------------------------------------------------------------
@@ -176,7 +212,14 @@ class SchemaTooNew(IntegrityError):
 # --- opening a ledger ---------------------------------------------------------------------
 
 
-class LedgerUnavailable(LongcallError):
+# --- what is needed cannot be reached ------------------------------------------------------
+
+
+class UnavailableError(LongcallError):
+    """Something needed cannot be opened or reached; the message says which and why."""
+
+
+class LedgerUnavailable(UnavailableError):
     """The ledger cannot be opened: missing, unreachable, read-only, or refused (C5)."""
 
 
@@ -187,6 +230,22 @@ class LedgerMissing(LedgerUnavailable):
 class LedgerRefused(LedgerUnavailable):
     """Something is there but it is not a ledger we may use: an empty or truncated file,
     another program's database, a damaged file (C5). Never silently recreated."""
+
+
+class ServerUnreachable(UnavailableError):
+    """The server could not be reached (connection refused, no route, DNS)."""
+
+
+class DriverStopped(UnavailableError):
+    """The driver stopped (an error, or its client was closed) while a caller waited.
+
+    The call goes on at the server and stays in the ledger; the next client, worker or
+    ``longcall ops wait NODE`` resumes it (X8, L7)."""
+
+
+class ExecutorFailed(DriverStopped):
+    """An error escaped the executor's loop: every wait on it ends with this error (never
+    a silent hang), the cause chained."""
 
 
 # --- lookups ------------------------------------------------------------------------------
@@ -241,14 +300,20 @@ __all__ = [
     "AdapterDisabled",
     "AdapterError",
     "BlobConflict",
+    "CallNodeConflict",
+    "ClientNotStarted",
     "ConflictError",
     "CorruptRow",
     "DigestMismatch",
+    "DriverStopped",
     "DuplicateCallNode",
+    "ExecutorFailed",
     "Fenced",
     "ForeignIdentity",
     "IllegalTransition",
     "IntegrityError",
+    "InvalidAnswer",
+    "InvalidArguments",
     "InvalidToolHeaders",
     "LedgerMissing",
     "LedgerRefused",
@@ -258,13 +323,17 @@ __all__ = [
     "MissingPayload",
     "NegotiationFailed",
     "NotFoundError",
+    "NotReconcilable",
+    "NotWaitingForInput",
     "RemoteProtocolError",
     "RequestDigestMismatch",
     "SchemaTooNew",
+    "ServerUnreachable",
     "StaleEpoch",
     "StaleEvent",
     "TaskSupportMissing",
     "ToolNotAllowed",
+    "UnavailableError",
     "UnknownCallNode",
     "UnknownTool",
     "UnsupportedLedgerURL",

@@ -148,6 +148,11 @@ def event_for(event_type: type[e.Event], record: OperationRecord) -> e.Event:
         e.InputAnswered: e.InputAnswered(
             input_round=record.input_round, keys=record.input_keys_pending or ("q1",)
         ),
+        e.InputRefused: e.InputRefused(
+            input_round=record.input_round,
+            keys=record.input_keys_answered or record.input_keys_pending or ("q1",),
+            reason="invalid params",
+        ),
         # Never the terminal the record already holds: that one is a replay.
         e.TerminalObserved: e.TerminalObserved(status=other_terminal),
         e.ResultFetchStarted: e.ResultFetchStarted(),

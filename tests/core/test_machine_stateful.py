@@ -87,6 +87,12 @@ def _events(
             input_round=st.sampled_from((input_round, input_round - 1)),
             keys=answer_keys,
         ),
+        st.builds(
+            e.InputRefused,
+            input_round=st.sampled_from((input_round, input_round - 1)),
+            keys=key_sets,
+            reason=text,
+        ),
         st.builds(e.TerminalObserved, status=terminal_status),
         st.just(e.ResultFetchStarted()),
         st.builds(

@@ -152,6 +152,32 @@ def test_happy_path_with_input_ends_in_one_receipt() -> None:
     assert next_deadline(r) is None
 
 
+def test_refused_answer_reopens_its_keys_in_a_new_round() -> None:
+    """A server refusing an answer voids it: the key is asked again in a new round, polling
+    stays paused, and the refusal's replay (or an answer for the old round) is stale (X4)."""
+    r = step(working_record(), e.InputRequestObserved(keys=("approve",))).record
+    r = step(r, e.InputAnswered(input_round=1, keys=("approve",))).record
+    assert (r.input_keys_pending, r.input_keys_answered) == ((), ("approve",))
+    t = step(r, e.InputRefused(input_round=1, keys=("approve",), reason="not an object"))
+    r = t.record
+    assert r.state is State.INPUT_REQUIRED
+    assert (r.input_round, r.input_keys_pending, r.input_keys_answered) == (2, ("approve",), ())
+    assert r.last_error == "the server refused the answer: not an object"
+    assert [type(cmd) for cmd in t.commands] == [c.AskInput]
+    assert r.next_poll_at is None
+    with pytest.raises(StaleEvent):
+        step(r, e.InputRefused(input_round=1, keys=("approve",)))
+    with pytest.raises(StaleEvent):
+        step(r, e.InputAnswered(input_round=1, keys=("approve",)))
+    t = step(r, e.InputAnswered(input_round=2, keys=("approve",)))
+    assert (
+        c.SendInputResponse(
+            operation_id=OP_ID, input_round=2, keys=("approve",), at=t.record.updated_at
+        )
+        in t.commands
+    )
+
+
 def test_empty_result_is_a_warning_outcome() -> None:
     """X6: a completed result with zero items is accepted with an empty_result warning."""
     r = record_in(State.FETCHING_RESULT)

@@ -41,6 +41,7 @@ EVENT_NAMES = {t.__name__ for t in e.EVENT_TYPES}
 DOCUMENTED_REPLAYS = {
     (State.INPUT_REQUIRED, "InputRequestObserved"),
     (State.INPUT_REQUIRED, "InputAnswered"),
+    (State.INPUT_REQUIRED, "InputRefused"),
     (State.TERMINAL_OBSERVED, "TerminalObserved"),
     (State.FETCHING_RESULT, "TerminalObserved"),
     (State.CANCELLED_ACCEPTED, "TerminalObserved"),
@@ -100,7 +101,7 @@ def test_every_pair(state: State, event_type: type[e.Event]) -> None:
 
 def test_pair_count() -> None:
     """The exhaustive test covers |State| × |EVENT_TYPES| pairs, and the table is a subset."""
-    assert len(PAIRS) == len(State) * len(e.EVENT_TYPES) == 11 * 21
+    assert len(PAIRS) == len(State) * len(e.EVENT_TYPES) == 11 * 22
     assert set(TRANSITIONS) <= set(itertools.product(State, EVENT_NAMES))
 
 
@@ -110,6 +111,7 @@ def test_documented_replays_are_stale() -> None:
     inp = record_in(State.INPUT_REQUIRED)
     replays.append((State.INPUT_REQUIRED, e.InputRequestObserved(keys=inp.input_keys_pending)))
     replays.append((State.INPUT_REQUIRED, e.InputAnswered(input_round=0, keys=("q1",))))
+    replays.append((State.INPUT_REQUIRED, e.InputRefused(input_round=0, keys=("q1",))))
     done = e.TerminalObserved(status=ServerStatus.COMPLETED)
     replays.append((State.TERMINAL_OBSERVED, done))
     replays.append((State.FETCHING_RESULT, done))

@@ -16,6 +16,7 @@ from longcall.core.keys import canonical_json, digest_bytes
 from longcall.core.record import ResultKind
 from longcall.ledger import Ledger, SQLiteLedger
 from longcall.runtime.engine import Action, CallSpec, Engine, request_cancel
+from longcall.runtime.inputs import answer_blob
 
 RESULT = canonical_json({"rows": [1]})
 
@@ -261,7 +262,7 @@ def test_input_policy_answers_and_polling_resumes(ledger: Ledger) -> None:
     assert asked == [("approved",)]
     assert record.state is State.ACCEPTED
     assert record.input_keys_answered == ("approved",)
-    assert ledger.blob("n", "input:approved") == b"true"
+    assert ledger.blob("n", answer_blob(1, "approved")) == b"true"
 
 
 def test_manual_answer_when_no_policy(ledger: Ledger) -> None:
@@ -299,4 +300,4 @@ def test_refused_answer_stores_nothing(ledger: Ledger) -> None:
     assert escalated.input_keys_pending == ("k",)
     with pytest.raises(IllegalTransition):
         record_answers(ledger, escalated, {"k": 1}, now=12.0, jitter=0.5)
-    assert ledger.blob("n", "input:k") is None
+    assert ledger.blob("n", answer_blob(1, "k")) is None

@@ -118,6 +118,19 @@ class InputAnswered(Event):
     keys: tuple[str, ...]
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class InputRefused(Event):
+    """The server refused the answers delivered for these keys of this round (X4).
+
+    The answers are void: the keys are asked again, in a new round, so a person can
+    give a better answer (a wrong answer must never strand the operation).
+    """
+
+    input_round: int
+    keys: tuple[str, ...]
+    reason: str = ""
+
+
 # --- terminal and result (X6) ------------------------------------------------------
 
 
@@ -290,6 +303,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     WorkingObserved,
     InputRequestObserved,
     InputAnswered,
+    InputRefused,
     TerminalObserved,
     ResultFetchStarted,
     ResultFetched,

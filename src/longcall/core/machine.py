@@ -418,6 +418,39 @@ def _input_answered(r: OperationRecord, ev: e.InputAnswered, x: _Ctx) -> _Out:
     return r, [send, *more]
 
 
+@_on(e.InputRefused)
+def _input_refused(r: OperationRecord, ev: e.InputRefused, x: _Ctx) -> _Out:
+    if ev.input_round != r.input_round:
+        raise StaleEvent(
+            f"operation {r.call_node_id!r}: refusal for input round {ev.input_round}, "
+            f"current round is {r.input_round}"
+        )
+    # X4: a refused answer is void. Its keys go back to the gate in a new round, so the
+    # next answer is stored apart from the refused one (answers are write-once per
+    # round) and a replay of this refusal is stale. Polling stays paused meanwhile.
+    reopened = tuple(k for k in ev.keys if k in r.input_keys_answered or k in r.input_keys_pending)
+    if not reopened:
+        raise StaleEvent(f"operation {r.call_node_id!r}: refusal for keys it never asked")
+    pending = r.input_keys_pending + tuple(k for k in reopened if k not in r.input_keys_pending)
+    r = evolve(
+        r,
+        input_round=r.input_round + 1,
+        input_keys_pending=pending,
+        input_keys_answered=tuple(k for k in r.input_keys_answered if k not in reopened),
+        last_error=f"the server refused the answer: {ev.reason}" if ev.reason else r.last_error,
+        next_poll_at=None,
+    )
+    return r, [
+        c.AskInput(
+            operation_id=_op(r),
+            input_round=r.input_round,
+            keys=pending,
+            schema_digest=r.input_schema_digest,
+            deadline_at=r.input_deadline_at,
+        )
+    ]
+
+
 # --- terminal and result (X6) ------------------------------------------------------
 
 

@@ -115,6 +115,8 @@ TRANSITIONS: Mapping[tuple[State, str], frozenset[State]] = {
         {S.CANCEL_REQUESTED, S.RECONCILIATION_REQUIRED}
     ),
     (S.INPUT_REQUIRED, "InputAnswered"): frozenset({S.INPUT_REQUIRED, S.RECONCILIATION_REQUIRED}),
+    # The server refused an answer: the same keys are asked again in a new round.
+    (S.INPUT_REQUIRED, "InputRefused"): frozenset({S.INPUT_REQUIRED}),
     # --- terminal and result (X6) ----------------------------------------------------
     **_rows(_LIVE, "TerminalObserved", S.TERMINAL_OBSERVED),
     # A second, different terminal for one operation is a server contradiction.

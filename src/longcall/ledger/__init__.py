@@ -10,12 +10,16 @@ only ``longcall.core`` (and psycopg, lazily, for PostgreSQL) and never an adapte
 
 from __future__ import annotations
 
+import sqlite3
+from pathlib import Path
 from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit, urlunsplit
 
 from longcall.errors import (
     CorruptRow,
     DuplicateCallNode,
     Fenced,
+    LedgerMissing,
+    LedgerUnavailable,
     SchemaTooNew,
     UnsupportedLedgerURL,
 )
@@ -38,23 +42,70 @@ from longcall.ledger.sqlite import SQLiteLedger
 DEFAULT_LEDGER_URL = "sqlite:///longcall.db"
 
 
-def open_ledger(url: str) -> Ledger:
-    """Open (and migrate) the ledger a URL names."""
+def sqlite_path(url: str) -> str | None:
+    """The file a ``sqlite:`` URL names (``:memory:`` for memory), or None for another
+    scheme."""
+    parts = urlsplit(url)
+    if parts.scheme != "sqlite":
+        return None
+    path = ":memory:" if parts.netloc == ":memory:" else parts.path[1:] if parts.path else ""
+    if not path:
+        raise UnsupportedLedgerURL(f"{url!r}: use sqlite:///file.db or sqlite://:memory:")
+    return path
+
+
+def open_ledger(url: str, *, create: bool = True) -> Ledger:
+    """Open (and migrate) the ledger a URL names.
+
+    With ``create=False`` a SQLite file that does not exist is refused (LedgerMissing)
+    instead of being made: a command that only reads must not leave an empty ledger
+    behind. Driver errors while opening are translated here, once, into
+    LedgerUnavailable (one line: which ledger, and why)."""
     parts = urlsplit(url)
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
-    if parts.scheme == "sqlite":
-        path = ":memory:" if parts.netloc == ":memory:" else parts.path[1:] if parts.path else ""
-        if not path:
-            raise UnsupportedLedgerURL(f"{url!r}: use sqlite:///file.db or sqlite://:memory:")
-        return SQLiteLedger(path, synchronous=options.get("synchronous", "full"))
+    path = sqlite_path(url)
+    if path is not None:
+        try:
+            if path != ":memory:":
+                _check_sqlite_file(Path(path), create=create)
+            return SQLiteLedger(path, synchronous=options.get("synchronous", "full"))
+        except sqlite3.Error as exc:
+            raise LedgerUnavailable(f"cannot open the ledger {path}: {exc}") from exc
+        except OSError as exc:
+            reason = exc.strerror or str(exc)
+            raise LedgerUnavailable(f"cannot open the ledger {path}: {reason}") from exc
     if parts.scheme in ("postgresql", "postgres"):
         # Imported here: psycopg is the optional ``postgres`` extra.
+        import psycopg
+
         from longcall.ledger.postgres import DEFAULT_SCHEMA, PostgresLedger
 
         libpq = [(k, v) for k, v in parse_qsl(parts.query) if k != "schema"]
         dsn = urlunsplit(parts._replace(query=urlencode(libpq)))
-        return PostgresLedger(dsn, schema=options.get("schema", DEFAULT_SCHEMA))
-    raise UnsupportedLedgerURL(f"{url!r}: no ledger backend for scheme {parts.scheme!r}")
+        # Never the password in a message: user@host:port/db only.
+        shown = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2], query=""))
+        try:
+            return PostgresLedger(dsn, schema=options.get("schema", DEFAULT_SCHEMA))
+        except psycopg.Error as exc:
+            reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+            raise LedgerUnavailable(f"cannot open the ledger at {shown}: {reason}") from exc
+    raise UnsupportedLedgerURL(
+        f"{url!r}: no ledger backend for scheme {parts.scheme!r}"
+        " (use sqlite:///PATH or postgresql://…)"
+    )
+
+
+def _check_sqlite_file(path: Path, *, create: bool) -> None:
+    if path.is_dir():
+        raise LedgerUnavailable(f"cannot open the ledger {path}: it is a directory")
+    if path.exists():
+        return
+    if not create:
+        raise LedgerMissing(f"no ledger at {path}")
+    if not path.parent.is_dir():
+        raise LedgerUnavailable(
+            f"cannot create the ledger {path}: the directory {path.parent} does not exist"
+        )
 
 
 __all__ = [
@@ -71,6 +122,8 @@ __all__ = [
     "Fenced",
     "HistoryRow",
     "Ledger",
+    "LedgerMissing",
+    "LedgerUnavailable",
     "OutboxRow",
     "PollGrant",
     "SQLiteLedger",
@@ -78,4 +131,5 @@ __all__ = [
     "UnsupportedLedgerURL",
     "WorkerRow",
     "open_ledger",
+    "sqlite_path",
 ]

@@ -53,7 +53,7 @@ from longcall.core import (
 from longcall.core import commands as c
 from longcall.core import events as e
 from longcall.core.keys import canonical_json, request_digest
-from longcall.core.retry import CircuitBreaker
+from longcall.core.retry import CircuitBreaker, FailureKind
 from longcall.core.schedule import TokenBucket, WindowLimit, poll_delay_s
 from longcall.errors import (
     ConflictError,
@@ -65,6 +65,7 @@ from longcall.errors import (
 )
 from longcall.ledger import WORKER, Census, Fence, Fenced, Ledger
 from longcall.ledger.budget import GRANT_HORIZON_S, SLOT_VALID_S
+from longcall.runtime import inputs
 from longcall.runtime.step import commit
 
 REQUEST_BLOB = "request"
@@ -72,7 +73,6 @@ SURPLUS_MIN = 2
 """A worker keeps at least this many operations above its fair share before shedding."""
 LOST_RACE_RETRIES = 3
 """How often one event is decided again after losing a compare-and-set race (L4)."""
-INPUT_BLOB_PREFIX = "input:"
 
 # Commands that become a request to the server, in the order a tie is served.
 _REQUEST_COMMANDS: tuple[type[c.Command], ...] = (
@@ -821,7 +821,7 @@ class Engine:
         self._note_server_health(action.server, outcome.event, now)
         if isinstance(outcome.event, e.RequestFailed):
             self.failures_by_server[action.server] += 1
-        event = outcome.event
+        event = _refusal_of_answer(action.command, outcome.event)
         if event.execution_epoch is None:
             # Fence the reply to the epoch that issued the request (D1, R3).
             event = dataclasses.replace(event, execution_epoch=action.record.execution_epoch)
@@ -829,6 +829,10 @@ class Engine:
         if record is None:
             self.stats["stale_replies"] += 1
             return None
+        if isinstance(event, e.InputRequestObserved) and outcome.payload is not None:
+            # X4: the question and its form are kept before the round is recorded, so a
+            # person (CLI, callback, worker log) can always see what a pending key asks.
+            inputs.store_requests(self.ledger, action.call_node_id, outcome.payload)
         transition = self._apply(record, event, now=now, payload=outcome.payload)
         if transition is None:
             return self.records.get(action.call_node_id)
@@ -887,9 +891,9 @@ class Engine:
     def input_answers(self, record: OperationRecord, keys: tuple[str, ...]) -> dict[str, Any]:
         out: dict[str, Any] = {}
         for key in keys:
-            payload = self.ledger.blob(record.call_node_id, INPUT_BLOB_PREFIX + key)
-            if payload is not None:
-                out[key] = json.loads(payload)
+            answer = inputs.read_answer(self.ledger, record, key)
+            if answer is not None:
+                out[key] = answer
         return out
 
     # --- internals -------------------------------------------------------------------
@@ -1073,6 +1077,28 @@ class Engine:
             self.breakers[server] = breaker.on_success()
 
 
+_REFUSED_ANSWER = frozenset({FailureKind.BAD_REQUEST, FailureKind.VALIDATION})
+"""How a server says "this answer is wrong": it keeps waiting for a better one."""
+
+
+def _refusal_of_answer(command: c.Command, event: e.Event) -> e.Event:
+    """A delivery of answers the server refused as invalid is an InputRefused of that
+    round's keys (X4): a person answers again, instead of the operation going to an
+    operator with the bad answer stored for every resend."""
+    if (
+        isinstance(command, c.SendInputResponse)
+        and isinstance(event, e.RequestFailed)
+        and event.failure in _REFUSED_ANSWER
+    ):
+        return e.InputRefused(
+            input_round=command.input_round,
+            keys=command.keys,
+            reason=event.detail or event.failure.value,
+            execution_epoch=event.execution_epoch,
+        )
+    return event
+
+
 # --- shared with the CLI (which has no engine) ----------------------------------------
 
 
@@ -1132,7 +1158,12 @@ def record_answers(
     jitter: float,
     owner: str | None = None,
 ) -> Transition:
-    """Store answers (write-once per key) and record them against the current round (X4).
+    """Check answers against their questions, store them (write-once per round and key)
+    and record them against the current round (X4).
+
+    Every answer is checked against the form the server sent for its key (when one was
+    kept) before anything is stored: a wrong-shaped answer raises InvalidAnswer and is
+    never sent.
 
     ``owner``: written under that worker's lease (fenced), else as an operator."""
     keys = tuple(k for k in record.input_keys_pending if k in answers)
@@ -1142,6 +1173,12 @@ def record_answers(
             f"{record.call_node_id!r}: keys {unknown or sorted(answers)} are not pending "
             f"(pending: {list(record.input_keys_pending)})"
         )
+    checked = {
+        key: inputs.validate_answer(
+            inputs.question_of(ledger, record.call_node_id, key), answers[key]
+        )
+        for key in keys
+    }
     event = e.InputAnswered(input_round=record.input_round, keys=keys)
     # Decide first (pure): an answer the machine refuses stores nothing.
     transition = handle(record, event, now=now, jitter=jitter)
@@ -1149,8 +1186,8 @@ def record_answers(
     for key in keys:
         ledger.put_blob(
             record.call_node_id,
-            INPUT_BLOB_PREFIX + key,
-            canonical_json(answers[key]),
+            inputs.answer_blob(record.input_round, key),
+            canonical_json(checked[key]),
             fence=fence,
         )
     commit(ledger, record, transition, event=event.name, owner=owner)

@@ -66,7 +66,7 @@ from longcall.core.commands import (
     SendSubmit,
 )
 from longcall.core.retry import FailureKind
-from longcall.errors import AdapterDisabled
+from longcall.errors import AdapterDisabled, ExecutorFailed
 from longcall.ledger import CLIENT, WORKER, Ledger
 from longcall.runtime.engine import (
     Action,
@@ -110,6 +110,11 @@ class _Step:
     idle: bool
     listeners: tuple[dict[tuple[str, str], set[str]], dict[tuple[str, str], str]] | None
     finished: list[OperationRecord]
+    changed: list[str]
+    """Call nodes another process changed (a refresh re-planned them, or a watched one
+    moved): whoever waits on them re-checks."""
+    settled: bool
+    """Nothing is planned: every held operation waits for a person (or none is held)."""
 
 
 async def default_adapter_factory(server: str, protocol: str) -> Adapter:
@@ -142,11 +147,15 @@ class Executor:
         lease: LeasePolicy | None = None,
         single_process: bool = False,
         metrics: ExecutorMetrics | None = None,
+        on_change: Callable[[str], None] | None = None,
     ) -> None:
         """``adopt_new``: a worker (claims a fair share of every open operation) or a
         caller (drives only its own call nodes). ``owner``: the lease holder id
         (default: a new one for this process). ``single_process``: no leases at all —
-        only for a process that is alone on its ledger."""
+        only for a process that is alone on its ledger. ``on_change``: called on the
+        loop with a call node id after each change this executor applied or noticed."""
+        if not poll_qps_max > 0:
+            raise ValueError(f"poll_qps_max must be above 0, not {poll_qps_max!r}")
         self.ledger = ledger
         self.clock = clock
         self.disabled_protocols = frozenset(disabled_protocols)
@@ -155,7 +164,13 @@ class Executor:
         self.request_timeout_s = request_timeout_s
         self.in_flight_max = in_flight_max
         self.on_progress = on_progress
+        self.on_change = on_change
         self.metrics = metrics or ExecutorMetrics(clock=clock)
+        self._failure: ExecutorFailed | None = None
+        """Set once an error escaped the loop: every wait ends with it."""
+        self._crashed: BaseException | None = None
+        """An error that escaped a request task: the loop stops on it."""
+        self._settled = False
         # By default: no credentials, and the sessions of stateful servers kept in the
         # ledger so every process of this caller resumes them (their tasks live there).
         self._adapter_factory = adapter_factory or Connector(
@@ -177,6 +192,7 @@ class Executor:
         self._next_refresh = 0.0
         self._watched: set[str] = set()
         """Call nodes someone waits on that another process drives (read from the ledger)."""
+        self._watched_versions: dict[str, int] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._loop_thread: threading.Thread | None = None
         self._io = concurrent.futures.ThreadPoolExecutor(
@@ -261,7 +277,7 @@ class Executor:
                     f"{version}; this process runs {binding.adapter_version}"
                 )
         record = self.engine.start_call(spec, now=self.clock())
-        self._wake_soon()
+        self._wake_soon(spec.call_node_id)
         return record
 
     def attach(
@@ -280,8 +296,25 @@ class Executor:
         self, call_node_id: str, tool_name: str, arguments: Mapping[str, Any]
     ) -> OperationRecord | None:
         record = self.engine.attach(call_node_id, tool_name, arguments, now=self.clock())
-        self._wake_soon()
+        self._wake_soon(call_node_id)
         return record
+
+    async def aadopt(self, call_node_id: str) -> OperationRecord:
+        """Drive the call node's stored operation from here (if it is still open), with
+        no need to know its request (``ops wait``): attach with the request the ledger
+        holds. Raises UnknownCallNode."""
+        return await self._off_loop(self._adopt, call_node_id)
+
+    def _adopt(self, call_node_id: str) -> OperationRecord:
+        record = self.ledger.get(call_node_id)
+        if not record.is_terminal and call_node_id not in self.engine.records:
+            arguments = self.engine.request_payload(call_node_id)
+            self.engine.attach(call_node_id, record.tool_name, arguments, now=self.clock())
+            self._listen_dirty = True
+        self._watched_versions.setdefault(call_node_id, record.version)
+        self._watched.add(call_node_id)
+        self._wake_soon(call_node_id)
+        return self.engine.records.get(call_node_id) or record
 
     def cancel(self, call_node_id: str) -> CancelOutcome:
         return self._locked(self._cancel, call_node_id)
@@ -292,7 +325,7 @@ class Executor:
 
     def _cancel(self, call_node_id: str) -> CancelOutcome:
         outcome = self.engine.cancel(call_node_id, now=self.clock())
-        self._wake_soon()
+        self._wake_soon(call_node_id)
         return outcome
 
     def answer(self, call_node_id: str, answers: Mapping[str, Any]) -> OperationRecord:
@@ -304,8 +337,14 @@ class Executor:
 
     def _answer(self, call_node_id: str, answers: Mapping[str, Any]) -> OperationRecord:
         record = self.engine.answer(call_node_id, answers, now=self.clock())
-        self._wake_soon()
+        self._wake_soon(call_node_id)
         return record
+
+    def is_idle(self) -> bool:
+        """Nothing left to do without a person: no request in flight or planned, and
+        every operation held (or, for a worker, open in the ledger at the last claim
+        round) waits for an answer or an operator."""
+        return self._settled and not self._tasks
 
     def resume_all(self) -> int:
         """Take over the open operations this process may drive (run this once at
@@ -327,19 +366,26 @@ class Executor:
         self._io.submit(self._locked, self.engine.wake, call_node_id, now=self.clock())
         self._wake_soon()
 
-    def _wake_soon(self) -> None:
-        """Wake the loop (from the loop or from the ledger thread)."""
+    def _wake_soon(self, changed: str | None = None) -> None:
+        """Wake the loop (from the loop or from the ledger thread), and report the call
+        node a local intent just changed."""
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._wakeup.set)
+                if changed is not None:
+                    loop.call_soon_threadsafe(self._signal_change, changed)
                 return
         self._wakeup.set()
+        if changed is not None and threading.current_thread() is self._loop_thread:
+            self._signal_change(changed)
 
     async def wait_terminal(self, call_node_id: str) -> OperationRecord:
         """Wait until the call node is accepted (or escalated); only local waiting (X8).
 
-        A node another process drives is watched in the ledger, not competed for."""
+        A node another process drives is watched in the ledger, not competed for.
+        Raises ExecutorFailed if the loop stops on an error meanwhile."""
+        self._raise_if_failed()
         record = await self._off_loop(self.ledger.get, call_node_id)
         if _finished(record) or call_node_id in self._escalated:
             return record
@@ -352,13 +398,23 @@ class Executor:
     async def wait_for(
         self, call_node_id: str, predicate: Callable[[OperationRecord], bool]
     ) -> OperationRecord:
-        """Wait until the stored record satisfies ``predicate`` (checked after each reply)."""
+        """Wait until the stored record satisfies ``predicate`` (checked after each
+        change); raises ExecutorFailed if the loop stops on an error meanwhile."""
         while True:
+            self._raise_if_failed()
             changed = self._changed
             record = await self._off_loop(self.ledger.get, call_node_id)
             if predicate(record):
                 return record
             await changed.wait()
+
+    async def wait_change(self) -> None:
+        """Return after the next change this executor applies or notices (any node), or
+        after a request ends; raises ExecutorFailed once the loop has failed."""
+        self._raise_if_failed()
+        changed = self._changed
+        await changed.wait()
+        self._raise_if_failed()
 
     def receipt(self, call_node_id: str) -> TerminalReceipt | None:
         return self.ledger.receipt(call_node_id)
@@ -369,33 +425,77 @@ class Executor:
         """Send due requests and apply replies until ``stop`` is set (or, with
         ``until_idle``, until no operation is open or in flight)."""
         stop = stop or asyncio.Event()
+        self._raise_if_failed()
         self._bind_loop()
         self._start_heartbeat()
         self._next_refresh = self.clock() + self.refresh_interval_s
         try:
-            while not stop.is_set():
-                # A bounded number of requests in flight: memory stays flat and servers
-                # are not flooded when thousands of operations fall due at once.
-                capacity = max(0, self.in_flight_max - len(self._tasks))
-                self._wakeup.clear()
-                step = await self._off_loop(self._step, self.clock(), capacity)
-                if step.listeners is not None:
-                    self._apply_listeners(*step.listeners)
-                for record in step.finished:
-                    self._resolve(record)
-                for action in step.actions:
-                    task = asyncio.create_task(self._perform(action))
-                    self._tasks.add(task)
-                    task.add_done_callback(self._tasks.discard)
-                if until_idle and step.idle and not self._tasks:
-                    return
-                wake_at = step.wake_at if step.wake_at is not None else self._next_refresh
-                timeout = max(0.0, min(self._next_refresh, wake_at) - self.clock())
-                with contextlib.suppress(TimeoutError):
-                    async with asyncio.timeout(timeout):
-                        await self._wait_any(stop)
+            await self._loop_until(stop, until_idle)
+        except ExecutorFailed:
+            raise
+        except (Exception, KeyboardInterrupt) as exc:
+            # Whatever escapes the loop ends every wait with an error, never a hang.
+            raise self._fail(exc) from exc
         finally:
             await self._drain()
+
+    async def _loop_until(self, stop: asyncio.Event, until_idle: bool) -> None:
+        while not stop.is_set():
+            if self._crashed is not None:
+                raise self._crashed
+            # A bounded number of requests in flight: memory stays flat and servers
+            # are not flooded when thousands of operations fall due at once.
+            capacity = max(0, self.in_flight_max - len(self._tasks))
+            self._wakeup.clear()
+            step = await self._off_loop(self._step, self.clock(), capacity)
+            if step.listeners is not None:
+                self._apply_listeners(*step.listeners)
+            for record in step.finished:
+                self._resolve(record)
+            for node in step.changed:
+                self._signal_change(node)
+            if step.settled != self._settled:
+                self._settled = step.settled
+                self._signal_change(None)
+            for action in step.actions:
+                task = asyncio.create_task(self._perform(action))
+                self._tasks.add(task)
+                task.add_done_callback(self._task_done)
+            if until_idle and step.idle and not self._tasks:
+                return
+            wake_at = step.wake_at if step.wake_at is not None else self._next_refresh
+            timeout = max(0.0, min(self._next_refresh, wake_at) - self.clock())
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await self._wait_any(stop)
+
+    def _task_done(self, task: asyncio.Task[None]) -> None:
+        """A request task ended: an error escaping it (a ledger failure while applying a
+        reply) stops the loop, so that no wait hangs on an operation nobody drives."""
+        self._tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None and self._crashed is None:
+            self._crashed = task.exception()
+            self._wakeup.set()
+        self._signal_change(None)  # one fewer in flight: an idle wait may end now
+
+    def _fail(self, exc: BaseException) -> ExecutorFailed:
+        """End every wait with ExecutorFailed (chained to ``exc``), and return it."""
+        if self._failure is None:
+            failure = ExecutorFailed(f"the executor stopped: {type(exc).__name__}: {exc}")
+            failure.__cause__ = exc
+            self._failure = failure
+        log.error("executor loop failed: %r", exc)
+        for futures in self._accepted.values():
+            for future in futures:
+                if not future.done():
+                    future.set_exception(self._failure)
+        self._accepted.clear()
+        self._signal_change(None)
+        return self._failure
+
+    def _raise_if_failed(self) -> None:
+        if self._failure is not None:
+            raise self._failure
 
     def _start_heartbeat(self) -> None:
         """Renew the lease on a thread of its own, beside the ledger thread's queue."""
@@ -423,6 +523,8 @@ class Executor:
         processes' writes, read the watched nodes, and pop what is due."""
         finished: list[OperationRecord] = []
         refresh_due = now >= self._next_refresh
+        held_before = {node: record.version for node, record in self.engine.records.items()}
+        changed: list[str] = []
         if refresh_due:
             self._next_refresh = now + self.refresh_interval_s
             self._listen_dirty = True
@@ -430,11 +532,25 @@ class Executor:
                 self.engine.refresh(now=now, adopt_new=self.adopt_new)
             for node in [n for n in self._watched if n not in self.engine.records]:
                 record = self.ledger.find(node)
+                if record is not None and record.version != self._watched_versions.get(node):
+                    self._watched_versions[node] = record.version
+                    changed.append(node)
                 if record is None or _finished(record):
                     self._watched.discard(node)
+                    self._watched_versions.pop(node, None)
                     if record is not None:
                         finished.append(record)
         self.engine.housekeep(now=now)
+        if refresh_due:
+            # What a refresh or a claim round re-planned (another process's cancel or
+            # answer): reported, so that a wait on it re-checks at once.
+            held = self.engine.records
+            changed += [
+                node
+                for node in {*held_before, *held}
+                if node not in changed
+                and (node not in held or held_before.get(node) != held[node].version)
+            ]
         listeners = None
         if self._listen_dirty and (
             now >= self._next_listen_sync or len(self.engine.records) <= LISTEN_EAGER_MAX
@@ -457,7 +573,21 @@ class Executor:
             idle=self.engine.idle() and not self._watched,
             listeners=listeners,
             finished=finished,
+            changed=changed,
+            settled=not actions and self._waits_for_people(),
         )
+
+    def _waits_for_people(self) -> bool:
+        """On the ledger thread: no request planned, and every operation there is to
+        drive is held here waiting for a person (an answer, or an operator)."""
+        if self.engine.idle():
+            return True
+        if self.engine.next_wakeup() is not None:
+            return False
+        census = self.engine.last_census
+        if self.engine.owner is None or not self.engine.claim_all or census is None:
+            return self.engine.owner is None or not self.engine.claim_all
+        return census.open_operations <= len(self.engine.records)
 
     async def _wait_any(self, stop: asyncio.Event) -> None:
         waiters = [asyncio.ensure_future(self._wakeup.wait()), asyncio.ensure_future(stop.wait())]
@@ -539,17 +669,23 @@ class Executor:
         self._stop_heartbeat()
         with contextlib.suppress(Exception):
             await self._off_loop(self.engine.retire)
-        open_servers = {
-            r.server
-            for r in await self._off_loop(
-                self.ledger.list_by_state, *(s for s in State if s not in TERMINAL)
-            )
-        }
+        open_servers: set[str] | None
+        try:
+            open_servers = {
+                r.server
+                for r in await self._off_loop(
+                    self.ledger.list_by_state, *(s for s in State if s not in TERMINAL)
+                )
+            }
+        except Exception:  # the ledger failed (the loop's failure, say): keep every session
+            log.warning("closing without ending sessions: the ledger cannot be read")
+            open_servers = None
         for (server, _protocol), adapter in {
             id(a): (k, a) for k, a in self._adapters.items()
         }.values():
             with contextlib.suppress(Exception):
-                if server not in open_servers and isinstance(adapter, McpAdapter):
+                ending = open_servers is not None and server not in open_servers
+                if ending and isinstance(adapter, McpAdapter):
                     # Nothing of ours is open there: end the session (Streamable HTTP).
                     await adapter.end_session()
                 await adapter.aclose()
@@ -594,12 +730,15 @@ class Executor:
                 self._listen_dirty = True  # a new operation id to listen for (X3)
             if outcome.progress is not None or isinstance(outcome.event, e.WorkingObserved):
                 self._report_progress(action.call_node_id, outcome)
-        self._signal_change()
+        self._signal_change(action.call_node_id)
         self._wakeup.set()
 
-    def _signal_change(self) -> None:
+    def _signal_change(self, call_node_id: str | None) -> None:
+        """On the loop: wake every waiter, and tell ``on_change`` which node changed."""
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
+        if call_node_id is not None and self.on_change is not None:
+            self.on_change(call_node_id)
 
     async def _send(self, action: Action) -> Outcome | object | None:
         adapter = await self._adapter(action.server, action.record.protocol)

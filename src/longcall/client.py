@@ -1,0 +1,916 @@
+"""The public caller API: durable long-running tool calls from Python (SPEC O1, X2–X11).
+
+Owns: :class:`Client`, an async context manager over one ledger whose executor it drives
+itself; :class:`CallResult`, what a caller sees of one call node (state, outcome kind,
+result, warnings, receipt); :class:`Progress`; the input callback path (the question and
+its form handed to a callback or a person, answers checked before they are stored);
+:class:`SyncClient` for scripts; and where the default ledger lives.
+
+Must not: decide anything (the engine does), speak a protocol (the adapters do), or
+print (the CLI does). Every wait here ends: with a settled call, at its timeout, or with
+an error when the driver stops — never a silent hang.
+
+A call node is the unit of idempotency (X2): calling a node again with the same server,
+tool and arguments attaches to its operation (or returns its receipt) and never submits
+twice; anything else on that node is refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import enum
+import inspect
+import json
+import logging
+import os
+import re
+from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Self, TypeVar
+from urllib.parse import urlsplit
+
+from longcall.adapters.base import ToolBinding
+from longcall.adapters.routing import AIP151, ALIASES, APIFY, MCP, protocol_of_url
+from longcall.core import (
+    OperationRecord,
+    ResultKind,
+    ServerStatus,
+    State,
+    TerminalReceipt,
+)
+from longcall.core.keys import canonical_json, request_digest
+from longcall.errors import (
+    CallNodeConflict,
+    ClientNotStarted,
+    DriverStopped,
+    ExecutorFailed,
+    InvalidAnswer,
+    InvalidArguments,
+    LedgerMissing,
+    LongcallError,
+    NotWaitingForInput,
+    ServerUnreachable,
+)
+from longcall.ledger import HistoryRow, Ledger, open_ledger
+from longcall.runtime.engine import CallSpec, CancelOutcome
+from longcall.runtime.executor import AdapterFactory, Executor
+from longcall.runtime.inputs import (
+    InputField,
+    InputQuestion,
+    InputRequest,
+    answer_from_fields,
+    pending_request,
+)
+
+log = logging.getLogger("longcall.client")
+
+LEDGER_ENV = "LONGCALL_LEDGER"
+"""Names the ledger when none is given; wins over the default location."""
+SUBMIT_WAIT_S = 120.0
+"""``call(wait=False)`` returns once the server holds the operation, or after this long
+(the record is durable either way; a driver resolves an in-doubt create by its key)."""
+REACH_TIMEOUT_S = 5.0
+"""How long a reachability check of a server that failed negotiation may take."""
+
+_T = TypeVar("_T")
+
+
+# --- what a caller sees ---------------------------------------------------------------
+
+
+class CallOutcome(enum.StrEnum):
+    """What one call came to, in one word."""
+
+    OK = "ok"
+    """Accepted: the tool completed and returned a value (warnings may say more)."""
+    TOOL_ERROR = "tool_error"
+    """Accepted: the tool itself reported an error (MCP ``isError``, a failed run)."""
+    PROTOCOL_ERROR = "protocol_error"
+    """Accepted: the server answered with a protocol error (a JSON-RPC error)."""
+    CANCELLED = "cancelled"
+    """Accepted: the cancellation won and the server proved it."""
+    NEEDS_PERSON = "needs_person"
+    """Waiting for a person: an answer to an input request, or an operator to reconcile."""
+    PENDING = "pending"
+    """Still running (or being submitted): not settled yet."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CallResult:
+    """One call node as it stands: its state, its outcome and, once accepted, its result
+    and receipt."""
+
+    call_node_id: str
+    outcome: CallOutcome
+    state: State
+    tool: str
+    server: str
+    protocol: str
+    operation_id: str | None
+    server_status: ServerStatus | None
+    status_message: str | None
+    result: Any
+    """The accepted result, decoded from JSON (None until accepted)."""
+    warnings: tuple[str, ...]
+    """Warning outcomes, e.g. ``empty_result`` for a success with nothing in it (X6)."""
+    receipt: TerminalReceipt | None
+    reason: str | None
+    """Why it needs a person, or the last error seen while retrying."""
+    input: InputRequest | None
+    """The questions of the input round waiting for an answer, if any."""
+    record: OperationRecord
+
+    @property
+    def ok(self) -> bool:
+        """Accepted, completed, and not an error: the one outcome to advance on."""
+        return self.outcome is CallOutcome.OK
+
+    @property
+    def settled(self) -> bool:
+        """Nothing more happens without a person: accepted, or waiting for one."""
+        return self.outcome is not CallOutcome.PENDING
+
+    def to_json(self) -> dict[str, Any]:
+        """The receipt view: a JSON object for machines (``longcall … --json``)."""
+        r = self.record
+        return {
+            "call_node_id": self.call_node_id,
+            "outcome": self.outcome.value,
+            "accepted_ok": self.ok,
+            "state": self.state.value,
+            "tool": self.tool,
+            "server": self.server,
+            "protocol": self.protocol,
+            "operation_id": self.operation_id,
+            "server_status": self.server_status.value if self.server_status else None,
+            "server_status_raw": r.server_status_raw,
+            "status_message": self.status_message,
+            "result": self.result,
+            "result_kind": r.result_kind.value if r.result_kind else None,
+            "result_digest": self.receipt.result_digest if self.receipt else r.result_digest,
+            "warnings": list(self.warnings),
+            "receipt": self.receipt is not None,
+            "reason": self.reason,
+            "input_round": r.input_round,
+            "input_keys_pending": list(r.input_keys_pending),
+            "input": _input_json(self.input),
+            "cancel_generation": r.cancel_generation,
+            "execution_epoch": r.execution_epoch,
+            "effect_reconciliation_required": r.effect_reconciliation_required,
+            "reconciliation_reason": r.reconciliation_reason,
+            "resolved_by": r.resolved_by,
+            "last_error": r.last_error,
+        }
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Progress:
+    """A progress report of one call (X11): never a state change."""
+
+    call_node_id: str
+    fraction: float | None
+    """Done so far in [0, 1]: from the server's progress notifications, else read from a
+    status message such as ``step 3/20`` or ``40%``; None when unknown."""
+    message: str | None
+    server_unreachable: bool = False
+    """The last request to the server failed; it is retried with backoff."""
+
+
+ProgressCallback = Callable[[Progress], Awaitable[None] | None]
+InputCallback = Callable[[InputRequest], Awaitable[Mapping[str, Any] | None]]
+"""Given the pending questions; returns answers (key → answer, e.g. ``request.accept(
+approved=True)`` or ``request.decline()``), or None to leave them to a person."""
+ChangeCallback = Callable[[CallResult, State | None], Awaitable[None] | None]
+"""Given a call's new state (or a new input round) and its state before."""
+
+
+def outcome_of(record: OperationRecord) -> CallOutcome:
+    """The one-word outcome of a stored record."""
+    if record.state is State.CANCELLED_ACCEPTED or record.result_kind is ResultKind.CANCELLED:
+        return CallOutcome.CANCELLED if record.is_terminal else CallOutcome.PENDING
+    if record.state is State.ACCEPTED:
+        if record.result_kind is ResultKind.PROTOCOL_ERROR:
+            return CallOutcome.PROTOCOL_ERROR
+        if (
+            record.result_kind is ResultKind.VALUE
+            and record.server_status is ServerStatus.COMPLETED
+        ):
+            return CallOutcome.OK
+        return CallOutcome.TOOL_ERROR
+    if record.state is State.RECONCILIATION_REQUIRED:
+        return CallOutcome.NEEDS_PERSON
+    if record.state is State.INPUT_REQUIRED and record.input_keys_pending:
+        return CallOutcome.NEEDS_PERSON
+    return CallOutcome.PENDING
+
+
+def result_of(ledger: Ledger, record: OperationRecord) -> CallResult:
+    """The caller's view of one stored record (reads its receipt, result and input)."""
+    receipt = ledger.receipt(record.call_node_id) if record.is_terminal else None
+    result: Any = None
+    if record.is_terminal:
+        payload = ledger.result_payload(record.call_node_id)
+        if payload is not None:
+            try:
+                result = json.loads(payload)
+            except ValueError:
+                result = payload.decode("utf-8", "replace")
+    outcome = outcome_of(record)
+    reason = record.reconciliation_reason or (
+        record.last_error if record.failed_attempts or outcome is CallOutcome.NEEDS_PERSON else None
+    )
+    return CallResult(
+        call_node_id=record.call_node_id,
+        outcome=outcome,
+        state=record.state,
+        tool=record.tool_name,
+        server=record.server,
+        protocol=record.protocol,
+        operation_id=record.operation_id,
+        server_status=record.server_status,
+        status_message=record.status_message,
+        result=result,
+        warnings=record.warnings,
+        receipt=receipt,
+        reason=reason,
+        input=pending_request(ledger, record) if record.input_keys_pending else None,
+        record=record,
+    )
+
+
+_FRACTION = re.compile(r"(\d+(?:\.\d+)?)\s*(?:/|of)\s*(\d+(?:\.\d+)?)")
+_PERCENT = re.compile(r"(\d+(?:\.\d+)?)\s*%")
+
+
+def fraction_of(message: str | None) -> float | None:
+    """Progress read from a status message (``step 3/20``, ``3 of 20``, ``40%``): the
+    2026-07-28 task protocol carries progress only as such text."""
+    if not message:
+        return None
+    match = _FRACTION.search(message)
+    if match and float(match.group(2)) > 0:
+        return max(0.0, min(1.0, float(match.group(1)) / float(match.group(2))))
+    match = _PERCENT.search(message)
+    if match:
+        return max(0.0, min(1.0, float(match.group(1)) / 100.0))
+    return None
+
+
+# --- where the ledger lives -----------------------------------------------------------
+
+
+def default_ledger_path() -> Path:
+    """The ledger file used when none is named: in the user's data directory."""
+    import platformdirs
+
+    return platformdirs.user_data_path("longcall") / "ledger.db"
+
+
+def default_ledger_url() -> str:
+    """``$LONGCALL_LEDGER`` if set, else the SQLite file in the user's data directory."""
+    return os.environ.get(LEDGER_ENV) or f"sqlite:///{default_ledger_path()}"
+
+
+def checked_arguments(arguments: Mapping[str, Any] | None) -> dict[str, Any]:
+    """Tool arguments as a plain JSON object, or InvalidArguments saying why not."""
+    if arguments is None:
+        return {}
+    if not isinstance(arguments, Mapping):
+        raise InvalidArguments(f"tool arguments are a JSON object, not {type(arguments).__name__}")
+    try:
+        canonical_json(dict(arguments))
+    except RecursionError:
+        raise InvalidArguments("tool arguments are nested too deeply") from None
+    except UnicodeEncodeError:
+        raise InvalidArguments(
+            "tool arguments contain a lone surrogate (not valid UTF-8)"
+        ) from None
+    except (ValueError, TypeError) as exc:
+        raise InvalidArguments(f"tool arguments are not plain JSON: {exc}") from None
+    return dict(arguments)
+
+
+def default_node_id(tool: str, arguments: Mapping[str, Any]) -> str:
+    """The call node of a call named by its tool and arguments alone."""
+    return f"{tool}-{request_digest(tool, dict(arguments))[7:23]}"
+
+
+# --- the client -----------------------------------------------------------------------
+
+
+class Client:
+    """Durable long-running tool calls, from Python.
+
+    ``async with Client() as client:`` opens the ledger (the default one, a URL, or an
+    open :class:`~longcall.ledger.Ledger`) and drives its calls in the background until
+    the block ends. Leaving the block only stops local waiting: calls go on at their
+    servers and resume with the next client or worker (X8, L7).
+    """
+
+    def __init__(
+        self,
+        ledger: str | Ledger | None = None,
+        *,
+        poll_qps_max: float = 20.0,
+        on_progress: ProgressCallback | None = None,
+        on_input: InputCallback | None = None,
+        on_change: ChangeCallback | None = None,
+        drive_all: bool = False,
+        create_ledger: bool = True,
+        refresh_interval_s: float = 1.0,
+        request_timeout_s: float = 60.0,
+        disabled_protocols: Collection[str] = (),
+        adapter_factory: AdapterFactory | None = None,
+    ) -> None:
+        """``drive_all`` takes over every open operation of the ledger (a worker);
+        otherwise only the nodes this client calls or waits on. ``create_ledger=False``
+        refuses a ledger that does not exist yet (LedgerMissing)."""
+        if not poll_qps_max > 0:
+            raise ValueError(f"poll_qps_max must be above 0, not {poll_qps_max!r}")
+        self._ledger_arg = ledger
+        self._ledger: Ledger | None = ledger if not isinstance(ledger, str | None) else None
+        self._owns_ledger = self._ledger is None
+        self._create_ledger = create_ledger
+        self.on_progress = on_progress
+        self.on_input = on_input
+        self.on_change = on_change
+        self.drive_all = drive_all
+        self._executor_options: dict[str, Any] = {
+            "poll_qps_max": poll_qps_max,
+            "refresh_interval_s": refresh_interval_s,
+            "request_timeout_s": request_timeout_s,
+            "disabled_protocols": disabled_protocols,
+            "adopt_new": drive_all,
+        }
+        if adapter_factory is not None:
+            self._executor_options["adapter_factory"] = adapter_factory
+        self._executor: Executor | None = None
+        self._runner: asyncio.Task[None] | None = None
+        self._stop = asyncio.Event()
+        self._waiters: dict[
+            str, list[tuple[Callable[[OperationRecord], bool], asyncio.Future[None]]]
+        ] = {}
+        self._seen: dict[str, tuple[State, int, bool]] = {}
+        """Per call node: the state, input round and unreachable flag last reported."""
+        self._left_to_person: dict[str, int] = {}
+        """Per call node: the input round left to a person (no callback, or it deferred)."""
+        self._asked: dict[str, int] = {}
+        """Per call node: the input round handed to ``on_input``."""
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._callbacks: asyncio.Queue[Coroutine[Any, Any, None]] | None = None
+
+    # --- the ledger -------------------------------------------------------------------
+
+    @property
+    def ledger(self) -> Ledger:
+        """The ledger (opened on first use)."""
+        if self._ledger is None:
+            if isinstance(self._ledger_arg, str):
+                url = self._ledger_arg
+            else:
+                url = default_ledger_url()
+                if self._create_ledger and not os.environ.get(LEDGER_ENV):
+                    default_ledger_path().parent.mkdir(parents=True, exist_ok=True)
+            self._ledger = open_ledger(url, create=self._create_ledger)
+        return self._ledger
+
+    @property
+    def executor(self) -> Executor:
+        if self._executor is None:
+            self._executor = Executor(
+                self.ledger,
+                on_progress=self._on_progress,
+                on_change=self._observe,
+                **self._executor_options,
+            )
+        return self._executor
+
+    def close(self) -> None:
+        """Close the ledger if this client opened it (``async with`` does this)."""
+        if self._ledger is not None and self._owns_ledger:
+            self._ledger.close()
+            self._ledger = None
+
+    # --- the driver -------------------------------------------------------------------
+
+    async def __aenter__(self) -> Self:
+        try:
+            executor = self.executor
+            self._stop.clear()
+            self._callbacks = asyncio.Queue()
+            self._spawn(self._run_callbacks())
+            if self.drive_all:
+                executor.resume_all()
+                for node in list(executor.engine.records):
+                    self._observe(node)
+            self._runner = asyncio.create_task(executor.run(stop=self._stop))
+            self._runner.add_done_callback(self._driver_done)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Stop driving (calls go on at their servers) and close the ledger."""
+        self._stop.set()
+        try:
+            if self._runner is not None:
+                runner, self._runner = self._runner, None
+                await asyncio.gather(runner, return_exceptions=True)
+            for task in list(self._tasks):
+                task.cancel()
+            if self._tasks:
+                await asyncio.gather(*self._tasks, return_exceptions=True)
+            if self._executor is not None:
+                await self._executor.aclose()
+                self._executor = None
+        finally:
+            self.close()
+
+    def _driving(self) -> Executor:
+        if self._runner is None:
+            raise ClientNotStarted("use `async with Client(...) as client:` to call and wait")
+        if self._runner.done():
+            raise _stopped(self._runner)
+        return self.executor
+
+    def _driver_done(self, runner: asyncio.Task[None]) -> None:
+        """The driver ended: every wait ends with DriverStopped, never a hang."""
+        error = _stopped(runner)
+        for waiters in self._waiters.values():
+            for _predicate, future in waiters:
+                if not future.done():
+                    future.set_exception(error)
+        self._waiters.clear()
+
+    # --- calls ------------------------------------------------------------------------
+
+    async def call(
+        self,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        *,
+        node: str | None = None,
+        protocol: str | None = None,
+        wait: bool = True,
+        budget_s: float | None = None,
+        timeout_s: float | None = None,
+    ) -> CallResult:
+        """Call ``tool`` at ``server`` durably, as call node ``node`` (default: from the
+        tool and arguments).
+
+        With ``wait`` (the default) it returns once the call is settled — accepted, or
+        waiting for a person — or at ``timeout_s`` (outcome PENDING; the call goes on).
+        Without, it returns once the server holds the operation. ``protocol`` picks
+        ``mcp``, an MCP version, ``aip-151`` or ``apify`` (default: from the URL, then
+        negotiation); ``budget_s`` bounds the whole wait for the operation (X3).
+        """
+        executor = self._driving()
+        args = checked_arguments(arguments)
+        node = node or default_node_id(tool, args)
+        existing = self.ledger.find(node)
+        if existing is not None:
+            _check_same_target(existing, server, protocol)
+            executor.attach(node, tool, args)
+        else:
+            binding = await self._bind(executor, server, tool, protocol)
+            executor.call(
+                CallSpec(call_node_id=node, binding=binding, arguments=args, budget_s=budget_s)
+            )
+        if wait:
+            return await self.wait(node, timeout_s=timeout_s)
+        await self._until(node, _submitted, SUBMIT_WAIT_S if timeout_s is None else timeout_s)
+        return self.result(node)
+
+    async def wait(self, node: str, *, timeout_s: float | None = None) -> CallResult:
+        """Drive ``node`` until it is settled (accepted, or waiting for a person), or
+        until ``timeout_s`` (then its outcome is PENDING: only local waiting ends, X8)."""
+        executor = self._driving()
+        await executor.aadopt(node)
+        await self._until(node, self._settled, timeout_s)
+        return self.result(node)
+
+    async def drive(self, *, until_idle: bool = False) -> None:
+        """Drive until cancelled (a worker), or with ``until_idle`` until nothing is left
+        to do without a person. Raises DriverStopped if the driver fails."""
+        executor = self._driving()
+        runner = self._runner
+        assert runner is not None
+        while True:
+            if until_idle and executor.is_idle() and not self._busy_with_input():
+                return
+            change = asyncio.ensure_future(executor.wait_change())
+            try:
+                await asyncio.wait({change, runner}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                change.cancel()
+            if runner.done():
+                raise _stopped(runner)
+
+    def result(self, node: str) -> CallResult:
+        """The call node as it stands now (no waiting); raises UnknownCallNode."""
+        return result_of(self.ledger, self.ledger.get(node))
+
+    def results(self, *states: State) -> list[CallResult]:
+        """Every call node of the ledger (in these states, if given), oldest first."""
+        return [result_of(self.ledger, r) for r in self.ledger.list_by_state(*states)]
+
+    def history(self, node: str) -> list[HistoryRow]:
+        """Every committed version of the node's record: its timeline."""
+        self.ledger.get(node)
+        return self.ledger.history(node)
+
+    async def cancel(self, node: str) -> CancelOutcome:
+        """Ask for cancellation and say what it achieved: ``requested`` (sent; polling
+        finds the real terminal), ``cancelled``, ``already_terminal`` or
+        ``not_cancellable`` (X5). Without a driver, a worker sends it."""
+        return self.executor.cancel(node)
+
+    async def answer(
+        self,
+        node: str,
+        answers: Mapping[str, Any] | None = None,
+        *,
+        fields: Mapping[str, str] | None = None,
+        key: str | None = None,
+    ) -> CallResult:
+        """Answer the node's pending input: ``answers`` maps keys to whole answers
+        (``request.accept(approved=True)``), or ``fields`` gives a form's fields as text
+        (``{"approved": "true"}``) for the one pending form (or ``key``'s). Each answer is
+        checked against its form before it is stored (InvalidAnswer); the driver sends
+        it (this client's, or a worker's on its next refresh)."""
+        record = self.ledger.get(node)
+        request = pending_request(self.ledger, record)
+        if request is None:
+            raise NotWaitingForInput(f"{node!r} waits for no input (it is {record.state.value})")
+        if fields is not None:
+            question = _question_for(request, key)
+            answers = {question.key: answer_from_fields(question, fields)}
+        elif answers is None:
+            raise InvalidAnswer("give answers (key → answer) or fields")
+        elif key is not None:
+            answers = {key: answers}
+        unknown = sorted(set(answers) - set(request.keys))
+        if unknown:
+            raise NotWaitingForInput(
+                f"{node!r} waits for {', '.join(request.keys)}, not {', '.join(unknown)}"
+            )
+        self.executor.answer(node, answers)
+        return self.result(node)
+
+    def input_request(self, node: str) -> InputRequest | None:
+        """The questions the node waits for, or None."""
+        return pending_request(self.ledger, self.ledger.get(node))
+
+    # --- internals ----------------------------------------------------------------------
+
+    async def _bind(
+        self, executor: Executor, server: str, tool: str, protocol: str | None
+    ) -> ToolBinding:
+        try:
+            return await executor.bind(server, tool, protocol=protocol)
+        except Exception as exc:
+            unreachable = await _unreachable(server)
+            if unreachable is not None:
+                raise ServerUnreachable(f"cannot reach {server}: {unreachable}") from exc
+            if isinstance(exc, LongcallError):
+                raise
+            raise ServerUnreachable(f"{server}: {type(exc).__name__}: {exc}") from exc
+
+    def _settled(self, record: OperationRecord) -> bool:
+        if record.is_terminal or record.state is State.RECONCILIATION_REQUIRED:
+            return True
+        return (
+            record.state is State.INPUT_REQUIRED
+            and bool(record.input_keys_pending)
+            and self._left_to_person.get(record.call_node_id) == record.input_round
+        )
+
+    async def _until(
+        self, node: str, predicate: Callable[[OperationRecord], bool], timeout_s: float | None
+    ) -> None:
+        """Wait until the node's record satisfies ``predicate`` (re-checked after each
+        change the driver reports), up to ``timeout_s``."""
+        if predicate(self._current(node)):
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        waiters = self._waiters.setdefault(node, [])
+        entry = (predicate, future)
+        waiters.append(entry)
+        try:
+            async with asyncio.timeout(timeout_s):
+                await future
+        except TimeoutError:
+            pass  # only local waiting ends (X8); the caller sees PENDING
+        finally:
+            if entry in waiters:
+                waiters.remove(entry)
+
+    def _current(self, node: str) -> OperationRecord:
+        held = self._executor.engine.records.get(node) if self._executor else None
+        return held if held is not None else self.ledger.get(node)
+
+    def _observe(self, node: str) -> None:
+        """The driver changed (or noticed a change of) ``node``: wake its waiters, hand a
+        new input round to the callback, report state changes and unreachability."""
+        record = self._current(node)
+        self._handle_input(record)
+        waiters = self._waiters.get(node)
+        if waiters:
+            for predicate, future in list(waiters):
+                if not future.done() and predicate(record):
+                    future.set_result(None)
+        unreachable = record.failed_attempts > 0 and record.last_error is not None
+        now = (record.state, record.input_round, unreachable)
+        before = self._seen.get(node)
+        if before == now:
+            return
+        if record.is_terminal:
+            self._seen.pop(node, None)
+        else:
+            self._seen[node] = now
+        if self.on_change is not None and (before is None or before[:2] != now[:2]):
+            self._emit(
+                self.on_change, result_of(self.ledger, record), before[0] if before else None
+            )
+        if self.on_progress is not None and (before is not None and before[2] != unreachable):
+            self._emit(
+                self.on_progress,
+                Progress(
+                    call_node_id=node,
+                    fraction=None,
+                    message=record.last_error if unreachable else record.status_message,
+                    server_unreachable=unreachable,
+                ),
+            )
+
+    def _handle_input(self, record: OperationRecord) -> None:
+        node = record.call_node_id
+        if record.state is not State.INPUT_REQUIRED or not record.input_keys_pending:
+            return
+        round_ = record.input_round
+        if self._asked.get(node) == round_ or self._left_to_person.get(node) == round_:
+            return
+        if self.on_input is None:
+            self._left_to_person[node] = round_
+            return
+        request = pending_request(self.ledger, record)
+        if request is None:  # pragma: no cover - pending keys always make a request
+            return
+        self._asked[node] = round_
+        self._spawn(self._ask(request))
+
+    async def _ask(self, request: InputRequest) -> None:
+        node = request.call_node_id
+        assert self.on_input is not None
+        answers: Mapping[str, Any] | None = None
+        try:
+            answers = await self.on_input(request)
+            if answers:
+                self.executor.answer(node, answers)
+                return
+        except LongcallError as exc:
+            log.warning("%s: the input callback's answer was refused: %s", node, exc)
+        except Exception:
+            log.exception("%s: the input callback failed", node)
+        finally:
+            self._asked.pop(node, None)
+        # Deferred (or refused): a person answers; waits on the node settle now.
+        self._left_to_person[node] = request.input_round
+        self._observe(node)
+
+    def _busy_with_input(self) -> bool:
+        return bool(self._asked)
+
+    def _on_progress(self, node: str, fraction: float | None, message: str | None) -> None:
+        if self.on_progress is not None:
+            fraction = fraction if fraction is not None else fraction_of(message)
+            self._emit(
+                self.on_progress, Progress(call_node_id=node, fraction=fraction, message=message)
+            )
+
+    def _emit(self, callback: Callable[..., Awaitable[None] | None], *args: Any) -> None:
+        """Call a user callback in order with the others; an async one is awaited by the
+        callback task, so a slow callback never stalls the driver."""
+        if self._callbacks is None:
+            return
+        self._callbacks.put_nowait(_call_back(callback, *args))
+
+    async def _run_callbacks(self) -> None:
+        assert self._callbacks is not None
+        while True:
+            await (await self._callbacks.get())
+
+    def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coroutine)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+
+async def _call_back(callback: Callable[..., Awaitable[None] | None], *args: Any) -> None:
+    try:
+        outcome = callback(*args)
+        if inspect.isawaitable(outcome):
+            await outcome
+    except Exception:
+        log.exception("a %s callback failed", getattr(callback, "__name__", "client"))
+
+
+def _stopped(runner: asyncio.Task[None]) -> DriverStopped:
+    if runner.cancelled() or runner.exception() is None:
+        return DriverStopped("the client's driver stopped: the client was closed")
+    cause = runner.exception()
+    if isinstance(cause, ExecutorFailed):
+        error = DriverStopped(str(cause))
+    else:
+        error = DriverStopped(f"the client's driver stopped: {type(cause).__name__}: {cause}")
+    error.__cause__ = cause
+    return error
+
+
+def _submitted(record: OperationRecord) -> bool:
+    return record.state not in (State.SUBMITTING, State.SUBMISSION_UNKNOWN, State.NOT_FOUND_SAFE)
+
+
+def _question_for(request: InputRequest, key: str | None) -> InputQuestion:
+    if key is not None:
+        try:
+            return request.question(key)
+        except KeyError:
+            raise NotWaitingForInput(
+                f"{request.call_node_id!r} waits for {', '.join(request.keys)}, not {key!r}"
+            ) from None
+    forms = [q for q in request.questions if q.is_form]
+    if len(request.questions) == 1:
+        return request.questions[0]
+    if len(forms) == 1:
+        return forms[0]
+    raise InvalidAnswer(
+        f"{request.call_node_id!r} waits for {len(request.questions)} inputs"
+        f" ({', '.join(request.keys)}): name one with its key"
+    )
+
+
+def _family(protocol: str) -> str:
+    alias = ALIASES.get(protocol.lower())
+    if alias is not None:
+        return alias
+    return AIP151 if protocol == AIP151 else APIFY if protocol == APIFY else MCP
+
+
+def _check_same_target(record: OperationRecord, server: str, protocol: str | None) -> None:
+    """A call node is one request: the same tool and arguments (the engine checks those)
+    at the same server, over the same protocol."""
+    if _normal_url(record.server) != _normal_url(server):
+        raise CallNodeConflict(
+            f"call node {record.call_node_id!r} was called at {record.server};"
+            f" this call names {server} (a call node is one request: use another node)"
+        )
+    wanted = protocol or protocol_of_url(server)
+    bound = record.protocol
+    same = _family(wanted) == _family(bound) and (
+        _family(wanted) != MCP or wanted.lower() == MCP or bound.startswith(wanted)
+    )
+    if not same:
+        raise CallNodeConflict(
+            f"call node {record.call_node_id!r} is bound to protocol {bound};"
+            f" this call asks for {wanted} (a call node is one request: use another node)"
+        )
+
+
+def _normal_url(url: str) -> str:
+    parts = urlsplit(url)
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
+
+
+async def _unreachable(url: str) -> str | None:
+    """Why a TCP connection to the server cannot be opened, or None when it can."""
+    parts = urlsplit(url)
+    if parts.hostname is None:
+        return "the URL names no host"
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    try:
+        async with asyncio.timeout(REACH_TIMEOUT_S):
+            _reader, writer = await asyncio.open_connection(parts.hostname, port)
+    except TimeoutError:
+        return f"no answer from {parts.hostname}:{port} within {REACH_TIMEOUT_S:g} s"
+    except OSError as exc:
+        return os.strerror(exc.errno) if exc.errno else str(exc)
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return None
+
+
+def _input_json(request: InputRequest | None) -> dict[str, Any] | None:
+    if request is None:
+        return None
+    return {
+        "input_round": request.input_round,
+        "questions": [
+            {
+                "key": q.key,
+                "method": q.method,
+                "message": q.message,
+                "schema": q.schema,
+                "fields": [dataclasses.asdict(f) for f in q.fields],
+            }
+            for q in request.questions
+        ],
+    }
+
+
+# --- for scripts ----------------------------------------------------------------------
+
+
+class SyncClient:
+    """The same calls, blocking, for scripts: ``with SyncClient() as client:``.
+
+    It runs a :class:`Client` on a private event loop; calls are driven while one of its
+    methods runs, and (being durable) go on at their servers in between."""
+
+    def __init__(self, ledger: str | Ledger | None = None, **options: Any) -> None:
+        self._client = Client(ledger, **options)
+        self._loop = asyncio.Runner()
+
+    def __enter__(self) -> Self:
+        try:
+            self._loop.run(self._client.__aenter__())
+        except BaseException:
+            self._loop.close()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        try:
+            self._loop.run(self._client.aclose())
+        finally:
+            self._loop.close()
+
+    def _run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        return self._loop.run(coroutine)
+
+    def call(
+        self,
+        server: str,
+        tool: str,
+        arguments: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> CallResult:
+        """:meth:`Client.call`, blocking."""
+        return self._run(self._client.call(server, tool, arguments, **options))
+
+    def wait(self, node: str, *, timeout_s: float | None = None) -> CallResult:
+        """:meth:`Client.wait`, blocking."""
+        return self._run(self._client.wait(node, timeout_s=timeout_s))
+
+    def result(self, node: str) -> CallResult:
+        return self._client.result(node)
+
+    def cancel(self, node: str) -> CancelOutcome:
+        return self._run(self._client.cancel(node))
+
+    def answer(
+        self, node: str, answers: Mapping[str, Any] | None = None, **options: Any
+    ) -> CallResult:
+        return self._run(self._client.answer(node, answers, **options))
+
+
+__all__ = [
+    "CallNodeConflict",
+    "CallOutcome",
+    "CallResult",
+    "CancelOutcome",
+    "ChangeCallback",
+    "Client",
+    "ClientNotStarted",
+    "DriverStopped",
+    "InputCallback",
+    "InputField",
+    "InputQuestion",
+    "InputRequest",
+    "InvalidAnswer",
+    "InvalidArguments",
+    "LedgerMissing",
+    "NotWaitingForInput",
+    "Progress",
+    "ProgressCallback",
+    "ServerUnreachable",
+    "SyncClient",
+    "default_ledger_url",
+    "fraction_of",
+    "outcome_of",
+    "result_of",
+]

@@ -1,0 +1,237 @@
+"""``longcall.Client`` end to end against the reference server over HTTP on 127.0.0.1:
+typed results, one submission per call node, input through a callback or a person, and
+waits that always end (X2, X4, X5, X6, X8, X11)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+from typing import Any
+
+import anyio
+import pytest
+from tests.client.conftest import Peer
+from tests.e2e.conftest import Fault
+
+from longcall import (
+    CallNodeConflict,
+    CallOutcome,
+    Client,
+    ClientNotStarted,
+    DriverStopped,
+    InputRequest,
+    InvalidAnswer,
+    InvalidArguments,
+    Progress,
+    ServerUnreachable,
+    State,
+)
+from longcall.core import RequestDigestMismatch
+from longcall.core import events as e
+from longcall.runtime.step import apply_event
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+VERSIONS = ["2026-07-28", "2025-11-25"]
+BOUND_S = 60.0
+
+
+async def test_a_call_returns_a_typed_ok_result_and_attaches_on_the_same_node(peer: Peer) -> None:
+    """The result carries state, outcome, value and receipt; the same call again attaches
+    (no second create); anything else on that node is refused (X2)."""
+    args = {"seconds": 0.3, "rows": 2}
+    with anyio.fail_after(BOUND_S):
+        async with Client(peer.ledger) as client:
+            result = await client.call(peer.url, "sleep_report", args, node="n1")
+            assert result.ok
+            assert (result.outcome, result.state) == (CallOutcome.OK, State.ACCEPTED)
+            assert result.result["structuredContent"]["rows"][1] == {"index": 1, "value": 1}
+            assert result.receipt is not None
+            assert result.receipt.result_digest == result.to_json()["result_digest"]
+            assert result.operation_id
+            assert result.warnings == ()
+            again = await client.call(peer.url, "sleep_report", args, node="n1")
+            assert again.receipt == result.receipt
+            with pytest.raises(RequestDigestMismatch):
+                await client.call(peer.url, "sleep_report", {**args, "rows": 3}, node="n1")
+            with pytest.raises(CallNodeConflict, match="was called at"):
+                await client.call(peer.base + "/other/mcp", "sleep_report", args, node="n1")
+            with pytest.raises(CallNodeConflict, match="bound to protocol"):
+                await client.call(peer.url, "sleep_report", args, node="n1", protocol="aip-151")
+    assert peer.faults.counts["tools/call"] == 1
+
+
+async def test_outcome_kinds_stay_distinct(peer: Peer) -> None:
+    """Tool error, protocol error, cancelled and a zero-item success (a warning) (X5, X6)."""
+    with anyio.fail_after(BOUND_S):
+        async with Client(peer.ledger) as client:
+            tool = await client.call(peer.url, "fail", {"kind": "tool"})
+            protocol = await client.call(peer.url, "fail", {"kind": "protocol"})
+            empty = await client.call(peer.url, "crawl", {"pages": 0, "items_per_page": 2})
+            long = await client.call(
+                peer.url, "sleep_report", {"seconds": 300, "rows": 1}, node="long", wait=False
+            )
+            assert (long.outcome, long.state) == (CallOutcome.PENDING, State.WORKING)
+            cancel = await client.cancel("long")
+            assert (cancel.outcome, cancel.cancel_generation) == ("requested", 1)
+            cancelled = await client.wait("long")
+    assert tool.outcome is CallOutcome.TOOL_ERROR
+    assert not tool.ok
+    assert protocol.outcome is CallOutcome.PROTOCOL_ERROR
+    assert (empty.outcome, empty.warnings) == (CallOutcome.OK, ("empty_result",))
+    assert (cancelled.outcome, cancelled.state) == (CallOutcome.CANCELLED, State.CANCELLED_ACCEPTED)
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_an_input_callback_sees_the_question_and_answers_it(peer: Peer, version: str) -> None:
+    """The callback gets the server's question and form; its answer completes the call (X4)."""
+    asked: list[InputRequest] = []
+
+    async def on_input(request: InputRequest) -> dict[str, Any]:
+        asked.append(request)
+        return request.accept(approved=True)
+
+    with anyio.fail_after(BOUND_S):
+        async with Client(peer.ledger, on_input=on_input) as client:
+            result = await client.call(
+                peer.url, "approve", {"change": "rotate keys"}, protocol=version
+            )
+    assert result.ok, result.reason
+    assert result.result["structuredContent"] == {"change": "rotate keys", "approved": True}
+    (request,) = asked
+    (question,) = request.questions
+    assert question.message == "Approve this change? rotate keys"
+    assert [(f.name, f.type, f.required) for f in question.fields] == [
+        ("approved", "boolean", True)
+    ]
+
+
+@pytest.mark.parametrize("version", VERSIONS)
+async def test_without_a_callback_a_person_answers_by_field(peer: Peer, version: str) -> None:
+    """The wait ends with NEEDS_PERSON and the question; a wrong-shaped answer is refused
+    before anything is sent; an answer by field name completes the call (X4)."""
+    with anyio.fail_after(BOUND_S):
+        async with Client(peer.ledger) as client:
+            waiting = await client.call(
+                peer.url, "approve", {"change": "drop table"}, node="gate", protocol=version
+            )
+            assert (waiting.outcome, waiting.state) == (
+                CallOutcome.NEEDS_PERSON,
+                State.INPUT_REQUIRED,
+            )
+            assert waiting.input is not None
+            assert waiting.input.questions[0].message == "Approve this change? drop table"
+            sent_before = dict(peer.faults.counts)
+            for wrong in ({"approved": "maybe"}, {"aproved": "true"}):
+                with pytest.raises(InvalidAnswer):
+                    await client.answer("gate", fields=wrong)
+            key = waiting.input.keys[0]
+            with pytest.raises(InvalidAnswer):
+                await client.answer("gate", {key: {"action": "accept", "content": {}}})
+            assert peer.faults.counts == sent_before
+            assert client.result("gate").record.version == waiting.record.version
+            await client.answer("gate", fields={"approved": "true"})
+            done = await client.wait("gate")
+    assert done.ok, done.reason
+    assert done.result["structuredContent"]["approved"] is True
+
+
+async def test_a_server_refused_answer_leaves_the_round_answerable(peer: Peer) -> None:
+    """The server refusing a delivered answer opens the same question again (a new
+    round), instead of sending the operation to an operator (X4)."""
+    peer.faults.faults.append(Fault(method="tasks/update", nth=(1,), status=400))
+    with anyio.fail_after(BOUND_S):
+        async with Client(peer.ledger) as client:
+            waiting = await client.call(peer.url, "approve", {"change": "x"}, node="gate")
+            assert waiting.input is not None
+            assert waiting.input.input_round == 1
+            await client.answer("gate", fields={"approved": "true"})
+            again = await client.wait("gate")
+            assert again.outcome is CallOutcome.NEEDS_PERSON, again.to_json()
+            assert again.input is not None
+            assert (again.input.input_round, again.input.keys) == (2, waiting.input.keys)
+            assert "refused" in (again.reason or "")
+            await client.answer("gate", fields={"approved": "false"})
+            done = await client.wait("gate")
+    assert done.ok, done.reason
+    assert done.result["structuredContent"]["approved"] is False
+    assert peer.faults.counts["tasks/update"] == 2
+
+
+async def test_progress_reports_a_fraction(peer: Peer) -> None:
+    """Progress reaches the callback with a fraction in (0, 1] (X11)."""
+    seen: list[Progress] = []
+    with anyio.fail_after(BOUND_S):
+        async with Client(peer.ledger, on_progress=seen.append) as client:
+            result = await client.call(peer.url, "sleep_report", {"seconds": 1.5, "rows": 1})
+    assert result.ok
+    fractions = [p.fraction for p in seen if p.fraction is not None]
+    assert fractions
+    assert all(0 < f <= 1 for f in fractions)
+    assert all(p.call_node_id == result.call_node_id for p in seen)
+
+
+async def test_waiting_on_a_node_in_reconciliation_returns_at_once(peer: Peer) -> None:
+    """A node waiting for an operator ends the wait with NEEDS_PERSON and the reason,
+    instead of hanging (it used to spin silently)."""
+    with anyio.fail_after(BOUND_S):
+        async with Client(peer.ledger) as client:
+            await client.call(
+                peer.url, "sleep_report", {"seconds": 300, "rows": 1}, node="n", wait=False
+            )
+            record = client.ledger.get("n")
+        async with Client(peer.ledger) as client:
+            escalated = e.ReconciliationEscalated(reason="checked by hand")
+            apply_event(client.ledger, record, escalated, now=record.updated_at, jitter=0.5)
+            result = await client.wait("n")
+    assert (result.outcome, result.state) == (
+        CallOutcome.NEEDS_PERSON,
+        State.RECONCILIATION_REQUIRED,
+    )
+    assert result.reason == "checked by hand"
+
+
+async def test_a_failing_driver_ends_every_wait_with_an_error(peer: Peer) -> None:
+    """Whatever escapes the executor loop ends the waits with DriverStopped (here the
+    ledger connection dies under a running call), never a hang."""
+    with anyio.fail_after(BOUND_S):
+        async with Client(peer.ledger, refresh_interval_s=0.05) as client:
+            await client.call(
+                peer.url, "sleep_report", {"seconds": 300, "rows": 1}, node="n", wait=False
+            )
+            # Closed once the wait is registered (call_soon runs after it suspends).
+            asyncio.get_running_loop().call_soon(client.ledger.close)
+            with pytest.raises(DriverStopped, match="Cannot operate on a closed database"):
+                await client.wait("n")
+            with pytest.raises(DriverStopped):
+                await client.wait("n")
+
+
+async def test_misuse_and_bad_input_get_typed_errors(peer: Peer) -> None:
+    """No driver, a zero poll rate, non-JSON arguments and a closed port each raise a
+    typed error, and none of them records anything."""
+    with pytest.raises(ValueError, match="poll_qps_max"):
+        Client(peer.ledger, poll_qps_max=0)
+    client = Client(peer.ledger)
+    with pytest.raises(ClientNotStarted):
+        await client.call(peer.url, "echo", {"text": "x"})
+    client.close()
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        closed_port = sock.getsockname()[1]
+    with anyio.fail_after(BOUND_S):
+        async with Client(peer.ledger) as client:
+            for bad in ({"x": math.nan}, {"x": "\ud800"}, {"x": _nested(5000)}):
+                with pytest.raises(InvalidArguments):
+                    await client.call(peer.url, "echo", bad)
+            with pytest.raises(ServerUnreachable, match="refused"):
+                await client.call(f"http://127.0.0.1:{closed_port}/mcp", "echo", {"text": "x"})
+            assert client.results() == []
+
+
+def _nested(depth: int) -> Any:
+    value: Any = 1
+    for _ in range(depth):
+        value = [value]
+    return value
