@@ -1,22 +1,94 @@
 """The ``longcall`` command: one entry point for every part (SPEC O1).
 
+Owns: the command group, its options (``-h``, ``--debug``), and the one place where an
+error that ends a command becomes one line on stderr and a documented exit status
+(:class:`~longcall.caller.ExitCode`); Ctrl-C says how to resume and exits 130.
 Subcommands live next to the part they drive and are imported lazily, so that
-``longcall --help`` stays fast and a missing optional dependency only affects its
-own command.
+``longcall --help`` stays fast and a missing optional dependency only affects its own
+command.
 """
 
 from __future__ import annotations
 
+import os
+from typing import Any
+
 import click
 
-from longcall.caller import call, ops, worker
+from longcall.caller import (
+    EXIT_CODES_HELP,
+    RESUME_KEY,
+    ExitCode,
+    call,
+    describe_error,
+    exit_code_of,
+    ops,
+    worker,
+)
 from longcall.rollout_cli import rollout
 
+DEBUG_ENV = "LONGCALL_DEBUG"
 
-@click.group()
+
+class LongcallGroup(click.Group):
+    """A group whose commands end in one-line errors and documented exit codes."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "longcall"
+            click.echo(f"longcall: {exc.format_message()} (see: {where} --help)", err=True)
+            ctx.exit(int(ExitCode.USAGE))
+        except click.ClickException as exc:
+            click.echo(f"longcall: {exc.format_message()}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            resume = _meta(ctx, RESUME_KEY)
+            click.echo("", err=True)
+            click.echo(
+                "longcall: interrupted; only local waiting stopped, the call goes on."
+                + (f" Resume with: {resume}" if resume else ""),
+                err=True,
+            )
+            ctx.exit(int(ExitCode.INTERRUPTED))
+        except Exception as exc:
+            if ctx.meta.get("longcall.debug"):
+                raise
+            click.echo(f"longcall: {describe_error(exc)}", err=True)
+            ctx.exit(int(exit_code_of(exc)))
+
+
+def _meta(ctx: click.Context, key: str) -> Any:
+    """A value any subcommand's context left in the shared meta."""
+    return ctx.meta.get(key)
+
+
+@click.group(
+    cls=LongcallGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=EXIT_CODES_HELP,
+)
 @click.version_option(package_name="longcall")
-def main() -> None:
-    """Durable long-running tool calls: exactly one accepted terminal outcome per call."""
+@click.option(
+    "--debug",
+    is_flag=True,
+    default=lambda: bool(os.environ.get(DEBUG_ENV)),
+    help=f"Show the full traceback of an error (also ${DEBUG_ENV}=1).",
+)
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """Durable long-running tool calls: exactly one accepted terminal outcome per call.
+
+    \b
+    Examples:
+      longcall serve --port 8765 &
+      longcall call http://127.0.0.1:8765/mcp sleep_report --args '{"seconds": 5, "rows": 3}' --wait
+      longcall ops list
+    """
+    ctx.meta["longcall.debug"] = debug
 
 
 @main.command()
@@ -26,9 +98,15 @@ def main() -> None:
     help="Only the offline walkthrough: three scripted operations through core + ledger.",
 )
 def demo(walkthrough: bool) -> None:
-    """The main job end to end: reference server, executor, SQLite ledger, faults."""
+    """The main job end to end: reference server, executor, SQLite ledger, faults.
+
+    \b
+    Examples:
+      longcall demo
+      longcall demo --walkthrough
+    """
     if walkthrough:
-        from longcall.demo_walkthrough import run_demo as run_walkthrough
+        from longcall.demo.walkthrough import run_walkthrough
 
         raise SystemExit(run_walkthrough())
     from longcall.demo import run_demo
@@ -44,7 +122,9 @@ def demo(walkthrough: bool) -> None:
     help="Task store URL (sqlite:///PATH, or postgresql://... shared by several servers).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
-@click.option("--port", default=8765, show_default=True, type=int, help="Port to bind.")
+@click.option(
+    "--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port to bind."
+)
 @click.option(
     "--lease-seconds",
     default=15.0,
@@ -73,18 +153,29 @@ def serve(
     allowed_host: tuple[str, ...],
     stateful: bool,
 ) -> None:
-    """Serve the reference long-running MCP tools at http://HOST:PORT/mcp."""
+    """Serve the reference long-running tools: MCP at http://HOST:PORT/mcp, AIP-151 at
+    /v1, Apify-style at /apify/mcp.
+
+    \b
+    Examples:
+      longcall serve --port 8765
+      longcall serve --store sqlite:///tasks.db --host 0.0.0.0 --allowed-host tools.example
+    """
     from longcall.server.cli import run_reference_server
 
-    run_reference_server(
-        store_url=store_url,
-        host=host,
-        port=port,
-        lease_s=lease_seconds,
-        allowed_origins=allowed_origin,
-        allowed_hosts=allowed_host,
-        stateful=stateful,
-    )
+    try:
+        run_reference_server(
+            store_url=store_url,
+            host=host,
+            port=port,
+            lease_s=lease_seconds,
+            allowed_origins=allowed_origin,
+            allowed_hosts=allowed_host,
+            stateful=stateful,
+        )
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise click.ClickException(f"cannot serve on {host}:{port}: {reason}") from None
 
 
 @main.command()
@@ -111,7 +202,14 @@ def sim(
     mutant_table: bool,
     mutant_names: tuple[str, ...],
 ) -> None:
-    """Run the deterministic simulator and judge the release gates (SPEC F1-F3)."""
+    """Run the deterministic fault-injection simulator and judge the release gates.
+
+    \b
+    Examples:
+      longcall sim --permutations 10000
+      longcall sim --replay 1234
+      longcall sim --mutants
+    """
     from longcall.sim.config import PROFILES
     from longcall.sim.console import replay, run_mutants, run_sim
 
@@ -119,8 +217,9 @@ def sim(
     run_seed = _whole_number(seed, "--seed", minimum=0)
     chosen = PROFILES.get(profile)
     if chosen is None:
-        raise click.ClickException(
-            f"--profile: unknown profile {profile!r}; choose one of {', '.join(PROFILES)}"
+        raise click.BadParameter(
+            f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}",
+            param_hint="--profile",
         )
     if replay_seed is not None:
         seed_of_one = _whole_number(replay_seed, "--replay", minimum=0)
@@ -131,19 +230,19 @@ def sim(
         try:
             code = run_mutants(list(mutant_names), seed=run_seed, profile=chosen)
         except UnknownMutant as exc:
-            raise click.ClickException(f"--mutant: {exc}") from exc
+            raise click.BadParameter(str(exc), param_hint="--mutant") from exc
         raise SystemExit(code)
     raise SystemExit(run_sim(count, seed=run_seed, as_json=as_json, profile=chosen))
 
 
 def _whole_number(text: str, option: str, *, minimum: int) -> int:
-    """An option's whole number, or a one-line error naming the option."""
+    """An option's whole number, or a usage error naming the option."""
     try:
         value = int(text)
     except ValueError:
-        raise click.ClickException(f"{option}: {text!r} is not a whole number") from None
+        raise click.BadParameter(f"{text!r} is not a whole number", param_hint=option) from None
     if value < minimum:
-        raise click.ClickException(f"{option}: {value} is below {minimum}")
+        raise click.BadParameter(f"{value} is below {minimum}", param_hint=option)
     return value
 
 

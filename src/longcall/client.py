@@ -26,6 +26,7 @@ import json
 import logging
 import os
 import re
+import time
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -41,7 +42,8 @@ from longcall.core import (
     State,
     TerminalReceipt,
 )
-from longcall.core.keys import canonical_json, request_digest
+from longcall.core import events as e
+from longcall.core.keys import canonical_json, digest_bytes, request_digest
 from longcall.errors import (
     CallNodeConflict,
     ClientNotStarted,
@@ -51,8 +53,11 @@ from longcall.errors import (
     InvalidArguments,
     LedgerMissing,
     LongcallError,
+    NotReconcilable,
     NotWaitingForInput,
     ServerUnreachable,
+    StaleEvent,
+    VersionConflict,
 )
 from longcall.ledger import HistoryRow, Ledger, open_ledger
 from longcall.runtime.engine import CallSpec, CancelOutcome
@@ -64,6 +69,7 @@ from longcall.runtime.inputs import (
     answer_from_fields,
     pending_request,
 )
+from longcall.runtime.step import apply_event
 
 log = logging.getLogger("longcall.client")
 
@@ -324,10 +330,12 @@ class Client:
         request_timeout_s: float = 60.0,
         disabled_protocols: Collection[str] = (),
         adapter_factory: AdapterFactory | None = None,
+        lease_s: float | None = None,
     ) -> None:
         """``drive_all`` takes over every open operation of the ledger (a worker);
         otherwise only the nodes this client calls or waits on. ``create_ledger=False``
-        refuses a ledger that does not exist yet (LedgerMissing)."""
+        refuses a ledger that does not exist yet (LedgerMissing). ``lease_s``: how long
+        another worker waits before taking this one's operations over if it stops."""
         if not poll_qps_max > 0:
             raise ValueError(f"poll_qps_max must be above 0, not {poll_qps_max!r}")
         self._ledger_arg = ledger
@@ -347,6 +355,10 @@ class Client:
         }
         if adapter_factory is not None:
             self._executor_options["adapter_factory"] = adapter_factory
+        if lease_s is not None:
+            from longcall.runtime.engine import LeasePolicy
+
+            self._executor_options["lease"] = LeasePolicy.of(lease_s)
         self._executor: Executor | None = None
         self._runner: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
@@ -536,7 +548,8 @@ class Client:
         """Ask for cancellation and say what it achieved: ``requested`` (sent; polling
         finds the real terminal), ``cancelled``, ``already_terminal`` or
         ``not_cancellable`` (X5). Without a driver, a worker sends it."""
-        return self.executor.cancel(node)
+        executor = self.executor
+        return _retrying(lambda: executor.cancel(node))
 
     async def answer(
         self,
@@ -567,7 +580,59 @@ class Client:
             raise NotWaitingForInput(
                 f"{node!r} waits for {', '.join(request.keys)}, not {', '.join(unknown)}"
             )
-        self.executor.answer(node, answers)
+        checked = dict(answers)
+        executor = self.executor
+        _retrying(lambda: executor.answer(node, checked))
+        return self.result(node)
+
+    async def reconcile(
+        self,
+        node: str,
+        resolution: str,
+        *,
+        note: str,
+        actor: str,
+        operation_id: str | None = None,
+        result: Any = None,
+    ) -> CallResult:
+        """Resolve a node waiting for an operator (X7), recorded with who and why:
+        ``resume`` (polling goes on), ``never_created`` (resubmit with the same key), or
+        ``completed`` / ``failed`` / ``cancelled`` with ``result`` as the outcome."""
+        record = self.ledger.get(node)
+        if record.state is not State.RECONCILIATION_REQUIRED:
+            raise NotReconcilable(
+                f"{node!r} is {record.state.value}: only an operation waiting for an"
+                " operator can be reconciled"
+            )
+        try:
+            how = e.Resolution(resolution)
+        except ValueError:
+            choices = ", ".join(r.value for r in e.Resolution)
+            raise NotReconcilable(f"no resolution {resolution!r} (use {choices})") from None
+        try:
+            payload = canonical_json(
+                result if result is not None else {"resolution": how.value, "note": note}
+            )
+        except (ValueError, TypeError, RecursionError, UnicodeEncodeError) as exc:
+            raise InvalidArguments(f"the result is not plain JSON: {exc}") from None
+        try:
+            event = e.ReconciledManually(
+                resolution=how,
+                actor=actor,
+                note=note,
+                operation_id=operation_id,
+                result_digest=digest_bytes(payload),
+            )
+        except ValueError as exc:
+            raise NotReconcilable(str(exc)) from None
+        try:
+            apply_event(
+                self.ledger, record, event, now=time.time(), jitter=0.5, result_payload=payload
+            )
+        except StaleEvent as exc:
+            raise NotReconcilable(f"{node!r}: {exc}") from None
+        if self._runner is not None and not self._runner.done():
+            await self.executor.aadopt(node)  # drive it on from here (resume, resubmit)
         return self.result(node)
 
     def input_request(self, node: str) -> InputRequest | None:
@@ -726,6 +791,20 @@ async def _call_back(callback: Callable[..., Awaitable[None] | None], *args: Any
             await outcome
     except Exception:
         log.exception("a %s callback failed", getattr(callback, "__name__", "client"))
+
+
+CONFLICT_RETRIES = 5
+"""A local intent (cancel, answer) that loses a race with a driver writing the same row
+is decided again on the fresh row this many times (L4: never an overwrite)."""
+
+
+def _retrying(intent: Callable[[], _T]) -> _T:
+    for _attempt in range(CONFLICT_RETRIES - 1):
+        try:
+            return intent()
+        except VersionConflict:  # only the lost compare-and-set race
+            continue
+    return intent()
 
 
 def _stopped(runner: asyncio.Task[None]) -> DriverStopped:
@@ -904,6 +983,7 @@ __all__ = [
     "InvalidAnswer",
     "InvalidArguments",
     "LedgerMissing",
+    "NotReconcilable",
     "NotWaitingForInput",
     "Progress",
     "ProgressCallback",

@@ -172,6 +172,21 @@ async def test_progress_reports_a_fraction(peer: Peer) -> None:
     assert all(p.call_node_id == result.call_node_id for p in seen)
 
 
+async def test_progress_says_when_the_server_is_unreachable(peer: Peer) -> None:
+    """Failing polls are reported as server_unreachable, and the recovery too (X3, X11)."""
+    peer.faults.faults.append(Fault(method="tasks/get", nth=(1, 2), status=503))
+    seen: list[Progress] = []
+    with anyio.fail_after(BOUND_S):
+        async with Client(peer.ledger, on_progress=seen.append) as client:
+            result = await client.call(peer.url, "sleep_report", {"seconds": 0.5, "rows": 1})
+    assert result.ok
+    flags = [p.server_unreachable for p in seen if p.server_unreachable or p.fraction is None]
+    assert True in flags
+    assert flags[flags.index(True) :].count(False) >= 1
+    (down,) = [p for p in seen if p.server_unreachable][:1]
+    assert "503" in (down.message or "")
+
+
 async def test_waiting_on_a_node_in_reconciliation_returns_at_once(peer: Peer) -> None:
     """A node waiting for an operator ends the wait with NEEDS_PERSON and the reason,
     instead of hanging (it used to spin silently)."""

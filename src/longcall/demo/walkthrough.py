@@ -1,4 +1,5 @@
-"""``longcall demo``: three operations through the real core and a real SQLite ledger.
+"""``longcall demo --walkthrough``: three operations through the real core and a real
+SQLite ledger, offline.
 
 It plays the scripted scenarios of :mod:`longcall.walkthrough` (a completion through
 an input round, a cancel that wins, a create whose response is lost and then found by
@@ -17,7 +18,7 @@ from longcall import walkthrough
 from longcall.ledger import Ledger, SQLiteLedger, open_ledger
 
 
-def run_demo(ledger_url: str | None = None, console: Console | None = None) -> int:
+def run_walkthrough(ledger_url: str | None = None, console: Console | None = None) -> int:
     console = console or Console()
     with tempfile.TemporaryDirectory(prefix="longcall-demo-") as tmp:
         ledger = open_ledger(ledger_url) if ledger_url else SQLiteLedger(Path(tmp) / "demo.db")

@@ -1,0 +1,286 @@
+"""Every way a command used to end in a traceback now ends in one line on stderr and the
+documented exit status; ``--debug`` shows the traceback."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import anyio
+import pytest
+from click.testing import CliRunner
+from starlette.applications import Starlette
+from starlette.responses import HTMLResponse
+from starlette.routing import Route
+from tests.protocols.conftest import serve_app
+
+from longcall.caller import ExitCode
+from longcall.cli import main
+
+HTML_404 = (
+    "<!DOCTYPE html><html><head><title>404</title></head><body><h1>Not Found</h1>\n</body></html>"
+)
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> tuple[int, str, str]:
+    """The command in this process: (exit status, stdout, stderr)."""
+    result = CliRunner().invoke(main, list(args), env=env, catch_exceptions=False)
+    return result.exit_code, result.stdout, result.stderr
+
+
+def assert_one_line(stderr: str, *fragments: str) -> None:
+    """stderr is one line, names what went wrong, and holds no traceback."""
+    assert stderr.count("\n") == 1, stderr
+    assert stderr.startswith("longcall: "), stderr
+    assert "Traceback" not in stderr
+    for fragment in fragments:
+        assert fragment in stderr, stderr
+
+
+@pytest.fixture
+def closed_port() -> int:
+    """A 127.0.0.1 port nothing listens on."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@pytest.fixture
+def ledger(tmp_path: Path) -> str:
+    """A ledger holding one accepted call node ``done`` (recorded by the real code)."""
+    import random
+
+    from tests.runtime.test_engine import RESULT, ScriptedServer, binding
+    from tests.runtime.test_engine import run as drive
+
+    from longcall.ledger import SQLiteLedger
+    from longcall.runtime.engine import CallSpec, Engine
+
+    path = tmp_path / "ledger.db"
+    with SQLiteLedger(path) as opened:
+        engine = Engine(opened, rng=random.Random(1))
+        engine.start_call(CallSpec(call_node_id="done", binding=binding(), arguments={}), now=0.0)
+        drive(engine, ScriptedServer())
+        assert opened.result_payload("done") == RESULT
+    return f"sqlite:///{path}"
+
+
+def test_a_ledger_in_a_missing_directory(tmp_path: Path) -> None:
+    """call and ops name the missing directory (exit 1) and create nothing."""
+    url = f"sqlite:///{tmp_path / 'nope' / 'ledger.db'}"
+    code, _, err = run("call", "http://127.0.0.1:1/mcp", "echo", "--ledger", url)
+    assert code == ExitCode.ERROR
+    assert_one_line(err, "does not exist")
+    code, _, err = run("ops", "list", "--ledger", url)
+    assert code == ExitCode.ERROR
+    assert_one_line(err, "no ledger at")
+    assert not (tmp_path / "nope").exists()
+
+
+def test_read_only_commands_never_create_a_ledger(tmp_path: Path) -> None:
+    """ops list/show/result/wait/answer/cancel on a ledger that does not exist leave none."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    for args in (
+        ("ops", "list"),
+        ("ops", "show", "n"),
+        ("ops", "result", "n"),
+        ("ops", "wait", "n"),
+        ("ops", "cancel", "n"),
+        ("ops", "answer", "n", "approved=true"),
+    ):
+        code, _, err = run(*args, "--ledger", url)
+        assert code == ExitCode.ERROR, args
+        assert_one_line(err, "no ledger at")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_only_ledger(ledger: str) -> None:
+    """A ledger the user may not write is one line, even for ops list (exit 1)."""
+    # Root writes anything: the command then runs as nobody, in a directory it can read.
+    shared = Path(tempfile.mkdtemp(prefix="longcall-ro-"))
+    path = shared / "ledger.db"
+    shutil.copy(ledger.removeprefix("sqlite:///"), path)
+    path.chmod(0o444)
+    shared.chmod(0o555)
+    try:
+        command = [sys.executable, "-m", "longcall", "ops", "list", "--ledger", f"sqlite:///{path}"]
+        if os.geteuid() == 0:
+            if shutil.which("setpriv") is None:
+                pytest.skip("running as root without setpriv: nothing is read-only to root")
+            command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
+        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        shared.chmod(0o755)
+        shutil.rmtree(shared)
+    assert done.returncode == ExitCode.ERROR
+    assert_one_line(done.stderr, "readonly")
+
+
+def test_unreachable_postgres_and_unsupported_urls(closed_port: int) -> None:
+    """An unreachable PostgreSQL (no password shown, exit 1) and an unknown scheme (a
+    usage error, exit 2)."""
+    url = f"postgresql://user:secret@127.0.0.1:{closed_port}/db"
+    code, _, err = run("ops", "list", "--ledger", url)
+    assert code == ExitCode.ERROR
+    assert_one_line(err, f"127.0.0.1:{closed_port}", "connect")
+    assert "secret" not in err
+    code, _, err = run("ops", "list", "--ledger", "mysql://x/y")
+    assert code == ExitCode.USAGE
+    assert_one_line(err, "no ledger backend for scheme 'mysql'")
+
+
+def test_serve_on_a_port_in_use_and_a_read_only_store(tmp_path: Path) -> None:
+    """serve: a taken port and a store it cannot open are one line each (exit 1)."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "longcall", "serve", "--port", str(port),
+             "--store", f"sqlite:///{tmp_path / 'tasks.db'}"],
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+    assert done.returncode == ExitCode.ERROR
+    assert f"cannot serve on 127.0.0.1:{port}" in done.stderr
+    assert "Traceback" not in done.stderr
+    done = subprocess.run(
+        [sys.executable, "-m", "longcall", "serve", "--port", "0",
+         "--store", f"sqlite:///{tmp_path / 'missing' / 'tasks.db'}"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == ExitCode.ERROR
+    assert_one_line(done.stderr, "cannot open task store")
+
+
+@pytest.mark.parametrize(
+    ("text", "why"),
+    [
+        ('{"x": NaN}', "NaN is not a JSON number"),
+        ('{"x": Infinity}', "Infinity is not a JSON number"),
+        ('{"x": "\\ud800"}', "lone surrogate"),
+        ("[" * 100_000, "nested too deeply"),
+        ("{bad", "not JSON"),
+        ("[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_arguments_that_are_not_plain_json(tmp_path: Path, text: str, why: str) -> None:
+    """--args that is not a plain JSON object is a usage error (exit 2), nothing recorded."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    code, _, err = run("call", "http://127.0.0.1:1/mcp", "echo", "--args", text, "--ledger", url)
+    assert code == ExitCode.USAGE
+    assert_one_line(err, "--args", why)
+    assert not (tmp_path / "ledger.db").exists()
+
+
+def test_reconcile_bad_result_json_and_an_accepted_node(ledger: str) -> None:
+    """--result that is not JSON is a usage error; reconciling an accepted node is refused
+    in words, not a state-machine message."""
+    code, _, err = run(
+        "ops", "reconcile", "done", "--as", "completed", "--note", "n", "--result", "{bad",
+        "--ledger", ledger,
+    )  # fmt: skip
+    assert code == ExitCode.USAGE
+    assert_one_line(err, "--result", "not JSON")
+    code, _, err = run(
+        "ops", "reconcile", "done", "--as", "resume", "--note", "n", "--ledger", ledger
+    )
+    assert code == ExitCode.REFUSED
+    assert_one_line(err, "'done' is accepted", "only an operation waiting for an operator")
+    assert "State." not in err
+    assert "ReconciledManually" not in err
+
+
+def test_bad_option_values(ledger: str) -> None:
+    """sim --permutations -5, --qps 0 and an unknown command are usage errors (exit 2)."""
+    for args in (
+        ("sim", "--permutations", "-5"),
+        ("call", "http://127.0.0.1:1/mcp", "echo", "--qps", "0", "--ledger", ledger),
+        ("ops", "frob"),
+    ):
+        code, _, err = run(*args)
+        assert code == ExitCode.USAGE, args
+        assert_one_line(err, "--help")
+
+
+@pytest.mark.anyio
+async def test_a_refused_connection_and_an_html_error_page(
+    tmp_path: Path, closed_port: int
+) -> None:
+    """A refused connection says so (exit 6); an HTML 404 page is never printed raw."""
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+
+    async def not_found(_request: object) -> HTMLResponse:
+        return HTMLResponse(HTML_404, status_code=404)
+
+    app = Starlette(routes=[Route("/{path:path}", not_found, methods=["GET", "POST"])])
+
+    def invoke(*args: str) -> tuple[int, str, str]:
+        return run(*args)
+
+    with anyio.fail_after(60):
+        code, _, err = await anyio.to_thread.run_sync(
+            invoke, "call", f"http://127.0.0.1:{closed_port}/mcp", "echo", "--ledger", url
+        )
+        assert code == ExitCode.UNREACHABLE
+        assert_one_line(err, "cannot reach", "Connection refused")
+        assert "answered neither" not in err
+        async with serve_app(app) as base:
+            for path in ("/v1", "/mcp"):
+                code, _, err = await anyio.to_thread.run_sync(
+                    invoke, "call", base + path, "echo", "--ledger", url
+                )
+                assert code == ExitCode.REFUSED, err
+                assert_one_line(err)
+                assert "<" not in err
+
+
+def test_debug_shows_the_traceback(tmp_path: Path) -> None:
+    """--debug (or $LONGCALL_DEBUG) lets the error through with its traceback."""
+    url = f"sqlite:///{tmp_path / 'nope' / 'ledger.db'}"
+    done = subprocess.run(
+        [sys.executable, "-m", "longcall", "--debug", "ops", "list", "--ledger", url],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert done.returncode == 1
+    assert "Traceback" in done.stderr
+    assert "LedgerMissing" in done.stderr
+
+
+def test_help_has_examples_exit_codes_and_no_requirement_ids() -> None:
+    """-h works everywhere; each command's help has an example; no requirement ids."""
+    code, out, _ = run("-h")
+    assert code == 0
+    assert "Exit codes:" in out
+    assert "130" in out
+    commands = [
+        ("call",), ("worker",), ("serve",), ("sim",), ("demo",), ("ops",),
+        ("ops", "list"), ("ops", "show"), ("ops", "wait"), ("ops", "result"),
+        ("ops", "cancel"), ("ops", "answer"), ("ops", "reconcile"), ("ops", "where"),
+    ]  # fmt: skip
+    for command in commands:
+        code, out, _ = run(*command, "-h")
+        assert code == 0, command
+        assert "Example" in out, command
+        assert not _requirement_ids(out), (command, _requirement_ids(out))
+
+
+def _requirement_ids(text: str) -> list[str]:
+    import re
+
+    return re.findall(r"\b[LXPSFROGDCI]\d{1,2}\b", text)
+
+
+def test_json_errors_keep_stdout_clean(tmp_path: Path) -> None:
+    """With --json, errors go to stderr: stdout stays parseable (here: empty)."""
+    url = f"sqlite:///{tmp_path / 'nope.db'}"
+    code, out, err = run("ops", "list", "--json", "--ledger", url)
+    assert code == ExitCode.ERROR
+    assert out == ""
+    assert_one_line(err)
+    json.dumps(err)
