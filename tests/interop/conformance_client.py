@@ -33,6 +33,8 @@ from types import FrameType
 from typing import Any
 
 UNLISTED_TOOL = "longcall-conformance-unlisted-tool"
+REFUSED = 5
+"""``longcall``'s documented exit code for a refused call (``longcall --help``)."""
 STEP_LIMIT_S = float(os.environ.get("LONGCALL_CONFORMANCE_STEP_LIMIT_S") or 20.0)
 """Each ``longcall call`` is killed past this (set it below the suite's --timeout)."""
 
@@ -40,7 +42,7 @@ STEP_LIMIT_S = float(os.environ.get("LONGCALL_CONFORMANCE_STEP_LIMIT_S") or 20.0
 @dataclass(frozen=True)
 class Step:
     """One ``longcall call``: ``tool`` None only negotiates and lists tools; ``refused``
-    says the client is expected to refuse the tool (exit 3) without calling it."""
+    says the client is expected to refuse the tool (exit 5) without calling it."""
 
     tool: str | None
     arguments: dict[str, Any] = field(default_factory=dict)
@@ -108,10 +110,12 @@ def run_step(url: str, index: int, step: Step, version: str | None, ledger: str)
     sys.stdout.write(done.stdout)
     sys.stderr.write(done.stderr)
     if step.tool is None:
-        listed_only = done.returncode == 3 and "does not list tool" in " ".join(done.stderr.split())
+        listed_only = done.returncode == REFUSED and "does not list tool" in " ".join(
+            done.stderr.split()
+        )
         return 0 if listed_only else (done.returncode or 1)
     if step.refused:
-        return 0 if done.returncode == 3 else 1
+        return 0 if done.returncode == REFUSED else 1
     return done.returncode
 
 

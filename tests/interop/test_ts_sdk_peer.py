@@ -36,6 +36,9 @@ STATELESS = "stateless"
 FLAGS = {STATEFUL: (), STATELESS: ("--stateless",)}
 SETTLE_LIMIT_S = 30.0
 WORKER_EXIT_GRACE_S = 3.0
+NOT_OK = 3
+"""``longcall``'s documented exit code for an accepted outcome that is not ok (a tool error,
+a protocol error, a cancel): ``longcall --help``."""
 
 
 def modes() -> list[Any]:
@@ -130,7 +133,7 @@ def test_tool_error_stays_a_tool_error(peers: Peers, caller: Caller, mode: str, 
     peer = peers(mode)
     code, view, _ = caller.call(peer.url, "tool_error", {"tag": tag}, "n", "--wait")
     assert (view["state"], view["result_kind"]) == ("accepted", "tool_error"), explain(peer, view)
-    assert code == 2
+    assert code == NOT_OK
     # 2025-11-25: a tool result with isError ends the task `failed`; it stays a tool error.
     assert view["server_status"] == "failed"
     assert view["result"]["isError"] is True
@@ -146,7 +149,7 @@ def test_protocol_error_stays_a_protocol_error(
     code, view, _ = caller.call(peer.url, "protocol_error", {"tag": tag}, "n", "--wait")
     outcome = (view["state"], view["server_status"], view["result_kind"])
     assert outcome == ("accepted", "failed", "protocol_error"), explain(peer, view)
-    assert code == 2
+    assert code == NOT_OK
     # The task's own JSON-RPC error, as tasks/result answered it: not a transport's.
     assert view["result"]["code"] == -32603
     assert "upstream rate limit" in view["result"]["message"]
@@ -183,7 +186,7 @@ def test_ops_cancel_from_a_second_process_during_call_wait(
         stop(waiting)
     view = view_of(out, err)
     assert view["state"] == "cancelled_accepted", explain(peer, view)
-    assert code == 2
+    assert code == NOT_OK
     assert peer.task_events(started) == ["started", "cancelled"]
 
 
