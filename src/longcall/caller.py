@@ -384,6 +384,15 @@ class ProgressView:
     def __exit__(self, *exc: object) -> None:
         self.progress.stop()
 
+    def asking(self, lines: Sequence[str]) -> None:
+        """Show a question above the bar (or alone, without one), and say the call waits."""
+        console = self.progress.console if not self.progress.disable else err_console()
+        for line in lines:
+            console.print(escape(line), soft_wrap=True)
+        if self.task is not None:
+            text = escape(f"{self.node}: waiting for an answer (see above)")
+            self.progress.update(self.task, description=text)
+
     def update(self, report: CallProgress) -> None:
         if self.task is None or report.call_node_id != self.node:
             return
@@ -401,25 +410,40 @@ class ProgressView:
             self.progress.update(self.task, description=description)
 
 
-def fields_policy(fields: Mapping[str, str]) -> Callable[[InputRequest], Any]:
-    """An input callback answering each form of a round from ``--answer`` fields, when
-    they cover its required fields; anything else is left to a person."""
+def answers_from_fields(request: InputRequest, fields: Mapping[str, str]) -> dict[str, Any] | None:
+    """Answers to each form of a round from ``--answer`` fields, when they cover its
+    required fields; None (a person decides) otherwise."""
+    from longcall.runtime.inputs import answer_from_fields
 
-    async def answer(request: InputRequest) -> dict[str, Any] | None:
-        from longcall.runtime.inputs import answer_from_fields
+    if not fields:
+        return None
+    answers: dict[str, Any] = {}
+    for question in request.questions:
+        if not question.is_form:
+            return None
+        known = {f.name for f in question.fields}
+        given = {k: v for k, v in fields.items() if k in known}
+        if not all(f.name in given for f in question.fields if f.required):
+            return None
+        answers[question.key] = answer_from_fields(question, given)
+    return answers
 
-        answers: dict[str, Any] = {}
-        for question in request.questions:
-            if not question.is_form:
-                return None
-            known = {f.name for f in question.fields}
-            given = {k: v for k, v in fields.items() if k in known}
-            if not all(f.name in given for f in question.fields if f.required):
-                return None
-            answers[question.key] = answer_from_fields(question, given)
-        return answers
 
-    return answer
+def ask_a_person(
+    view: ProgressView, ledger_url: str | None, fields: Mapping[str, str] | None = None
+) -> Callable[[InputRequest], Any]:
+    """The input callback of a waiting command: answer from ``--answer`` fields where they
+    fit; else show the question and the command that answers it, and leave it to the
+    person (who answers from another terminal while this command keeps waiting)."""
+
+    async def on_input(request: InputRequest) -> dict[str, Any] | None:
+        answers = answers_from_fields(request, fields or {})
+        if answers is not None:
+            return answers
+        view.asking(input_lines(request, ledger_url))
+        return None
+
+    return on_input
 
 
 @click.command()
@@ -458,7 +482,8 @@ def fields_policy(fields: Mapping[str, str]) -> Callable[[InputRequest], Any]:
     "answers",
     multiple=True,
     metavar="FIELD=VALUE",
-    help="Answer the tool's form: FIELD=VALUE per field, e.g. approved=true (repeatable).",
+    help="With --wait, answer the tool's form: FIELD=VALUE per field, e.g. approved=true"
+    " (repeatable).",
 )
 @click.pass_context
 def call(
@@ -483,6 +508,10 @@ def call(
     operation (or prints its receipt) and never submits twice; anything else on that
     node is refused. Without --wait the command returns once the server holds the
     operation, and `longcall worker` or `longcall ops wait NODE` drives it on.
+
+    With --wait, a question the tool asks is answered from --answer fields when they
+    fit; otherwise it is shown with the `longcall ops answer` command that answers it,
+    and the call waits for that answer (given from another terminal).
 
     \b
     Examples:
@@ -511,7 +540,7 @@ def call(
             create=True,
             poll_qps_max=qps,
             on_progress=view.update,
-            on_input=fields_policy(fields) if fields else None,
+            on_input=ask_a_person(view, ledger_url, fields) if wait or fields else None,
         ) as client:
             with view:
                 return await client.call(
@@ -521,6 +550,7 @@ def call(
                     node=node,
                     protocol=protocol,
                     wait=wait,
+                    through_input=True,
                     budget_s=budget_s,
                     timeout_s=timeout_s,
                 )
@@ -843,6 +873,10 @@ def ops_wait(
 ) -> None:
     """Drive NODE from the ledger until it is settled (no URL or arguments needed).
 
+    A question the tool asks is shown with the `longcall ops answer` command that
+    answers it; the wait goes on until it is answered (from another terminal) and the
+    call ends, or until --timeout.
+
     \b
     Examples:
       longcall ops wait gate
@@ -853,10 +887,14 @@ def ops_wait(
 
     async def main() -> CallResult:
         async with client_for(
-            ledger_url, create=False, poll_qps_max=qps, on_progress=view.update
+            ledger_url,
+            create=False,
+            poll_qps_max=qps,
+            on_progress=view.update,
+            on_input=ask_a_person(view, ledger_url),
         ) as client:
             with view:
-                return await client.wait(node, timeout_s=timeout_s)
+                return await client.wait(node, timeout_s=timeout_s, through_input=True)
 
     result = run_async(main)
     print_result(result, as_json=as_json, ledger_url=ledger_url)

@@ -477,6 +477,7 @@ class Client:
         node: str | None = None,
         protocol: str | None = None,
         wait: bool = True,
+        through_input: bool = False,
         budget_s: float | None = None,
         timeout_s: float | None = None,
     ) -> CallResult:
@@ -484,10 +485,11 @@ class Client:
         tool and arguments).
 
         With ``wait`` (the default) it returns once the call is settled — accepted, or
-        waiting for a person — or at ``timeout_s`` (outcome PENDING; the call goes on).
-        Without, it returns once the server holds the operation. ``protocol`` picks
-        ``mcp``, an MCP version, ``aip-151`` or ``apify`` (default: from the URL, then
-        negotiation); ``budget_s`` bounds the whole wait for the operation (X3).
+        waiting for a person — or at ``timeout_s`` (the call goes on). Without, it returns
+        once the server holds the operation. ``through_input`` keeps waiting while a
+        person answers elsewhere (``longcall ops answer``, another client). ``protocol``
+        picks ``mcp``, an MCP version, ``aip-151`` or ``apify`` (default: from the URL,
+        then negotiation); ``budget_s`` bounds the whole wait for the operation (X3).
         """
         executor = self._driving()
         args = checked_arguments(arguments)
@@ -502,16 +504,22 @@ class Client:
                 CallSpec(call_node_id=node, binding=binding, arguments=args, budget_s=budget_s)
             )
         if wait:
-            return await self.wait(node, timeout_s=timeout_s)
+            return await self.wait(node, timeout_s=timeout_s, through_input=through_input)
         await self._until(node, _submitted, SUBMIT_WAIT_S if timeout_s is None else timeout_s)
         return self.result(node)
 
-    async def wait(self, node: str, *, timeout_s: float | None = None) -> CallResult:
+    async def wait(
+        self, node: str, *, timeout_s: float | None = None, through_input: bool = False
+    ) -> CallResult:
         """Drive ``node`` until it is settled (accepted, or waiting for a person), or
-        until ``timeout_s`` (then its outcome is PENDING: only local waiting ends, X8)."""
+        until ``timeout_s`` (only local waiting ends, X8: the outcome says where it
+        stands). With ``through_input``, a question left to a person does not end the
+        wait: an answer given elsewhere (``longcall ops answer``, another client) is
+        picked up and the call carried on."""
         executor = self._driving()
         await executor.aadopt(node)
-        await self._until(node, self._settled, timeout_s)
+        settled = _settled_for_an_operator if through_input else self._settled
+        await self._until(node, settled, timeout_s)
         return self.result(node)
 
     async def drive(self, *, until_idle: bool = False) -> None:
@@ -655,7 +663,7 @@ class Client:
             raise ServerUnreachable(f"{server}: {type(exc).__name__}: {exc}") from exc
 
     def _settled(self, record: OperationRecord) -> bool:
-        if record.is_terminal or record.state is State.RECONCILIATION_REQUIRED:
+        if _settled_for_an_operator(record):
             return True
         return (
             record.state is State.INPUT_REQUIRED
@@ -819,6 +827,11 @@ def _stopped(runner: asyncio.Task[None]) -> DriverStopped:
     return error
 
 
+def _settled_for_an_operator(record: OperationRecord) -> bool:
+    """Accepted, or waiting for an operator: an input round does not count."""
+    return record.is_terminal or record.state is State.RECONCILIATION_REQUIRED
+
+
 def _submitted(record: OperationRecord) -> bool:
     return record.state not in (State.SUBMITTING, State.SUBMISSION_UNKNOWN, State.NOT_FOUND_SAFE)
 
@@ -951,9 +964,11 @@ class SyncClient:
         """:meth:`Client.call`, blocking."""
         return self._run(self._client.call(server, tool, arguments, **options))
 
-    def wait(self, node: str, *, timeout_s: float | None = None) -> CallResult:
+    def wait(
+        self, node: str, *, timeout_s: float | None = None, through_input: bool = False
+    ) -> CallResult:
         """:meth:`Client.wait`, blocking."""
-        return self._run(self._client.wait(node, timeout_s=timeout_s))
+        return self._run(self._client.wait(node, timeout_s=timeout_s, through_input=through_input))
 
     def result(self, node: str) -> CallResult:
         return self._client.result(node)

@@ -194,9 +194,37 @@ async def test_worker_until_idle_exits_while_a_person_is_asked(cli: tuple[Cli, W
     assert code == ExitCode.NEEDS_PERSON, err
     assert "Approve this change? x" in err
     assert "1 operation(s) wait for a person" in err
-    code, _, err = await runner.ops("wait", "gate")
+    code, _, err = await runner.ops("wait", "gate", "--timeout", "0")
     assert code == ExitCode.NEEDS_PERSON
     assert "answer: longcall ops answer gate approved=true" in err
+
+
+async def test_call_wait_shows_the_question_and_takes_an_answer_from_another_terminal(
+    cli: tuple[Cli, Watched],
+) -> None:
+    """call --wait prints the question with the command that answers it and keeps
+    waiting; the answer given by `ops answer` from another process completes the call."""
+    runner, _ = cli
+    waiting = await runner.start(
+        "call", runner.url, "approve", "--args", '{"change": "x"}', "--node", "gate",
+        "--ledger", runner.ledger, "--wait", "--json",
+    )  # fmt: skip
+    assert waiting.stderr is not None
+    seen: list[str] = []
+    try:
+        async with asyncio.timeout(CLI_TIMEOUT_S):
+            line = await line_matching(waiting.stderr, r"answer: longcall ops answer gate", seen)
+            pasted = line.split("answer: ", 1)[1].split()
+            code, _, err = await runner.run(*pasted[1:])
+            assert code == ExitCode.OK, err
+            out, _ = await waiting.communicate()
+    finally:
+        if waiting.returncode is None:
+            waiting.kill()
+            await waiting.wait()
+    assert waiting.returncode == ExitCode.OK, "".join(seen)
+    view = json.loads(out)
+    assert view["result"]["structuredContent"] == {"change": "x", "approved": True}
 
 
 async def test_a_cancel_written_by_ops_is_sent_by_the_worker(cli: tuple[Cli, Watched]) -> None:

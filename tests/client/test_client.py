@@ -137,6 +137,33 @@ async def test_without_a_callback_a_person_answers_by_field(peer: Peer, version:
     assert done.result["structuredContent"]["approved"] is True
 
 
+async def test_waiting_through_input_takes_an_answer_written_elsewhere(peer: Peer) -> None:
+    """With through_input, a wait goes on while a person answers through another client
+    (another ledger connection, as another process would); the running driver picks the
+    answer up and completes the call (X4)."""
+    asked = asyncio.Event()
+
+    async def note(request: InputRequest) -> None:
+        asked.set()
+
+    with anyio.fail_after(BOUND_S):
+        async with Client(peer.ledger, on_input=note) as driving:
+            waiting = asyncio.ensure_future(
+                driving.call(peer.url, "approve", {"change": "y"}, node="gate", through_input=True)
+            )
+            await asyncio.wait({asyncio.ensure_future(asked.wait()), waiting},
+                               return_when=asyncio.FIRST_COMPLETED)  # fmt: skip
+            assert not waiting.done()
+            elsewhere = Client(peer.ledger)
+            try:
+                await elsewhere.answer("gate", fields={"approved": "true"})
+            finally:
+                elsewhere.close()
+            done = await waiting
+    assert done.ok, done.reason
+    assert done.result["structuredContent"] == {"change": "y", "approved": True}
+
+
 async def test_a_server_refused_answer_leaves_the_round_answerable(peer: Peer) -> None:
     """The server refusing a delivered answer opens the same question again (a new
     round), instead of sending the operation to an operator (X4)."""
