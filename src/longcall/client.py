@@ -30,11 +30,10 @@ import time
 from collections.abc import Awaitable, Callable, Collection, Coroutine, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import urlsplit
 
 from longcall.adapters.base import ToolBinding
-from longcall.adapters.routing import AIP151, ALIASES, APIFY, MCP, protocol_of_url
 from longcall.core import (
     OperationRecord,
     ResultKind,
@@ -61,7 +60,6 @@ from longcall.errors import (
 )
 from longcall.ledger import HistoryRow, Ledger, open_ledger
 from longcall.runtime.engine import CallSpec, CancelOutcome
-from longcall.runtime.executor import AdapterFactory, Executor
 from longcall.runtime.inputs import (
     InputField,
     InputQuestion,
@@ -70,6 +68,11 @@ from longcall.runtime.inputs import (
     pending_request,
 )
 from longcall.runtime.step import apply_event
+
+if TYPE_CHECKING:
+    # Loaded on first use: the executor pulls in the protocol adapters and the MCP SDK
+    # (seconds), which commands that only read the ledger never need.
+    from longcall.runtime.executor import AdapterFactory, Executor
 
 log = logging.getLogger("longcall.client")
 
@@ -392,6 +395,8 @@ class Client:
     @property
     def executor(self) -> Executor:
         if self._executor is None:
+            from longcall.runtime.executor import Executor
+
             self._executor = Executor(
                 self.ledger,
                 on_progress=self._on_progress,
@@ -856,6 +861,8 @@ def _question_for(request: InputRequest, key: str | None) -> InputQuestion:
 
 
 def _family(protocol: str) -> str:
+    from longcall.adapters.routing import AIP151, ALIASES, APIFY, MCP
+
     alias = ALIASES.get(protocol.lower())
     if alias is not None:
         return alias
@@ -870,6 +877,8 @@ def _check_same_target(record: OperationRecord, server: str, protocol: str | Non
             f"call node {record.call_node_id!r} was called at {record.server};"
             f" this call names {server} (a call node is one request: use another node)"
         )
+    from longcall.adapters.routing import MCP, protocol_of_url
+
     wanted = protocol or protocol_of_url(server)
     bound = record.protocol
     same = _family(wanted) == _family(bound) and (

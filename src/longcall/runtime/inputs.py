@@ -26,8 +26,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-import jsonschema
-
 from longcall.core import OperationRecord
 from longcall.core.keys import canonical_json
 from longcall.errors import BlobConflict, InvalidAnswer
@@ -304,6 +302,8 @@ def _read_field(field: InputField, text: str) -> Any:
 
 
 def _check_schema(question: InputQuestion, content: Mapping[str, Any]) -> None:
+    import jsonschema  # on first use: an engine that never meets a form never pays for it
+
     schema = question.schema or {}
     try:
         validator_class = jsonschema.validators.validator_for(schema)
