@@ -667,7 +667,9 @@ def worker(
                 console.print(f"worker: metrics at http://{metrics_host}:{port}/metrics")
             if not quiet:
                 where = ledger_url or default_ledger_url()
-                console.print(escape(f"worker: driving the open operations of {where}"))
+                console.print(
+                    escape(f"worker: driving the open operations of {where}"), soft_wrap=True
+                )
             driving = asyncio.ensure_future(client.drive(until_idle=until_idle))
             stopping = asyncio.ensure_future(stop.wait())
             try:

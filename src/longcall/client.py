@@ -82,6 +82,8 @@ SUBMIT_WAIT_S = 120.0
 """``call(wait=False)`` returns once the server holds the operation, or after this long
 (the record is durable either way; a driver resolves an in-doubt create by its key)."""
 REACH_TIMEOUT_S = 5.0
+CALLBACK_FLUSH_S = 5.0
+"""At close, how long the callbacks of changes already seen may take to run."""
 """How long a reachability check of a server that failed negotiation may take."""
 
 _T = TypeVar("_T")
@@ -420,7 +422,7 @@ class Client:
             self._callbacks = asyncio.Queue()
             self._spawn(self._run_callbacks())
             if self.drive_all:
-                executor.resume_all()
+                await executor.aresume_all()
                 for node in list(executor.engine.records):
                     self._observe(node)
             self._runner = asyncio.create_task(executor.run(stop=self._stop))
@@ -445,6 +447,12 @@ class Client:
             if self._runner is not None:
                 runner, self._runner = self._runner, None
                 await asyncio.gather(runner, return_exceptions=True)
+            if self._callbacks is not None:
+                # Every change already seen reaches the callbacks (a worker's last log
+                # line), within a bound: a callback that hangs cannot hold the exit.
+                with contextlib.suppress(TimeoutError):
+                    async with asyncio.timeout(CALLBACK_FLUSH_S):
+                        await self._callbacks.join()
             for task in list(self._tasks):
                 task.cancel()
             if self._tasks:
@@ -502,10 +510,10 @@ class Client:
         existing = self.ledger.find(node)
         if existing is not None:
             _check_same_target(existing, server, protocol)
-            executor.attach(node, tool, args)
+            await executor.aattach(node, tool, args)
         else:
             binding = await self._bind(executor, server, tool, protocol)
-            executor.call(
+            await executor.acall(
                 CallSpec(call_node_id=node, binding=binding, arguments=args, budget_s=budget_s)
             )
         if wait:
@@ -560,9 +568,19 @@ class Client:
     async def cancel(self, node: str) -> CancelOutcome:
         """Ask for cancellation and say what it achieved: ``requested`` (sent; polling
         finds the real terminal), ``cancelled``, ``already_terminal`` or
-        ``not_cancellable`` (X5). Without a driver, a worker sends it."""
-        executor = self.executor
-        return _retrying(lambda: executor.cancel(node))
+        ``not_cancellable`` (X5). Without a driver (``longcall ops cancel``) it is an
+        operator's write, and the driver that holds the node sends it."""
+        if self._runner is not None and not self._runner.done():
+            executor = self.executor
+            return await _retrying(lambda: executor.acancel(node))
+        from longcall.runtime.engine import request_cancel
+
+        def as_operator() -> CancelOutcome:
+            record = self.ledger.get(node)
+            outcome, _ = request_cancel(self.ledger, record, now=time.time(), jitter=0.5)
+            return outcome
+
+        return await _retrying(_now(as_operator))
 
     async def answer(
         self,
@@ -594,8 +612,17 @@ class Client:
                 f"{node!r} waits for {', '.join(request.keys)}, not {', '.join(unknown)}"
             )
         checked = dict(answers)
-        executor = self.executor
-        _retrying(lambda: executor.answer(node, checked))
+        if self._runner is not None and not self._runner.done():
+            executor = self.executor
+            await _retrying(lambda: executor.aanswer(node, checked))
+            return self.result(node)
+        from longcall.runtime.engine import record_answers
+
+        def as_operator() -> None:
+            record = self.ledger.get(node)
+            record_answers(self.ledger, record, checked, now=time.time(), jitter=0.5)
+
+        await _retrying(_now(as_operator))
         return self.result(node)
 
     async def reconcile(
@@ -757,7 +784,7 @@ class Client:
         try:
             answers = await self.on_input(request)
             if answers:
-                self.executor.answer(node, answers)
+                await self.executor.aanswer(node, answers)
                 return
         except LongcallError as exc:
             log.warning("%s: the input callback's answer was refused: %s", node, exc)
@@ -789,7 +816,11 @@ class Client:
     async def _run_callbacks(self) -> None:
         assert self._callbacks is not None
         while True:
-            await (await self._callbacks.get())
+            callback = await self._callbacks.get()
+            try:
+                await callback
+            finally:
+                self._callbacks.task_done()
 
     def _spawn(self, coroutine: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(coroutine)
@@ -811,13 +842,22 @@ CONFLICT_RETRIES = 5
 is decided again on the fresh row this many times (L4: never an overwrite)."""
 
 
-def _retrying(intent: Callable[[], _T]) -> _T:
+async def _retrying(intent: Callable[[], Awaitable[_T]]) -> _T:
     for _attempt in range(CONFLICT_RETRIES - 1):
         try:
-            return intent()
+            return await intent()
         except VersionConflict:  # only the lost compare-and-set race
             continue
-    return intent()
+    return await intent()
+
+
+def _now(work: Callable[[], _T]) -> Callable[[], Awaitable[_T]]:
+    """``work`` (a short ledger write of an operator's intent) as an awaitable."""
+
+    async def run() -> _T:
+        return work()
+
+    return run
 
 
 def _stopped(runner: asyncio.Task[None]) -> DriverStopped:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 import math
 import socket
+import sqlite3
+from pathlib import Path
 from typing import Any
 
 import anyio
@@ -29,6 +31,7 @@ from longcall import (
 )
 from longcall.core import RequestDigestMismatch
 from longcall.core import events as e
+from longcall.ledger import SQLiteLedger
 from longcall.runtime.step import apply_event
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -234,20 +237,35 @@ async def test_waiting_on_a_node_in_reconciliation_returns_at_once(peer: Peer) -
     assert result.reason == "checked by hand"
 
 
-async def test_a_failing_driver_ends_every_wait_with_an_error(peer: Peer) -> None:
+class FailingDisk(SQLiteLedger):
+    """A real SQLite ledger whose disk starts failing writes when told to (a fault
+    injected under the driver, like a full or broken disk)."""
+
+    failing = False
+
+    def update(self, record: Any, *, expected_version: int, event: str, **more: Any) -> None:
+        if self.failing:
+            raise sqlite3.OperationalError("disk I/O error")
+        super().update(record, expected_version=expected_version, event=event, **more)
+
+
+async def test_a_failing_driver_ends_every_wait_with_an_error(peer: Peer, tmp_path: Path) -> None:
     """Whatever escapes the executor loop ends the waits with DriverStopped (here the
-    ledger connection dies under a running call), never a hang."""
-    with anyio.fail_after(BOUND_S):
-        async with Client(peer.ledger, refresh_interval_s=0.05) as client:
-            await client.call(
-                peer.url, "sleep_report", {"seconds": 300, "rows": 1}, node="n", wait=False
-            )
-            # Closed once the wait is registered (call_soon runs after it suspends).
-            asyncio.get_running_loop().call_soon(client.ledger.close)
-            with pytest.raises(DriverStopped, match="Cannot operate on a closed database"):
-                await client.wait("n")
-            with pytest.raises(DriverStopped):
-                await client.wait("n")
+    ledger's disk fails under a running call), never a hang."""
+    ledger = FailingDisk(tmp_path / "failing.db")
+    try:
+        with anyio.fail_after(BOUND_S):
+            async with Client(ledger) as client:
+                await client.call(
+                    peer.url, "sleep_report", {"seconds": 300, "rows": 1}, node="n", wait=False
+                )
+                ledger.failing = True  # the next poll reply's write fails under the driver
+                with pytest.raises(DriverStopped, match="disk I/O error"):
+                    await client.wait("n")
+                with pytest.raises(DriverStopped):
+                    await client.wait("n")
+    finally:
+        ledger.close()
 
 
 async def test_misuse_and_bad_input_get_typed_errors(peer: Peer) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+import sqlite3
 from pathlib import Path
 
 import anyio
@@ -33,11 +34,23 @@ def test_a_zero_poll_rate_is_refused_up_front(tmp_path: Path) -> None:
         Executor(ledger, poll_qps_max=0)
 
 
+class FailingReads(SQLiteLedger):
+    """A real SQLite ledger whose refresh read fails when told to (a fault under the
+    loop: the database went away)."""
+
+    failing = False
+
+    def open_versions(self) -> dict[str, int]:
+        if self.failing:
+            raise sqlite3.OperationalError("disk I/O error")
+        return super().open_versions()
+
+
 async def test_an_error_escaping_the_loop_fails_every_wait(tmp_path: Path) -> None:
-    """The ledger failing under the loop ends run() and every wait with ExecutorFailed."""
-    ledger = SQLiteLedger(tmp_path / "l.db")
-    # Alone on its ledger, the executor re-reads it at every refresh: the first one
-    # after the close fails.
+    """The ledger failing under the loop ends run() and every wait with ExecutorFailed,
+    whether the wait began before the failure or after it."""
+    ledger = FailingReads(tmp_path / "l.db")
+    # Alone on its ledger, the executor re-reads it at every refresh: the first one fails.
     executor = Executor(
         ledger,
         adapter_factory=_no_adapter,
@@ -48,19 +61,24 @@ async def test_an_error_escaping_the_loop_fails_every_wait(tmp_path: Path) -> No
     executor.engine.start_call(
         CallSpec(call_node_id="n", binding=binding(), arguments={}), now=1e12
     )  # planned far in the future: the loop only refreshes
-    with anyio.fail_after(BOUND_S):
-        terminal = asyncio.ensure_future(executor.wait_terminal("n"))
-        matching = asyncio.ensure_future(executor.wait_for("n", lambda r: r.is_terminal))
-        change = asyncio.ensure_future(executor.wait_change())
-        # Closed after the three waits registered (they run before this callback).
-        asyncio.get_running_loop().call_soon(ledger.close)
-        with pytest.raises(ExecutorFailed, match="closed database"):
-            await executor.run()
-        for waiter in (terminal, matching, change):
+    try:
+        with anyio.fail_after(BOUND_S):
+            terminal = asyncio.ensure_future(executor.wait_terminal("n"))
+            matching = asyncio.ensure_future(executor.wait_for("n", lambda r: r.is_terminal))
+            change = asyncio.ensure_future(executor.wait_change())
+            ledger.failing = True
+            with pytest.raises(ExecutorFailed, match="disk I/O error"):
+                await executor.run()
+            for waiter in (terminal, matching, change):
+                with pytest.raises(ExecutorFailed):
+                    await waiter
             with pytest.raises(ExecutorFailed):
-                await waiter
-        with pytest.raises(ExecutorFailed):
-            await executor.wait_change()
+                await executor.wait_terminal("n")
+            with pytest.raises(ExecutorFailed):
+                await executor.wait_change()
+    finally:
+        await executor.aclose()
+        ledger.close()
 
 
 async def test_waiting_on_a_node_in_reconciliation_returns_at_once(tmp_path: Path) -> None:

@@ -369,6 +369,7 @@ class Executor:
     def _wake_soon(self, changed: str | None = None) -> None:
         """Wake the loop (from the loop or from the ledger thread), and report the call
         node a local intent just changed."""
+        self._settled = False  # new work may be planned: the next step judges again
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
@@ -389,6 +390,7 @@ class Executor:
         record = await self._off_loop(self.ledger.get, call_node_id)
         if _finished(record) or call_node_id in self._escalated:
             return record
+        self._raise_if_failed()  # the loop may have failed meanwhile: never wait on it
         future: asyncio.Future[OperationRecord] = asyncio.get_running_loop().create_future()
         self._accepted.setdefault(call_node_id, []).append(future)
         self._watched.add(call_node_id)
@@ -473,6 +475,7 @@ class Executor:
         """A request task ended: an error escaping it (a ledger failure while applying a
         reply) stops the loop, so that no wait hangs on an operation nobody drives."""
         self._tasks.discard(task)
+        self._settled = False  # its reply may have planned more: the next step judges again
         if not task.cancelled() and task.exception() is not None and self._crashed is None:
             self._crashed = task.exception()
             self._wakeup.set()
@@ -523,7 +526,13 @@ class Executor:
         processes' writes, read the watched nodes, and pop what is due."""
         finished: list[OperationRecord] = []
         refresh_due = now >= self._next_refresh
-        held_before = {node: record.version for node, record in self.engine.records.items()}
+        housekeeping = self.engine.next_housekeeping()
+        rounds_due = refresh_due or (housekeeping is not None and now >= housekeeping)
+        held_before = (
+            {node: record.version for node, record in self.engine.records.items()}
+            if rounds_due
+            else {}
+        )
         changed: list[str] = []
         if refresh_due:
             self._next_refresh = now + self.refresh_interval_s
@@ -541,9 +550,9 @@ class Executor:
                     if record is not None:
                         finished.append(record)
         self.engine.housekeep(now=now)
-        if refresh_due:
-            # What a refresh or a claim round re-planned (another process's cancel or
-            # answer): reported, so that a wait on it re-checks at once.
+        if rounds_due:
+            # What a refresh or a claim round took, let go or re-planned (another
+            # process's cancel or answer): reported, so a wait on it re-checks at once.
             held = self.engine.records
             changed += [
                 node
