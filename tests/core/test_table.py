@@ -404,6 +404,14 @@ REPRESENTATIVE: list[Case] = [
         S.INPUT_REQUIRED,
         ("SendInputResponse(operation_id='op-1', input_round=1, keys=('q1',), at=+0)", POLL),
     ),
+    # A refused answer: the same key is asked again, in a new round (X4).
+    (
+        S.INPUT_REQUIRED,
+        "InputRefused",
+        None,
+        S.INPUT_REQUIRED,
+        ("AskInput(operation_id='op-1', input_round=2, keys=('q1',))",),
+    ),
     (
         S.INPUT_REQUIRED,
         "TerminalObserved",
