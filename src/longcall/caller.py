@@ -13,13 +13,14 @@ a user without ``--debug``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import json
 import os
 import re
 import signal
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 import click
@@ -231,6 +232,17 @@ qps_option = click.option(
 
 def client_for(ledger_url: str | None, *, create: bool, **options: Any) -> Client:
     return Client(ledger_url, create_ledger=create, **options)
+
+
+@contextlib.contextmanager
+def on_the_ledger(ledger_url: str | None) -> Iterator[Client]:
+    """A client for commands that act on recorded call nodes: it never creates a ledger
+    and starts no driver (a running worker carries out what they write)."""
+    client = client_for(ledger_url, create=False)
+    try:
+        yield client
+    finally:
+        client.close()
 
 
 # --- what people read -----------------------------------------------------------------
@@ -750,11 +762,8 @@ def ops_list(ledger_url: str | None, states: tuple[str, ...], as_json: bool) -> 
       longcall ops list
       longcall ops list --state input_required --state reconciliation_required
     """
-    client = client_for(ledger_url, create=False)
-    try:
+    with on_the_ledger(ledger_url) as client:
         results = client.results(*(State(s) for s in states))
-    finally:
-        client.close()
     if as_json:
         click.echo(json.dumps([r.to_json() for r in results], indent=2, sort_keys=True))
         return
@@ -816,12 +825,9 @@ def ops_show(node: str, ledger_url: str | None, limit: int, as_json: bool) -> No
       longcall ops show gate
       longcall ops show gate --limit 0 --json
     """
-    client = client_for(ledger_url, create=False)
-    try:
+    with on_the_ledger(ledger_url) as client:
         result = client.result(node)
         history = client.history(node)
-    finally:
-        client.close()
     if as_json:
         rows = history if limit == 0 else history[-limit:]
         view = result.to_json()
@@ -915,11 +921,8 @@ def ops_result(node: str, ledger_url: str | None, as_json: bool) -> None:
       longcall ops result gate
       longcall ops result gate --json
     """
-    client = client_for(ledger_url, create=False)
-    try:
+    with on_the_ledger(ledger_url) as client:
         result = client.result(node)
-    finally:
-        client.close()
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
     elif result.record.is_terminal:
@@ -943,11 +946,8 @@ def ops_cancel(node: str, ledger_url: str | None, as_json: bool) -> None:
     Example:
       longcall ops cancel c1
     """
-    client = client_for(ledger_url, create=False)
-    try:
+    with on_the_ledger(ledger_url) as client:
         outcome = run_async(lambda: client.cancel(node))
-    finally:
-        client.close()
     data = {
         "call_node_id": node,
         "outcome": outcome.outcome,
@@ -998,8 +998,7 @@ def ops_answer(
     chosen = sum(bool(x) for x in (fields, answer_json, decline, dismiss))
     if chosen != 1:
         raise click.UsageError("give FIELD=VALUE pairs, or --json, or --decline, or --cancel")
-    client = client_for(ledger_url, create=False)
-    try:
+    with on_the_ledger(ledger_url) as client:
         request = client.input_request(node)
         if request is None:
             state = client.result(node).state.value
@@ -1017,8 +1016,6 @@ def ops_answer(
                 raise InvalidAnswer(f"{node!r} waits for {', '.join(keys)}: name one with --key")
             run_async(lambda: client.answer(node, {keys[0]: body}))
         after = client.result(node)
-    finally:
-        client.close()
     pending = list(after.record.input_keys_pending)
     click.echo(
         f"{node}: answer stored for round {request.input_round}"
@@ -1068,8 +1065,7 @@ def ops_reconcile(
       longcall ops reconcile c1 --as completed --note "checked by hand" --result '{"rows": []}'
     """
     result_value = parse_json(result_json, "--result") if result_json is not None else None
-    client = client_for(ledger_url, create=False)
-    try:
+    with on_the_ledger(ledger_url) as client:
         after = run_async(
             lambda: client.reconcile(
                 node,
@@ -1080,8 +1076,6 @@ def ops_reconcile(
                 result=result_value,
             )
         )
-    finally:
-        client.close()
     click.echo(f"{node}: {after.state.value} (by {actor}: {note})")
 
 

@@ -379,15 +379,7 @@ def _input_requested(r: OperationRecord, ev: e.InputRequestObserved, x: _Ctx) ->
         )
         return r, [resend, *more]
     # X4: automatic polling pauses until the gate answers.
-    return r, [
-        c.AskInput(
-            operation_id=_op(r),
-            input_round=r.input_round,
-            keys=unanswered,
-            schema_digest=ev.schema_digest,
-            deadline_at=ev.deadline_at,
-        )
-    ]
+    return r, [_ask_input(r)]
 
 
 @_on(e.InputAnswered)
@@ -440,15 +432,7 @@ def _input_refused(r: OperationRecord, ev: e.InputRefused, x: _Ctx) -> _Out:
         last_error=f"the server refused the answer: {ev.reason}" if ev.reason else r.last_error,
         next_poll_at=None,
     )
-    return r, [
-        c.AskInput(
-            operation_id=_op(r),
-            input_round=r.input_round,
-            keys=pending,
-            schema_digest=r.input_schema_digest,
-            deadline_at=r.input_deadline_at,
-        )
-    ]
+    return r, [_ask_input(r)]
 
 
 # --- terminal and result (X6) ------------------------------------------------------
@@ -781,18 +765,21 @@ def _input_commands(r: OperationRecord, at: float) -> tuple[c.Command, ...]:
             )
         )
     if r.input_keys_pending:
-        out.append(
-            c.AskInput(
-                operation_id=_op(r),
-                input_round=r.input_round,
-                keys=r.input_keys_pending,
-                schema_digest=r.input_schema_digest,
-                deadline_at=r.input_deadline_at,
-            )
-        )
+        out.append(_ask_input(r))
     else:
         out.append(c.Poll(operation_id=_op(r), at=at))
     return tuple(out)
+
+
+def _ask_input(r: OperationRecord) -> c.AskInput:
+    """The gate's question for the record's pending keys of its current round (X4)."""
+    return c.AskInput(
+        operation_id=_op(r),
+        input_round=r.input_round,
+        keys=r.input_keys_pending,
+        schema_digest=r.input_schema_digest,
+        deadline_at=r.input_deadline_at,
+    )
 
 
 def _op(r: OperationRecord) -> str:
