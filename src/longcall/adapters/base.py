@@ -48,6 +48,8 @@ class ToolBinding:
     """The server can prove by submission key whether it created an operation (X2)."""
     output_schema: Mapping[str, Any] | None = None
     sync_timeout_s: float | None = None
+    store_id: str | None = None
+    """The identity of the durable store the server speaks for, if it says (C5)."""
     header_params: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """Arguments the tool asks to see mirrored into ``Mcp-Param-<name>`` headers
     (argument → header name; 2026-07-28, SEP-2243)."""

@@ -97,6 +97,7 @@ def new_operation(
     budget_s: float | None = None,
     execution_epoch: int = 0,
     caller_key: bytes | None = None,
+    server_store_id: str | None = None,
 ) -> Transition:
     """A fresh record in SUBMITTING, persisted by the caller before the SendSubmit (X2).
 
@@ -116,6 +117,7 @@ def new_operation(
         step_index=step_index,
         submission_lookup=submission_lookup,
         tool_idempotent=tool_idempotent,
+        server_store_id=server_store_id,
         execution_epoch=execution_epoch,
         created_at=now,
         updated_at=now,

@@ -71,6 +71,9 @@ class OperationRecord:
     """The server can prove by submission key whether it created the operation."""
     tool_idempotent: bool = False
     """The tool declares that a resubmission with the same key is harmless."""
+    server_store_id: str | None = None
+    """The identity of the server's durable store when we submitted (C5): a lookup
+    answered by another store proves nothing about this submission."""
     operation_id: str | None = None
     # state (L2) and server status (L3)
     state: State = State.SUBMITTING

@@ -293,6 +293,7 @@ class Engine:
             tool_idempotent=binding.idempotent,
             budget_s=spec.budget_s,
             caller_key=self.ledger.caller_key,
+            server_store_id=binding.store_id,
         )
         request = canonical_json(dict(spec.arguments))
         if self.owner is not None:

@@ -192,6 +192,7 @@ class BindingCache:
     version: str
     submission_lookup: bool
     bindings: dict[str, ToolBinding]
+    store_id: str | None
     unflagged_support = "forbidden"
 
     def bind(self, tool_name: str) -> Exchange[ToolBinding]:
@@ -205,6 +206,7 @@ class BindingCache:
             adapter_version=self.version,
             task_support=task_support_of(tool) or self.unflagged_support,
             submission_lookup=self.submission_lookup,
+            store_id=self.store_id,
         )
         self.bindings[tool_name] = binding
         return binding
@@ -215,16 +217,21 @@ class BindingCache:
         return binding_of(self.bindings, self.bind, tool_name)
 
 
-def submission_lookup_of(offered: Any) -> tuple[bool, str]:
+def submission_lookup_of(offered: Any) -> tuple[bool, str, str | None]:
     """Whether a server's capability section (``extensions`` in 2026-07-28,
-    ``experimental`` in 2025-11-25) offers the submission-key lookup (X2, S3), and the
-    method to call for it."""
+    ``experimental`` in 2025-11-25) offers the submission-key lookup (X2, S3), the
+    method to call for it, and the identity of the store it speaks for (C5)."""
     offered = offered if isinstance(offered, Mapping) else {}
     submission = offered.get(SUBMISSION_KEY_EXTENSION)
     if not isinstance(submission, Mapping):
-        return False, DEFAULT_LOOKUP_METHOD
+        return False, DEFAULT_LOOKUP_METHOD, None
     method = submission.get("lookupMethod")
-    return True, method if isinstance(method, str) else DEFAULT_LOOKUP_METHOD
+    store = submission.get("storeId")
+    return (
+        True,
+        method if isinstance(method, str) else DEFAULT_LOOKUP_METHOD,
+        store if isinstance(store, str) and store else None,
+    )
 
 
 def lookup_unsupported() -> Outcome:
@@ -232,15 +239,26 @@ def lookup_unsupported() -> Outcome:
     return unsupported(RequestKind.LOOKUP, "the server offers no lookup by submission key")
 
 
-def lookup_answer(answer: RpcReply, failures: JsonRpcTable) -> Outcome:
+def lookup_answer(
+    answer: RpcReply, failures: JsonRpcTable, *, submitted_to: str | None = None
+) -> Outcome:
     """X2: what a submission-key lookup proves: the task exists (its id), it was never
-    created, or nothing (a failed or malformed answer)."""
+    created, or nothing (a failed or malformed answer). "Never created" is proof only
+    from the store the submission went to (``submitted_to``, C5): another store — the
+    old one deleted, replaced, restored from a backup — forgot, it did not never know."""
     if isinstance(answer, TransportFailure) or answer.error is not None:
         return request_failed(RequestKind.LOOKUP, answer, failures)
     result = answer.result or {}
     if result.get("found") is True and isinstance(result.get("taskId"), str):
         return Outcome(event=SubmissionFound(operation_id=result["taskId"]))
     if result.get("found") is False:
+        store = result.get("storeId")
+        if submitted_to is not None and store != submitted_to:
+            return foreign_identity(
+                RequestKind.LOOKUP,
+                f"the server's store {store!r} is not the one the submission went to "
+                f"({submitted_to!r}): its 'not found' proves nothing; check by hand",
+            )
         return Outcome(event=SubmissionNeverCreated())
     return Outcome(
         event=RequestFailed(

@@ -126,7 +126,9 @@ class LegacyMapping(BindingCache):
         self.ttl_ms = ttl_ms
         capabilities = (initialized or {}).get("capabilities") or {}
         experimental = capabilities.get("experimental") if isinstance(capabilities, Mapping) else {}
-        self.submission_lookup, self.lookup_method = submission_lookup_of(experimental)
+        self.submission_lookup, self.lookup_method, self.store_id = submission_lookup_of(
+            experimental
+        )
         self.bindings: dict[str, ToolBinding] = {}
         self._side_requests: dict[tuple[str, str], Any] = {}
         """(task id, input key) -> the JSON-RPC id of the server's side-channel request."""
@@ -178,7 +180,7 @@ class LegacyMapping(BindingCache):
         if not self.submission_lookup:
             return lookup_unsupported()
         answer = yield from self._call(self.lookup_method, {"submissionKey": record.submission_key})
-        return lookup_answer(answer, JSONRPC_FAILURES)
+        return lookup_answer(answer, JSONRPC_FAILURES, submitted_to=record.server_store_id)
 
     # --- status and input (X3, X4) --------------------------------------------------------
 

@@ -101,7 +101,7 @@ class ModernMapping(BindingCache):
         self.channel = RpcChannel(ModernDialect())
         capabilities = (discovered or {}).get("capabilities") or {}
         extensions = capabilities.get("extensions") if isinstance(capabilities, Mapping) else {}
-        self.submission_lookup, self.lookup_method = submission_lookup_of(extensions)
+        self.submission_lookup, self.lookup_method, self.store_id = submission_lookup_of(extensions)
         self.bindings: dict[str, ToolBinding] = {}
         self._terminal: dict[str, dict[str, Any]] = {}
         """Inlined terminal bodies by task id: a cache only (X6 re-reads after restart)."""
@@ -184,7 +184,7 @@ class ModernMapping(BindingCache):
         method = self.lookup_method
         params = self._params(method, {"submissionKey": record.submission_key})
         answer = yield from call(self.channel, method, params)
-        return lookup_answer(answer, JSONRPC_FAILURES)
+        return lookup_answer(answer, JSONRPC_FAILURES, submitted_to=record.server_store_id)
 
     # --- status (X3, X4) --------------------------------------------------------------------
 

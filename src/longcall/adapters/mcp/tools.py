@@ -185,6 +185,7 @@ def tool_binding(
     task_support: str,
     submission_lookup: bool,
     sync_timeout_s: float | None = None,
+    store_id: str | None = None,
 ) -> ToolBinding:
     """The binding of one listed tool (X1): its digest, idempotency and output schema."""
     schema = tool.get("outputSchema")
@@ -199,6 +200,7 @@ def tool_binding(
         submission_lookup=submission_lookup,
         output_schema=schema if isinstance(schema, Mapping) else None,
         sync_timeout_s=sync_timeout_s,
+        store_id=store_id,
         header_params=header_params(tool),
     )
 
