@@ -21,6 +21,7 @@ import re
 import signal
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 
 import click
@@ -29,6 +30,14 @@ from rich.markup import escape
 from rich.progress import BarColumn, Progress, TaskID, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
+from longcall.adapters.servers import (
+    SERVERS_ENV,
+    ConfigError,
+    MissingCredential,
+    ServersConfig,
+    default_servers_path,
+    load_servers,
+)
 from longcall.client import (
     LEDGER_ENV,
     CallOutcome,
@@ -117,8 +126,8 @@ MESSAGE_CHARS_MAX = 300
 def exit_code_of(exc: BaseException) -> ExitCode:
     """The exit status for an error that ends a command, by its branch of the error tree
     (``longcall.errors``)."""
-    if isinstance(exc, InvalidArguments | UnsupportedLedgerURL):
-        return ExitCode.USAGE  # what was typed cannot be used
+    if isinstance(exc, InvalidArguments | UnsupportedLedgerURL | ConfigError | MissingCredential):
+        return ExitCode.USAGE  # what was typed (or configured) cannot be used
     if isinstance(exc, ServerUnreachable):
         return ExitCode.UNREACHABLE
     if isinstance(exc, UnavailableError | IntegrityError | OSError):
@@ -230,8 +239,54 @@ qps_option = click.option(
 )
 
 
-def client_for(ledger_url: str | None, *, create: bool, **options: Any) -> Client:
-    return Client(ledger_url, create_ledger=create, **options)
+servers_option = click.option(
+    "--servers",
+    "servers_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    envvar=SERVERS_ENV,
+    help="Servers file: TOML, or the mcpServers JSON of MCP hosts; servers by name, with"
+    f" their headers and tokens (default: ${SERVERS_ENV}, else servers.toml in your"
+    " config directory if it exists).",
+)
+
+
+def client_for(
+    ledger_url: str | None,
+    *,
+    create: bool,
+    servers_path: Path | None = None,
+    sign_in: bool = False,
+    **options: Any,
+) -> Client:
+    """A client on the ledger, knowing the servers file's servers; with ``sign_in`` an
+    OAuth login that needs a person shows them the URL on stderr."""
+    announce = None
+    if sign_in:
+
+        def announce(url: str) -> None:
+            err_console().print(
+                f"longcall: the server asks you to sign in; open this address:\n{url}",
+                soft_wrap=True,
+            )
+
+    return Client(
+        ledger_url,
+        create_ledger=create,
+        servers=servers_from(servers_path),
+        announce=announce,
+        **options,
+    )
+
+
+def servers_from(path: Path | None) -> ServersConfig:
+    """The servers file named, or the default one if it exists, or none."""
+    if path is None:
+        default = default_servers_path()
+        if not default.exists():
+            return ServersConfig()
+        path = default
+    return load_servers(path)
 
 
 @contextlib.contextmanager
@@ -459,7 +514,7 @@ def ask_a_person(
 
 
 @click.command()
-@click.argument("url")
+@click.argument("url", metavar="SERVER")
 @click.argument("tool")
 @click.option(
     "--args", "args_json", default="{}", metavar="JSON", help="Tool arguments, a JSON object."
@@ -497,6 +552,7 @@ def ask_a_person(
     help="With --wait, answer the tool's form: FIELD=VALUE per field, e.g. approved=true"
     " (repeatable).",
 )
+@servers_option
 @click.pass_context
 def call(
     ctx: click.Context,
@@ -513,8 +569,10 @@ def call(
     budget_s: float | None,
     qps: float,
     answers: tuple[str, ...],
+    servers_path: Path | None,
 ) -> None:
-    """Call TOOL at URL durably; with --wait, until it is settled.
+    """Call TOOL at SERVER durably (a URL, or a name from the servers file); with --wait,
+    until it is settled.
 
     Calling the same node again with the same URL, tool and arguments attaches to its
     operation (or prints its receipt) and never submits twice; anything else on that
@@ -531,6 +589,7 @@ def call(
       longcall call http://127.0.0.1:8765/mcp approve --args '{"change": "x"}' \
           --answer approved=true --wait
       longcall call http://127.0.0.1:8765/v1 crawl --args '{"pages": 2, "items_per_page": 5}'
+      longcall call reports sleep_report --servers servers.toml --wait   # a configured name
     """
     arguments = parse_json(args_json, "--args")
     if not isinstance(arguments, dict):
@@ -550,6 +609,8 @@ def call(
         async with client_for(
             ledger_url,
             create=True,
+            servers_path=servers_path,
+            sign_in=True,
             poll_qps_max=qps,
             on_progress=view.update,
             on_input=ask_a_person(view, ledger_url, fields) if wait or fields else None,
@@ -628,6 +689,7 @@ def worker_line(result: CallResult, previous: State | None, ledger_url: str | No
 )
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Metrics interface.")
 @quiet_option
+@servers_option
 @click.pass_context
 def worker(
     ctx: click.Context,
@@ -639,6 +701,7 @@ def worker(
     metrics_port: int | None,
     metrics_host: str,
     quiet: bool,
+    servers_path: Path | None,
 ) -> None:
     """Drive (and resume) the open operations of the ledger, logging one line per state
     change on stderr; several workers share them through leases.
@@ -668,6 +731,7 @@ def worker(
         async with client_for(
             ledger_url,
             create=True,
+            servers_path=servers_path,
             poll_qps_max=qps,
             drive_all=True,
             on_change=log,
@@ -869,6 +933,7 @@ def ops_show(node: str, ledger_url: str | None, limit: int, as_json: bool) -> No
 @qps_option
 @json_option
 @quiet_option
+@servers_option
 @click.pass_context
 def ops_wait(
     ctx: click.Context,
@@ -878,6 +943,7 @@ def ops_wait(
     qps: float,
     as_json: bool,
     quiet: bool,
+    servers_path: Path | None,
 ) -> None:
     """Drive NODE from the ledger until it is settled (no URL or arguments needed).
 
@@ -897,6 +963,8 @@ def ops_wait(
         async with client_for(
             ledger_url,
             create=False,
+            servers_path=servers_path,
+            sign_in=True,
             poll_qps_max=qps,
             on_progress=view.update,
             on_input=ask_a_person(view, ledger_url),

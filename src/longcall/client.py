@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import urlsplit
 
 from longcall.adapters.base import ToolBinding
+from longcall.adapters.servers import ServersConfig
 from longcall.core import (
     OperationRecord,
     ResultKind,
@@ -336,11 +337,16 @@ class Client:
         disabled_protocols: Collection[str] = (),
         adapter_factory: AdapterFactory | None = None,
         lease_s: float | None = None,
+        servers: ServersConfig | None = None,
+        announce: Callable[[str], None] | None = None,
     ) -> None:
         """``drive_all`` takes over every open operation of the ledger (a worker);
         otherwise only the nodes this client calls or waits on. ``create_ledger=False``
         refuses a ledger that does not exist yet (LedgerMissing). ``lease_s``: how long
-        another worker waits before taking this one's operations over if it stops."""
+        another worker waits before taking this one's operations over if it stops.
+        ``servers``: servers known by name, with their credentials, poll caps and allowed
+        tools (a servers file, C1). ``announce`` shows a person an authorization URL when
+        an OAuth login needs one; without it such a login fails at once."""
         if not poll_qps_max > 0:
             raise ValueError(f"poll_qps_max must be above 0, not {poll_qps_max!r}")
         self._ledger_arg = ledger
@@ -358,8 +364,15 @@ class Client:
             "disabled_protocols": disabled_protocols,
             "adopt_new": drive_all,
         }
+        self.servers = servers or ServersConfig()
+        self.announce = announce
         if adapter_factory is not None:
             self._executor_options["adapter_factory"] = adapter_factory
+        self._executor_options["server_qps_max"] = {
+            server.url: server.poll_qps_max
+            for server in self.servers.servers.values()
+            if server.poll_qps_max is not None
+        }
         if lease_s is not None:
             from longcall.runtime.engine import LeasePolicy
 
@@ -399,11 +412,24 @@ class Client:
         if self._executor is None:
             from longcall.runtime.executor import Executor
 
+            options = dict(self._executor_options)
+            if "adapter_factory" not in options:
+                from longcall.adapters.oauth import default_token_dir
+                from longcall.adapters.routing import Connector
+
+                # Credentials from the servers file, OAuth logins, and the sessions of
+                # stateful servers kept in the ledger for every process of this caller.
+                options["adapter_factory"] = Connector(
+                    self.servers,
+                    sessions=self.ledger,
+                    token_dir=default_token_dir(),
+                    announce=self.announce,
+                )
             self._executor = Executor(
                 self.ledger,
                 on_progress=self._on_progress,
                 on_change=self._observe,
-                **self._executor_options,
+                **options,
             )
         return self._executor
 
@@ -506,6 +532,9 @@ class Client:
         """
         executor = self._driving()
         args = checked_arguments(arguments)
+        # A configured name, or a URL (C1): the record holds the URL, never a credential.
+        target = self.servers.resolve(server)
+        server, protocol = target.url, protocol or target.protocol
         node = node or default_node_id(tool, args)
         existing = self.ledger.find(node)
         if existing is not None:

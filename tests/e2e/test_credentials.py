@@ -8,8 +8,10 @@ line, not an error message.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
@@ -124,3 +126,36 @@ def test_mcp_host_json_and_url_rules(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="credential"):
         config.resolve("https://user:pw@tools.example/mcp")
     assert "b" not in repr(config.resolve("remote"))
+
+
+async def test_the_cli_calls_a_configured_server_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``longcall call NAME TOOL --servers FILE``: the name resolves to its URL and its
+    token; the call completes, and the token is in none of the command's output or
+    files (C1)."""
+    import sys
+
+    server = build_reference_server(
+        store=f"sqlite:///{tmp_path / 'tasks.db'}", authenticator=StaticTokens({TOKEN: "alice"})
+    )
+    async with serve(server.asgi_app()) as url:
+        path = servers_file(tmp_path, url)
+        env = {
+            **os.environ,
+            "REPORTS_TOKEN": TOKEN,
+            "TENANT": "acme",
+            "LONGCALL_TOKEN_DIR": str(tmp_path / "oauth"),
+        }
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "longcall", "call", "reports", "sleep_report",
+            "--args", '{"seconds": 0.1, "rows": 1}', "--servers", str(path),
+            "--ledger", f"sqlite:///{tmp_path / 'cli-ledger.db'}", "--wait", "--json",
+            env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        )  # fmt: skip
+        async with asyncio.timeout(60):
+            out, err = await process.communicate()
+    assert process.returncode == 0, err.decode()
+    assert json.loads(out)["outcome"] == "ok"
+    assert TOKEN.encode() not in out + err
+    assert_nowhere(TOKEN.encode(), tmp_path)

@@ -38,8 +38,12 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
+import platformdirs
+
 from longcall.errors import UsageError
 
+SERVERS_ENV = "LONGCALL_SERVERS"
+"""The servers file to read when none is named."""
 ENV_REFERENCE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
 """``${env:NAME}`` or ``${NAME}`` in a header value: read from the environment at use."""
 AUTH_TYPES = ("none", "bearer", "oauth")
@@ -134,6 +138,14 @@ class ServersConfig:
             )
         check_url(name_or_url)
         return ServerConfig(name=name_or_url, url=name_or_url)
+
+
+def default_servers_path() -> Path:
+    """``$LONGCALL_SERVERS``, else ``servers.toml`` in the user's config directory."""
+    configured = os.environ.get(SERVERS_ENV)
+    if configured:
+        return Path(configured).expanduser()
+    return Path(platformdirs.user_config_dir("longcall")) / "servers.toml"
 
 
 def check_url(url: str) -> None:
@@ -249,10 +261,12 @@ def _expand(value: str, env: Mapping[str, str], server: str) -> str:
 
 
 __all__ = [
+    "SERVERS_ENV",
     "ConfigError",
     "MissingCredential",
     "ServerConfig",
     "ServersConfig",
     "check_url",
+    "default_servers_path",
     "load_servers",
 ]

@@ -196,6 +196,7 @@ class Engine:
         rng: random.Random,
         policy: Policy = DEFAULT_POLICY,
         poll_qps_max: float = 20.0,
+        server_qps_max: Mapping[str, float] | None = None,
         poll_burst: float = 1.0,
         input_policy: InputPolicy | None = None,
         on_accepted: Callable[[OperationRecord], None] | None = None,
@@ -233,6 +234,8 @@ class Engine:
         self.rng = rng
         self.policy = policy
         self.poll_qps_max = poll_qps_max
+        self.server_qps_max = dict(server_qps_max or {})
+        """Per-server caps that replace ``poll_qps_max`` (a servers file's, C1)."""
         self.poll_burst = poll_burst
         self.input_policy = input_policy
         self.on_accepted = on_accepted
@@ -750,7 +753,7 @@ class Engine:
             if not queue or self._granted_until.get(server, -math.inf) >= now + GRANT_HORIZON_S:
                 continue
             grant = self.ledger.take_poll_slots(
-                server, now=now, count=len(queue), qps_max=self.poll_qps_max
+                server, now=now, count=len(queue), qps_max=self.qps_max(server)
             )
             for slot in grant.slots():
                 while queue and not self._awaits_slot(*queue[0]):
@@ -1049,9 +1052,13 @@ class Engine:
             self._token_held.discard((node, cls.__name__))
             self._slot_of.pop((node, cls.__name__), None)
 
+    def qps_max(self, server: str) -> float:
+        """The poll cap of ``server``: its own where configured, else the default (X3)."""
+        return self.server_qps_max.get(server, self.poll_qps_max)
+
     def _take_poll_token(self, server: str, now: float) -> float:
         bucket = self._buckets.get(server) or TokenBucket.full(
-            self.poll_qps_max, burst=self.poll_burst, now=now
+            self.qps_max(server), burst=self.poll_burst, now=now
         )
         self._buckets[server], wait_s = bucket.take(now)
         return wait_s
@@ -1060,10 +1067,11 @@ class Engine:
         """The strict per-window check at the moment a poll leaves (X3)."""
         window = self._windows.get(server)
         if window is None:
-            if self.poll_qps_max >= 1:
-                window = WindowLimit(limit=int(self.poll_qps_max), window_s=1.0)
+            qps = self.qps_max(server)
+            if qps >= 1:
+                window = WindowLimit(limit=int(qps), window_s=1.0)
             else:
-                window = WindowLimit(limit=1, window_s=1.0 / self.poll_qps_max)
+                window = WindowLimit(limit=1, window_s=1.0 / qps)
         self._windows[server], wait_s = window.admit(now)
         return wait_s
 
