@@ -255,12 +255,14 @@ def client_for(
     ledger_url: str | None,
     *,
     create: bool,
+    connects: bool = False,
     servers_path: Path | None = None,
     sign_in: bool = False,
     **options: Any,
 ) -> Client:
-    """A client on the ledger, knowing the servers file's servers; with ``sign_in`` an
-    OAuth login that needs a person shows them the URL on stderr."""
+    """A client on the ledger; one that ``connects`` to servers knows the servers file's
+    servers, and with ``sign_in`` an OAuth login that needs a person shows them the
+    address on stderr. Commands that only read the ledger never read the servers file."""
     announce = None
     if sign_in:
 
@@ -273,7 +275,7 @@ def client_for(
     return Client(
         ledger_url,
         create_ledger=create,
-        servers=servers_from(servers_path),
+        servers=servers_from(servers_path) if connects else None,
         announce=announce,
         **options,
     )
@@ -283,7 +285,10 @@ def servers_from(path: Path | None) -> ServersConfig:
     """The servers file named, or the default one if it exists, or none."""
     if path is None:
         default = default_servers_path()
-        if not default.exists():
+        try:
+            if not default.is_file():
+                return ServersConfig()
+        except OSError:  # a config directory we may not even look into: none configured
             return ServersConfig()
         path = default
     return load_servers(path)
@@ -609,6 +614,7 @@ def call(
         async with client_for(
             ledger_url,
             create=True,
+            connects=True,
             servers_path=servers_path,
             sign_in=True,
             poll_qps_max=qps,
@@ -731,6 +737,7 @@ def worker(
         async with client_for(
             ledger_url,
             create=True,
+            connects=True,
             servers_path=servers_path,
             poll_qps_max=qps,
             drive_all=True,
@@ -963,6 +970,7 @@ def ops_wait(
         async with client_for(
             ledger_url,
             create=False,
+            connects=True,
             servers_path=servers_path,
             sign_in=True,
             poll_qps_max=qps,
