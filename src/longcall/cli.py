@@ -144,6 +144,13 @@ def demo(walkthrough: bool) -> None:
     is_flag=True,
     help="Issue 2025-11-25 sessions (Mcp-Session-Id); stateless by default.",
 )
+@click.option(
+    "--metrics-port",
+    type=click.IntRange(min=0, max=65535),
+    default=None,
+    help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: any free port).",
+)
+@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Metrics interface.")
 def serve(
     store_url: str | None,
     host: str,
@@ -152,6 +159,8 @@ def serve(
     allowed_origin: tuple[str, ...],
     allowed_host: tuple[str, ...],
     stateful: bool,
+    metrics_port: int | None,
+    metrics_host: str,
 ) -> None:
     """Serve the reference long-running tools: MCP at http://HOST:PORT/mcp, AIP-151 at
     /v1, Apify-style at /apify/mcp.
@@ -160,8 +169,9 @@ def serve(
     Examples:
       longcall serve --port 8765
       longcall serve --store sqlite:///tasks.db --host 0.0.0.0 --allowed-host tools.example
+      longcall serve --metrics-port 9464
     """
-    from longcall.server.cli import run_reference_server
+    from longcall.server.cli import MetricsPortUnavailable, run_reference_server
 
     try:
         run_reference_server(
@@ -172,7 +182,11 @@ def serve(
             allowed_origins=allowed_origin,
             allowed_hosts=allowed_host,
             stateful=stateful,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
         )
+    except MetricsPortUnavailable as exc:
+        raise click.ClickException(str(exc)) from None
     except OSError as exc:
         reason = exc.strerror or str(exc)
         raise click.ClickException(f"cannot serve on {host}:{port}: {reason}") from None

@@ -53,6 +53,7 @@ from longcall.server.errors import (
     TooManyOpenTasks,
 )
 from longcall.server.front import (
+    REASON_STORE_UNAVAILABLE,
     STORE_RETRY_AFTER_S,
     Refused,
     admit,
@@ -262,10 +263,12 @@ class Aip151Facade:
             admitted = await admit(request, self.server.options, self.server.authenticate)
             return await self._route(request, admitted.principal)
         except Refused as exc:
+            self.server.metrics.observe_refused(exc.reason)
             return ApiError.refused(exc).response()
         except ApiError as exc:
             return exc.response()
         except StoreUnavailable as exc:
+            self.server.metrics.observe_refused(REASON_STORE_UNAVAILABLE)
             retry = {"retry-after": str(STORE_RETRY_AFTER_S)}
             return ApiError(UNAVAILABLE, f"Task store unavailable: {exc}", headers=retry).response()
         except Exception:
@@ -285,6 +288,7 @@ class Aip151Facade:
             tail = rest[len(COLLECTION) + 1 :]
             task_id, _, verb = tail.partition(":")
             if method == "GET" and not verb:
+                self.server.metrics.observe_status_read(PROTOCOL.value)
                 return JSONResponse(render_operation(await self._visible(principal, task_id)))
             if method == "DELETE" and not verb:
                 record = await self._visible(principal, task_id)

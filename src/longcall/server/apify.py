@@ -57,7 +57,13 @@ from longcall.server.errors import (
     StoreUnavailable,
     TaskNotFound,
 )
-from longcall.server.front import admit, guarded_jsonrpc, read_jsonrpc, store_unavailable
+from longcall.server.front import (
+    REASON_STORE_UNAVAILABLE,
+    admit,
+    guarded_jsonrpc,
+    read_jsonrpc,
+    store_unavailable,
+)
 from longcall.server.model import (
     ACTIVE_STATUSES,
     Principal,
@@ -358,7 +364,8 @@ class ApifyFacade:
         self._dataset_calls = 0
 
     def routes(self) -> list[Route]:
-        return [Route(self.path, guarded_jsonrpc(self.endpoint), methods=["GET", "POST", "DELETE"])]
+        endpoint = guarded_jsonrpc(self.endpoint, self.server.metrics.observe_refused)
+        return [Route(self.path, endpoint, methods=["GET", "POST", "DELETE"])]
 
     # ---- JSON-RPC framing -----------------------------------------------------------------
 
@@ -379,6 +386,7 @@ class ApifyFacade:
         except JsonRpcError as exc:
             return _rpc_error(request_id, exc.code, exc.message, data=exc.data)
         except StoreUnavailable as exc:
+            self.server.metrics.observe_refused(REASON_STORE_UNAVAILABLE)
             return store_unavailable(request_id, exc)
         except Exception:
             logger.exception("internal error answering %s", message["method"])
@@ -534,6 +542,7 @@ class ApifyFacade:
         return self.run_result(view, with_usage=True)
 
     async def _get_run(self, arguments: Mapping[str, Any], principal: Principal) -> dict[str, Any]:
+        self.server.metrics.observe_status_read(PROTOCOL.value)
         run_id = str(arguments["runId"])
         await self._run(run_id, principal)
         view = await self._wait(
@@ -594,7 +603,7 @@ class ApifyFacade:
     async def _time_out(self, record: TaskRecord, limit_s: float) -> None:
         message = f"{TIMED_OUT_MESSAGE} ({limit_s:g}s)"
         # The tool body may still finish later; its completion then loses the CAS (S4).
-        finished = await self.manager.store.transition(
+        finished = await self.manager.transition(
             record.task_id,
             Cause.RUN_TIME_LIMIT,
             now=self.manager.clock(),

@@ -42,12 +42,14 @@ from longcall.server.errors import (
     TooManyOpenTasks,
 )
 from longcall.server.front import (
+    REASON_STORE_UNAVAILABLE,
     accepts,
     admit,
     guarded_jsonrpc,
     read_jsonrpc,
     store_unavailable,
 )
+from longcall.server.metrics import ServerMetrics
 from longcall.server.model import Principal
 from longcall.server.options import CreateFaultPlan, ServerOptions
 from longcall.server.sessions import SESSION_HEADER, Session, Sessions
@@ -85,8 +87,15 @@ class LongcallServer:
         )
         self.registry = ToolRegistry()
         self.tool = self.registry.tool
+        self.metrics = ServerMetrics(clock=clock)
+        """Prometheus metrics of this server (``metrics.registry``); ``serve(metrics_port=…)``
+        or ``metrics.serve(port)`` exposes them at ``/metrics``, stopped with the server."""
         self.manager = TaskManager(
-            store=self.store, registry=self.registry, clock=clock, options=self.options
+            store=self.store,
+            registry=self.registry,
+            clock=clock,
+            options=self.options,
+            metrics=self.metrics,
         )
         self._authenticate = authenticator
         self.authenticate = authenticator
@@ -112,21 +121,28 @@ class LongcallServer:
     # ---- ASGI ----------------------------------------------------------------------------
 
     def asgi_app(self) -> Starlette:
-        """The Starlette app serving MCP at ``/mcp``; its lifespan recovers tasks (S2)."""
+        """The Starlette app serving MCP at ``/mcp``; its lifespan recovers tasks (S2).
+
+        Its shutdown also stops serving the metrics, if they were served.
+        """
 
         @contextlib.asynccontextmanager
         async def lifespan(_: Starlette) -> AsyncIterator[None]:
-            await self.manager.start()
             try:
-                yield
+                await self.manager.start()
+                try:
+                    yield
+                finally:
+                    await self.manager.stop()
+                    if self._owns_store:
+                        self.store.close()
             finally:
-                await self.manager.stop()
-                if self._owns_store:
-                    self.store.close()
+                self.metrics.close()
 
+        endpoint = guarded_jsonrpc(self._endpoint, self.metrics.observe_refused)
         return Starlette(
             routes=[
-                Route(MCP_PATH, guarded_jsonrpc(self._endpoint), methods=["GET", "POST", "DELETE"]),
+                Route(MCP_PATH, endpoint, methods=["GET", "POST", "DELETE"]),
                 *self.routes,
             ],
             lifespan=lifespan,
@@ -197,6 +213,7 @@ class LongcallServer:
         except JsonRpcError as exc:
             return _error_reply(message.get("id"), exc, modern_status=is_modern)
         except StoreUnavailable as exc:
+            self.metrics.observe_refused(REASON_STORE_UNAVAILABLE)
             return store_unavailable(message.get("id"), exc)
         except Exception:
             logger.exception("internal error answering %s", message.get("method"))
@@ -217,11 +234,25 @@ class LongcallServer:
 
     # ---- running -----------------------------------------------------------------------
 
-    async def serve(self, *, host: str = "127.0.0.1", port: int = 8765) -> None:
-        """Serve until cancelled or interrupted."""
+    async def serve(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 8765,
+        metrics_port: int | None = None,
+        metrics_host: str = "127.0.0.1",
+    ) -> None:
+        """Serve until cancelled or interrupted; with ``metrics_port`` (0: a free one) also
+        Prometheus text at ``http://METRICS_HOST:PORT/metrics`` (``self.metrics.port``),
+        stopped with the server."""
         config = uvicorn_config(self.asgi_app(), self.options, timeout_graceful_shutdown=2)
-        with listening_socket(host, port) as sock:
-            await uvicorn.Server(config).serve(sockets=[sock])
+        try:
+            with listening_socket(host, port) as sock:
+                if metrics_port is not None and self.metrics.port is None:
+                    self.metrics.serve(metrics_port, host=metrics_host)
+                await uvicorn.Server(config).serve(sockets=[sock])
+        finally:
+            self.metrics.close()
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

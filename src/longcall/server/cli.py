@@ -8,12 +8,17 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
 from longcall.server.examples import build_reference_server
 from longcall.server.options import DEFAULT_LEASE_S, ServerOptions
 from longcall.server.store import DEFAULT_STORE_PATH
+
+
+class MetricsPortUnavailable(Exception):
+    """The metrics port could not be bound (the message names it and why)."""
 
 
 def run_reference_server(
@@ -26,8 +31,11 @@ def run_reference_server(
     allowed_origins: Iterable[str] = (),
     allowed_hosts: Iterable[str] = (),
     stateful: bool = False,
+    metrics_port: int | None = None,
+    metrics_host: str = "127.0.0.1",
 ) -> None:
-    """Serve the reference tools at ``http://HOST:PORT/mcp`` until interrupted."""
+    """Serve the reference tools at ``http://HOST:PORT/mcp`` until interrupted; with
+    ``metrics_port`` (0: a free one) Prometheus text too, announced on stderr."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -44,7 +52,23 @@ def run_reference_server(
         f" (task store {server.store.store_id}: {_without_password(store_url)})",
         flush=True,
     )
-    asyncio.run(server.serve(host=host, port=port))
+    try:
+        if metrics_port is not None:
+            try:
+                served = server.metrics.serve(metrics_port, host=metrics_host)
+            except OSError as exc:
+                reason = exc.strerror or str(exc)
+                raise MetricsPortUnavailable(
+                    f"cannot serve metrics on {metrics_host}:{metrics_port}: {reason}"
+                ) from None
+            print(
+                f"longcall: metrics at http://{metrics_host}:{served}/metrics",
+                file=sys.stderr,
+                flush=True,
+            )
+        asyncio.run(server.serve(host=host, port=port))
+    finally:
+        server.metrics.close()
 
 
 def _without_password(url: str | None) -> str:

@@ -46,6 +46,18 @@ logger = logging.getLogger(__name__)
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 JSON_MEDIA_TYPE = "application/json"
 EVENT_STREAM = "text/event-stream"
+REFUSAL_REASONS = {
+    401: "unauthorized",
+    403: "forbidden_origin",
+    404: "unknown_session",
+    406: "not_acceptable",
+    408: "body_timeout",
+    413: "oversized",
+    415: "unsupported_media_type",
+}
+"""A refusal's reason by HTTP status (a 400 is ``bad_json`` or ``invalid_request``)."""
+REASON_TOO_MANY_OPEN_TASKS = "too_many_open_tasks"
+REASON_STORE_UNAVAILABLE = "store_unavailable"
 
 
 class Refused(LongcallServerError):
@@ -66,6 +78,13 @@ class Refused(LongcallServerError):
         self.message = message
         self.headers = dict(headers or {})
         self.request_id = request_id
+
+    @property
+    def reason(self) -> str:
+        """What the door refused, as a short label (the metrics' ``reason``)."""
+        if self.status == 400:
+            return "bad_json" if self.code == PARSE_ERROR else "invalid_request"
+        return REFUSAL_REASONS.get(self.status, f"http_{self.status}")
 
     def jsonrpc(self) -> JSONResponse:
         """The refusal as a JSON-RPC error response."""
@@ -333,15 +352,22 @@ def store_unavailable(request_id: str | int | None, exc: StoreUnavailable) -> JS
 Handler = Callable[[Request], Awaitable[Response]]
 
 
-def guarded_jsonrpc(handler: Handler) -> Handler:
-    """Refusals as JSON-RPC errors; an unexpected exception as -32603, logged, never plain text."""
+def guarded_jsonrpc(handler: Handler, refused: Callable[[str], None] | None = None) -> Handler:
+    """Refusals as JSON-RPC errors; an unexpected exception as -32603, logged, never plain text.
+
+    ``refused(reason)`` is told of each refusal (the server's metrics count them).
+    """
 
     async def endpoint(request: Request) -> Response:
         try:
             return await handler(request)
         except Refused as exc:
+            if refused is not None:
+                refused(exc.reason)
             return exc.jsonrpc()
         except StoreUnavailable as exc:
+            if refused is not None:
+                refused(REASON_STORE_UNAVAILABLE)
             return store_unavailable(None, exc)
         except Exception:
             logger.exception("internal error on %s %s", request.method, request.url.path)

@@ -189,6 +189,7 @@ class LegacyProtocol:
         return await self._manager.visible(request.principal, task_id, VERSION)
 
     async def _tasks_get(self, request: RpcRequest) -> Reply:
+        self._manager.metrics.observe_status_read(VERSION.value)
         return Reply(result=task_fields(await self._task(request)))
 
     async def _tasks_cancel(self, request: RpcRequest) -> Reply:

@@ -218,7 +218,7 @@ class ModernProtocol:
                         principal=request.principal, spec=spec, arguments=arguments, context=context
                     )
                 except InputNeeded as needed:
-                    return call.input_required(needed.requests)
+                    return self._ask(call, needed.requests)
 
             return await sync.answer(request, context, run, lambda result: {**COMPLETE, **result})
         # SEP-2322 rounds settle the tool's ask-first questions before the task exists.
@@ -227,7 +227,7 @@ class ModernProtocol:
         if missing:
             if undeclared(missing, capabilities):
                 raise missing_capability(missing, capabilities)
-            return Reply(result=call.input_required(missing))
+            return Reply(result=self._ask(call, missing))
         outcome = await self._manager.create(
             principal=request.principal,
             spec=spec,
@@ -245,7 +245,7 @@ class ModernProtocol:
 
     def _round(self, request: RpcRequest, spec: ToolSpec, arguments: dict[str, Any]) -> Round:
         """This ``tools/call``'s SEP-2322 round: the verified state plus the new answers."""
-        return Round.of(
+        call = Round.of(
             request.params,
             states=RequestStates(self._manager.store.secret),
             tool=spec.name,
@@ -253,6 +253,17 @@ class ModernProtocol:
             principal=request.principal.subject,
             known_questions=spec.ask_first or {},
         )
+        responses = request.params.get("inputResponses")
+        if isinstance(responses, dict):
+            taken = sum(1 for key in responses if key in call.state.answers)
+            if taken:
+                self._manager.metrics.observe_inputs_answered("round", taken)
+        return call
+
+    def _ask(self, call: Round, requests: Mapping[str, Mapping[str, Any]]) -> dict[str, Any]:
+        """End this round asking for ``requests`` (counted as asked)."""
+        self._manager.metrics.observe_inputs_asked("round", len(requests))
+        return call.input_required(requests)
 
     async def _task(self, request: RpcRequest) -> TaskRecord:
         if not declares_tasks(request.params):
@@ -261,6 +272,7 @@ class ModernProtocol:
         return await self._manager.visible(request.principal, task_id, VERSION)
 
     async def _tasks_get(self, request: RpcRequest) -> Reply:
+        self._manager.metrics.observe_status_read(VERSION.value)
         record = await self._task(request)
         return Reply(result=await self.detailed_task(record))
 

@@ -23,6 +23,7 @@ import logging
 import os
 import secrets
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
@@ -39,6 +40,7 @@ from longcall.server.errors import (
     ToolProtocolError,
     TooManyOpenTasks,
 )
+from longcall.server.front import REASON_TOO_MANY_OPEN_TASKS
 from longcall.server.inputs import (
     InputNeeded,
     check_request,
@@ -46,6 +48,7 @@ from longcall.server.inputs import (
     missing_capability,
     undeclared,
 )
+from longcall.server.metrics import ServerMetrics
 from longcall.server.model import (
     InputRequest,
     NewTask,
@@ -347,6 +350,7 @@ class TaskManager:
         registry: ToolRegistry,
         clock: Clock,
         options: ServerOptions | None = None,
+        metrics: ServerMetrics | None = None,
     ) -> None:
         self.store = store
         self.registry = registry
@@ -355,7 +359,30 @@ class TaskManager:
         self.owner = new_owner_id()
         self.hub = ChangeHub()
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._awaiting_input: set[str] = set()
+        """Tasks whose run here waits for input (the rest of ``_running`` are working)."""
         self._keeper: asyncio.Task[None] | None = None
+        self.metrics = metrics or ServerMetrics(clock=clock)
+        self.metrics.bind(self.open_tasks)
+
+    def open_tasks(self) -> dict[TaskStatus, int]:
+        """This process's open tasks by status: its runs, parked for input or working.
+
+        In memory, so a scrape costs nothing; processes sharing a store each count their own.
+        """
+        running = list(self._running)
+        parked = sum(1 for task_id in running if task_id in self._awaiting_input)
+        return {
+            TaskStatus.WORKING: len(running) - parked,
+            TaskStatus.INPUT_REQUIRED: parked,
+        }
+
+    async def transition(self, task_id: str, cause: Cause, **changes: Any) -> TaskRecord | None:
+        """``store.transition`` (a compare-and-set) that counts the terminal statuses it stores."""
+        changed = await self.store.transition(task_id, cause, **changes)
+        if changed is not None and changed.status.is_terminal:
+            self.metrics.observe_ended(changed)
+        return changed
 
     # ---- lifecycle -------------------------------------------------------------------------
 
@@ -428,6 +455,7 @@ class TaskManager:
         spec = self.registry.get(record.tool_name)
         epoch = record.execution_epoch
         if record.is_expired(self.clock()):
+            self.metrics.observe_takeover("ttl_elapsed")
             await self._end(
                 record,
                 Cause.NOT_RESUMABLE,
@@ -435,6 +463,7 @@ class TaskManager:
                 epoch,
             )
         elif spec is None:
+            self.metrics.observe_takeover("tool_gone")
             await self._end(
                 record,
                 Cause.NOT_RESUMABLE,
@@ -442,19 +471,21 @@ class TaskManager:
                 epoch,
             )
         elif not spec.idempotent:
+            self.metrics.observe_takeover("owner_lost")
             await self._end(record, Cause.OWNER_LOST, OWNER_LOST_MESSAGE, epoch)
         else:
             if record.status is TaskStatus.INPUT_REQUIRED and not await self._outstanding(record):
                 # Stopped between storing the last answer and resuming: resume now (S6).
-                await self.store.transition(
+                await self.transition(
                     record.task_id, Cause.INPUT_ANSWERED, now=self.clock(), epoch=epoch
                 )
             logger.info("re-running idempotent task %s (epoch %d)", record.task_id, epoch)
+            self.metrics.observe_takeover("rerun")
             self._spawn(record, spec)
 
     async def _end(self, record: TaskRecord, cause: Cause, message: str, epoch: int) -> None:
         error = {"code": INTERNAL_ERROR, "message": message}
-        await self.store.transition(
+        await self.transition(
             record.task_id,
             cause,
             now=self.clock(),
@@ -509,6 +540,7 @@ class TaskManager:
         except SubmissionKeyConflict as exc:
             raise InvalidParams(str(exc), {"submissionKey": submission_key}) from exc
         except QuotaExceeded as exc:
+            self.metrics.observe_refused(REASON_TOO_MANY_OPEN_TASKS)
             raise TooManyOpenTasks(str(exc), self.options.max_open_tasks_per_principal) from exc
         if record.protocol is not protocol:
             raise InvalidParams(
@@ -516,6 +548,7 @@ class TaskManager:
                 f" {record.protocol.value}; it cannot be resumed at {protocol.value}"
             )
         if created:
+            self.metrics.observe_created(spec.name, protocol.value)
             self._spawn(record, spec)
             self.hub.publish(record.task_id, record.principal)
         return CreateOutcome(record=record, created=created)
@@ -621,7 +654,7 @@ class TaskManager:
             message = _first_text(result)
         finished = await self.retrying(
             f"finish task {record.task_id}",
-            lambda: self.store.transition(
+            lambda: self.transition(
                 record.task_id,
                 Cause.TOOL_FAILED if failed else Cause.TOOL_RETURNED,
                 now=self.clock(),
@@ -635,6 +668,7 @@ class TaskManager:
             # S4: the terminal CAS lost (cancelled first, or fenced off by a newer epoch);
             # the loser changes nothing.
             logger.info("completion of task %s lost to an earlier terminal", record.task_id)
+            self.metrics.observe_completion_lost()
         self.hub.publish(record.task_id, record.principal)
 
     async def retrying(self, what: str, attempt: Callable[[], Awaitable[T]]) -> T:
@@ -715,11 +749,15 @@ class TaskManager:
 
     async def cancel(self, record: TaskRecord) -> TaskRecord | None:
         """CAS to ``cancelled`` before anyone is told (S4); ``None`` if already terminal."""
-        cancelled = await self.store.transition(
+        received = time.perf_counter()
+        cancelled = await self.transition(
             record.task_id,
             Cause.CANCEL_REQUESTED,
             now=self.clock(),
             status_message="The task was cancelled by request.",
+        )
+        self.metrics.observe_cancel(
+            cancelled=cancelled is not None, seconds=time.perf_counter() - received
         )
         if cancelled is not None:
             running = self._running.get(record.task_id)
@@ -739,18 +777,29 @@ class TaskManager:
         sequence numbers, so an answered request is not asked again and an outstanding one
         keeps the key the client already saw.
         """
+        try:
+            return await self._wait_for_inputs(task_id, epoch=epoch, requests=requests)
+        finally:
+            self._awaiting_input.discard(task_id)
+
+    async def _wait_for_inputs(
+        self, task_id: str, *, epoch: int, requests: list[tuple[int, str, Mapping[str, Any]]]
+    ) -> dict[str, dict[str, Any]]:
         while True:
             with self.hub.watch(task_id) as changed:
                 answers: dict[str, dict[str, Any]] = {}
                 for sequence, name, request in requests:
+                    key = f"{sequence}.{secrets.token_hex(8)}"
 
                     def issue(
-                        sequence: int = sequence, request: Mapping[str, Any] = request
+                        sequence: int = sequence,
+                        request: Mapping[str, Any] = request,
+                        key: str = key,
                     ) -> Awaitable[InputRequest | None]:
                         return self.store.open_input_request(
                             task_id,
                             sequence=sequence,
-                            key=f"{sequence}.{secrets.token_hex(8)}",
+                            key=key,
                             method=str(request["method"]),
                             params=request["params"],
                             now=self.clock(),
@@ -762,13 +811,15 @@ class TaskManager:
                     )
                     if stored is None:
                         raise asyncio.CancelledError  # fenced off: another run owns the task
+                    if stored.key == key:
+                        self.metrics.observe_inputs_asked("task")  # new, not found again
                     if stored.response is not None:
                         answers[name] = stored.response
                 if len(answers) == len(requests):
                     return answers
                 parked = await self.retrying(
                     f"park task {task_id} for input",
-                    lambda: self.store.transition(
+                    lambda: self.transition(
                         task_id,
                         Cause.INPUT_REQUESTED,
                         now=self.clock(),
@@ -778,6 +829,7 @@ class TaskManager:
                 )
                 if parked is not None:
                     self.hub.publish(task_id, parked.principal)
+                self._awaiting_input.add(task_id)
                 await self.wait_change(changed)
 
     async def answer(
@@ -788,13 +840,14 @@ class TaskManager:
             return []
         answered = await self.store.answer_inputs(record.task_id, responses, now=self.clock())
         if answered and not await self.outstanding_inputs(record.task_id):
-            await self.store.transition(
+            await self.transition(
                 record.task_id,
                 Cause.INPUT_ANSWERED,
                 now=self.clock(),
                 status_message="Input received; working.",
             )
         if answered:
+            self.metrics.observe_inputs_answered("task", len(answered))
             self.hub.publish(record.task_id, record.principal)
         return answered
 
