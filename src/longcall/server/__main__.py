@@ -12,18 +12,21 @@ from longcall.server.cli import run_reference_server
 
 
 def main() -> None:
-    """Parse ``--store --host --port [--drop-create-response-at N]`` and serve."""
+    """Parse ``--store --host --port [--drop-create-response-at N] [--metrics-port N]``
+    and serve."""
     parser = argparse.ArgumentParser(prog="python -m longcall.server")
     parser.add_argument("--store", default=None, help="task store URL (sqlite:///PATH)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8765)
     parser.add_argument("--drop-create-response-at", type=int, default=None)
+    parser.add_argument("--metrics-port", type=int, default=None, help="0: any free port")
     args = parser.parse_args()
     run_reference_server(
         store_url=args.store,
         host=args.host,
         port=args.port,
         drop_create_response_at=args.drop_create_response_at,
+        metrics_port=args.metrics_port,
     )
 
 

@@ -389,6 +389,8 @@ class Aip151Facade:
         if not record.status.is_terminal:
             # Best effort (B.4): the CAS to cancelled loses to a completion that came first.
             await self.manager.cancel(record)
+        else:
+            self.manager.metrics.observe_cancel(cancelled=False, seconds=0.0)
         return JSONResponse({})
 
     async def _wait(self, request: Request, principal: Principal, task_id: str) -> Response:
