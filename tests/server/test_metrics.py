@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from conftest import LegacyClient, ManualClock, ModernClient
@@ -231,6 +232,44 @@ async def test_a_restarted_server_counts_the_tasks_it_took_over(
     )
     # Created by the first process, not this one.
     assert value(samples, "longcall_server_tasks_created_total", tool="again", protocol=MODERN) == 0
+
+
+async def test_a_takeover_between_processes_on_postgresql_is_counted_by_the_taker(
+    pg_store_url: str, http: httpx.AsyncClient
+) -> None:
+    """Two servers on one PostgreSQL store: the one that stops hands its lease back, the
+    other takes the task over and reruns it; each counts only its own part."""
+    release = asyncio.Event()
+
+    def build() -> LongcallServer:
+        server = LongcallServer(store=pg_store_url, options=ServerOptions(lease_s=0.6))
+
+        @server.tool(task="required", idempotent=True)
+        async def again() -> str:
+            await release.wait()
+            return "again"
+
+        return server
+
+    stopping, taker = build(), build()
+    async with running_server(taker) as taker_url:
+        async with running_server(stopping) as url:
+            task = (await ModernClient(http, url).create("again", {}))["taskId"]
+        release.set()
+        modern = ModernClient(http, taker_url)
+        assert (await modern.wait_status(task, {"completed"}))["status"] == "completed"
+        port = taker.metrics.serve(0)
+        samples = await scrape(http, f"http://127.0.0.1:{port}/metrics")
+    created = "longcall_server_tasks_created_total"
+    assert value(samples, "longcall_server_task_takeovers_total", outcome="rerun") == 1
+    assert (
+        value(samples, "longcall_server_tasks_ended_total", tool="again", status="completed") == 1
+    )
+    assert value(samples, created, tool="again", protocol=MODERN) == 0
+    gone = parse(generate_latest(stopping.metrics.registry).decode())
+    assert value(gone, created, tool="again", protocol=MODERN) == 1
+    assert value(gone, "longcall_server_tasks_ended_total", tool="again", status="completed") == 0
+    assert value(gone, "longcall_server_task_takeovers_total", outcome="rerun") == 0
 
 
 async def test_rounds_before_a_task_count_asked_and_answered_inputs(
