@@ -5,16 +5,18 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tests.ledger.conftest import pg_schema
 
 from longcall.cli import main
 from longcall.core import State
 from longcall.errors import AdapterDisabled
-from longcall.ledger import AdapterPlan, SQLiteLedger
-from longcall.runtime.engine import CallSpec
+from longcall.ledger import AdapterPlan, Ledger, SQLiteLedger
+from longcall.runtime.engine import CallSpec, Engine
 from longcall.runtime.executor import Executor
 from longcall.runtime.rollout import canary_bucket, rollback, route
 
@@ -71,8 +73,6 @@ def test_rollback_hands_in_flight_operations_to_the_old_version(tmp_path: Path) 
     world.server.polls_until_done = 40
     creator_binding = binding(adapter_version="2")
     seeder = world.ledger()
-    from longcall.runtime.engine import Engine
-
     creator = Engine(seeder, rng=random.Random(0))
     for i in range(6):
         spec = CallSpec(call_node_id=f"r{i}", binding=creator_binding, arguments={"i": i})
@@ -131,3 +131,141 @@ def test_rollout_commands(tmp_path: Path) -> None:
     }
     bad = runner.invoke(main, ["rollout", "set", "mcp", "1", "paused", "--ledger", ledger])
     assert bad.exit_code != 0
+
+
+# --- claims filtered by adapter version (two builds side by side) ---------------------
+
+V1 = frozenset({("test", "1")})
+V2 = frozenset({("test", "2")})
+
+
+class BackendWorld(World):
+    """The virtual-time world of test_leases on either backend: one connection per
+    engine to the same SQLite file or PostgreSQL schema."""
+
+    def __init__(self, tmp_path: Path, open_ledger: Callable[[], Ledger]) -> None:
+        super().__init__(tmp_path)
+        self._open = open_ledger
+
+    def ledger(self) -> Ledger:
+        ledger = self._open()
+        self.ledgers.append(ledger)
+        return ledger
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def bworld(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BackendWorld]:
+    """An empty ledger of each backend, and a scripted server."""
+    if request.param == "sqlite":
+        path = tmp_path / "l.db"
+        world = BackendWorld(tmp_path, lambda: SQLiteLedger(path, synchronous="off"))
+        yield world
+        world.close()
+        return
+    from longcall.ledger.postgres import PostgresLedger
+
+    with pg_schema() as (dsn, schema):
+        world = BackendWorld(tmp_path, lambda: PostgresLedger(dsn, schema=schema))
+        yield world
+        world.close()
+
+
+def seed_versions(world: World, count: int, *versions: str) -> Ledger:
+    """``count`` operations per adapter version, created by a caller that went away."""
+    seeder = world.ledger()
+    creator = Engine(seeder, rng=random.Random(0))
+    for version in versions:
+        for i in range(count):
+            spec = CallSpec(
+                call_node_id=f"v{version}-{i}",
+                binding=binding(adapter_version=version),
+                arguments={"i": i},
+            )
+            creator.start_call(spec, now=0.0)
+    return seeder
+
+
+def claimers(ledger: Ledger, node: str) -> set[str | None]:
+    return {h.owner for h in ledger.history(node) if h.event == "ExecutionClaimed"}
+
+
+def test_workers_claim_only_the_versions_they_run(bworld: BackendWorld) -> None:
+    """Two workers running different versions never claim each other's operations,
+    and each one's fair share counts only the operations it can drive."""
+    seeder = seed_versions(bworld, 8, "1", "2")
+    a = bworld.worker("a", versions=V1)
+    b = bworld.worker("b", versions=V2)
+    bworld.run(until=1.5)
+    # Alone on its version, each holds all of it (not half of everything).
+    assert sorted(a.records) == [f"v1-{i}" for i in range(8)]
+    assert sorted(b.records) == [f"v2-{i}" for i in range(8)]
+    census = seeder.census("a", now=bworld.now, versions=V1)
+    assert (census.open_operations, census.live_workers, census.held) == (8, 1, 8)
+    bworld.run(until=30.0)
+    records = seeder.list_by_state()
+    assert [r.state for r in records] == [State.ACCEPTED] * 16
+    assert len(seeder.receipts()) == 16
+    for record in records:
+        expected = "a" if record.adapter_version == "1" else "b"
+        assert claimers(seeder, record.call_node_id) == {expected}, record.call_node_id
+
+
+def test_rollback_moves_in_flight_operations_to_the_old_versions_workers(
+    bworld: BackendWorld,
+) -> None:
+    """R3 across builds: operations of version 2 in flight on its worker are rebound to
+    version 1; only the worker running version 1 claims them; the same remote
+    operations finish, one receipt each."""
+    bworld.server.polls_until_done = 400
+    seeder = seed_versions(bworld, 6, "2")
+    a = bworld.worker("a", versions=V1)
+    b = bworld.worker("b", versions=V2)
+    bworld.run(until=2.0)
+    assert len(b.records) == 6
+    assert not a.records
+    rebound = rollback(
+        seeder, protocol="test", from_version="2", to_version="1", now=bworld.now,
+        rng=random.Random(1),
+    )  # fmt: skip
+    assert len(rebound) == 6
+    assert seeder.census("b", now=bworld.now, versions=V2).open_operations == 0
+    bworld.server.polls_until_done = 1
+    bworld.run(until=bworld.now + 10.0)
+    records = seeder.list_by_state()
+    assert [r.state for r in records] == [State.ACCEPTED] * 6
+    assert all(r.adapter_version == "1" for r in records)
+    assert not b.records
+    assert len(seeder.receipts()) == 6
+    assert len(bworld.server.created) == 6  # the same remote operations
+    for record in records:
+        history = seeder.history(record.call_node_id)
+        rebind = max(h.version for h in history if h.event == "ExecutionClaimed" and not h.owner)
+        assert {h.owner for h in history if h.version > rebind} == {"a"}
+
+
+def test_a_call_routed_to_another_version_is_left_to_its_workers(tmp_path: Path) -> None:
+    """A process that names the versions it runs creates a call the plan routes to
+    another version, unowned and bound to that version; a worker running it drives it.
+    A process that names none still refuses (it would drive it with its own code)."""
+    world = World(tmp_path)
+    ledger = world.ledger()
+    ledger.set_rollout(AdapterPlan(protocol="test", adapter_version="1", state="enabled"))
+    ledger.set_rollout(
+        AdapterPlan(protocol="test", adapter_version="2", state="canary", canary_percent=100.0)
+    )
+    with pytest.raises(AdapterDisabled, match="does not name the versions it runs"):
+        Executor(ledger, single_process=True).call(
+            CallSpec(call_node_id="refused", binding=binding(), arguments={})
+        )
+    assert ledger.find("refused") is None
+    executor = Executor(ledger, versions=V1, owner="v1-caller")
+    record = executor.call(CallSpec(call_node_id="routed", binding=binding(), arguments={}))
+    assert record.adapter_version == "2"
+    assert "routed" not in executor.engine.records
+    assert ledger.census("v1-caller", now=0.0, versions=V1).open_operations == 0
+    assert ledger.census("x", now=0.0, versions=V2).claimable == 1
+    world.worker("b", versions=V2)
+    world.run(until=10.0)
+    assert ledger.get("routed").state is State.ACCEPTED
+    assert claimers(ledger, "routed") == {"b"}
+    world.close()

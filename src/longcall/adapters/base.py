@@ -44,6 +44,9 @@ class ToolBinding:
     task_support: TaskSupport
     idempotent: bool
     """The tool declares resubmission harmless (idempotentHint, an idempotency argument)."""
+    read_only: bool = False
+    """The tool declares that it changes nothing (MCP ``readOnlyHint: true``): only such
+    a call may be copied to a shadow adapter version (R1)."""
     submission_lookup: bool
     """The server can prove by submission key whether it created an operation (X2)."""
     output_schema: Mapping[str, Any] | None = None

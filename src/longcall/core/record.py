@@ -63,6 +63,9 @@ class OperationRecord:
     server: str
     protocol: str
     adapter_version: str
+    shadow_of: str | None = None
+    """The primary call node this operation shadows through another adapter version
+    (R1), or None: a shadow's acceptance advances nothing downstream."""
     # submission (X2)
     submission_key: str
     step_index: int = 0

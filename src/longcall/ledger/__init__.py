@@ -34,6 +34,8 @@ from longcall.ledger.base import (
     HistoryRow,
     Ledger,
     OutboxRow,
+    ShadowComparison,
+    VersionSet,
     WorkerRow,
 )
 from longcall.ledger.budget import PollGrant
@@ -128,7 +130,9 @@ __all__ = [
     "PollGrant",
     "SQLiteLedger",
     "SchemaTooNew",
+    "ShadowComparison",
     "UnsupportedLedgerURL",
+    "VersionSet",
     "WorkerRow",
     "open_ledger",
     "sqlite_path",

@@ -86,7 +86,8 @@ class Census:
 
     open_operations: int
     live_workers: int
-    """Workers (not clients) whose lease has not lapsed at the asker's ``now``."""
+    """Workers (not clients) whose lease has not lapsed at the asker's ``now`` (asked
+    for some versions: those that run at least one of them)."""
     held: int
     """Open operations the asking owner holds."""
     claimable: int
@@ -103,9 +104,30 @@ class Fence:
 
 ADAPTER_STATES = ("enabled", "canary", "shadow", "draining", "disabled")
 """A protocol adapter version's place in the rollout plan (R1-R3, P6): ``enabled`` takes
-new calls; ``canary`` takes a stable share of them; ``shadow`` takes none (shadow
-copies of read-only calls are not built yet); ``draining`` and ``disabled`` take none,
+new calls; ``canary`` takes a stable share of them; ``shadow`` takes none, but gets a
+copy of each new call of a read-only tool; ``draining`` and ``disabled`` take none,
 while the operations they already started go on to their terminal."""
+
+VersionSet = frozenset[tuple[str, str]]
+"""The (protocol, adapter version) pairs a worker runs: it claims only operations bound
+to one of them. None in their place means every version (one build, no filter)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ShadowComparison:
+    """What comparing a shadow operation with its primary found, once both were
+    terminal (R1)."""
+
+    shadow_node: str
+    primary_node: str
+    protocol: str
+    adapter_version: str
+    """The shadow's adapter version."""
+    verdict: str
+    """``match`` or ``differ``."""
+    detail: str = ""
+    """What differed (empty for a match)."""
+    compared_at_utc: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,7 +272,8 @@ class Ledger(abc.ABC):
         owner: str | None = None,
     ) -> int:
         """The single acceptance point (L5): one transaction that checks the row, stores
-        the result, writes the receipt and one ready-outbox row, and moves the state.
+        the result, writes the receipt and one ready-outbox row (none for a shadow
+        operation, R1: nothing downstream advances on it), and moves the state.
         Returns the receipt id. ``owner`` fences it like :meth:`update`; the lease
         ends with the acceptance."""
 
@@ -285,8 +308,17 @@ class Ledger(abc.ABC):
     # --- leases (D1): who drives which operation -----------------------------------
 
     @abc.abstractmethod
-    def register_worker(self, owner: str, *, kind: str, now: float, lease_s: float) -> None:
-        """Record (or refresh) a lease holder with a lease until ``now + lease_s``."""
+    def register_worker(
+        self,
+        owner: str,
+        *,
+        kind: str,
+        now: float,
+        lease_s: float,
+        versions: VersionSet | None = None,
+    ) -> None:
+        """Record (or refresh) a lease holder with a lease until ``now + lease_s``, and
+        the adapter versions it runs (None: every one)."""
 
     @abc.abstractmethod
     def renew_worker(self, owner: str, *, now: float, lease_s: float) -> bool:
@@ -306,8 +338,10 @@ class Ledger(abc.ABC):
         """Every registered lease holder."""
 
     @abc.abstractmethod
-    def census(self, owner: str, *, now: float) -> Census:
-        """Open operations, live workers, what ``owner`` holds and what is claimable."""
+    def census(self, owner: str, *, now: float, versions: VersionSet | None = None) -> Census:
+        """Open operations, live workers, what ``owner`` holds and what is claimable;
+        with ``versions``, only operations bound to one of them and the live workers
+        that run at least one of them (a worker's share of what it can drive)."""
 
     @abc.abstractmethod
     def claim(
@@ -318,12 +352,14 @@ class Ledger(abc.ABC):
         limit: int,
         decide: ClaimDecision,
         nodes: Collection[str] | None = None,
+        versions: VersionSet | None = None,
     ) -> list[Claim]:
         """Take over up to ``limit`` open operations nobody live holds (unowned, or
         their owner's lease lapsed at ``now``), oldest first; with ``nodes``, only
-        those call nodes. Each is rewritten as ``decide`` says (a higher execution
-        epoch) and held by ``owner``, in one transaction. Rows another claimer holds
-        locked are skipped, not waited for. Returns the claimed records."""
+        those call nodes; with ``versions``, only operations bound to one of those
+        (protocol, adapter version) pairs. Each is rewritten as ``decide`` says (a
+        higher execution epoch) and held by ``owner``, in one transaction. Rows another
+        claimer holds locked are skipped, not waited for. Returns the claimed records."""
 
     @abc.abstractmethod
     def release(self, owner: str, call_node_ids: Collection[str]) -> int:
@@ -357,6 +393,20 @@ class Ledger(abc.ABC):
         rewritten as ``decide`` says (the old version, a higher execution epoch) and
         let go, in one transaction: whoever held it is fenced from then on, and a worker
         claims it afresh. Returns the rewritten records."""
+
+    @abc.abstractmethod
+    def shadow_pairs(self) -> list[tuple[str, str]]:
+        """(shadow call node, primary call node) of every shadow operation (R1), in
+        creation order."""
+
+    @abc.abstractmethod
+    def put_shadow_comparison(self, comparison: ShadowComparison) -> bool:
+        """Record what comparing a shadow with its primary found; False (nothing
+        written) when that shadow was already compared: a comparison is made once."""
+
+    @abc.abstractmethod
+    def shadow_comparisons(self) -> list[ShadowComparison]:
+        """Every recorded shadow comparison, by shadow call node."""
 
     @abc.abstractmethod
     def close(self) -> None:

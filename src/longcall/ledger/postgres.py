@@ -153,6 +153,28 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (protocol, adapter_version)
     );
     """,
+    # Adapter versions side by side and shadow comparisons, as in the SQLite
+    # backend's migration 6.
+    """
+    ALTER TABLE operations ADD COLUMN protocol TEXT NOT NULL DEFAULT '';
+    ALTER TABLE operations ADD COLUMN adapter_version TEXT NOT NULL DEFAULT '';
+    ALTER TABLE operations ADD COLUMN shadow_of TEXT;
+    UPDATE operations SET protocol = record_json::jsonb ->> 'protocol',
+        adapter_version = record_json::jsonb ->> 'adapter_version';
+    CREATE INDEX operations_open_by_version ON operations (protocol, adapter_version, seq)
+        WHERE open = 1;
+    CREATE INDEX operations_by_shadow_of ON operations (shadow_of) WHERE shadow_of IS NOT NULL;
+    ALTER TABLE workers ADD COLUMN versions TEXT;
+    CREATE TABLE shadow_comparisons (
+        shadow_node     TEXT PRIMARY KEY REFERENCES operations (call_node_id),
+        primary_node    TEXT NOT NULL REFERENCES operations (call_node_id),
+        protocol        TEXT NOT NULL,
+        adapter_version TEXT NOT NULL,
+        verdict         TEXT NOT NULL CHECK (verdict IN ('match', 'differ')),
+        detail          TEXT NOT NULL DEFAULT '',
+        compared_at_utc TEXT NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

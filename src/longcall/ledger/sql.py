@@ -56,6 +56,8 @@ from longcall.ledger.base import (
     HistoryRow,
     Ledger,
     OutboxRow,
+    ShadowComparison,
+    VersionSet,
     WorkerRow,
     check_acceptance,
     check_fence,
@@ -136,6 +138,38 @@ _CLAIMED_UPDATE = (
     "UPDATE operations SET owner = ?, execution_epoch = ?, version = ?, state = ?,"
     " record_json = ?, updated_at_utc = ? WHERE call_node_id = ? AND version = ?"
 )
+# A rollback's rewrite (R3): released, at a higher epoch, bound to the old version.
+_REBOUND_UPDATE = (
+    "UPDATE operations SET owner = NULL, adapter_version = ?, execution_epoch = ?, version = ?,"
+    " state = ?, record_json = ?, updated_at_utc = ? WHERE call_node_id = ? AND version = ?"
+)
+
+
+def dumps_versions(versions: VersionSet | None) -> str | None:
+    """The versions a worker runs, as stored (None: every one)."""
+    return None if versions is None else json.dumps(sorted([p, v] for p, v in versions))
+
+
+def loads_versions(text: object) -> VersionSet | None:
+    """The versions a worker runs, as read back (None: every one)."""
+    if text is None:
+        return None
+    return frozenset((str(p), str(v)) for p, v in json.loads(str(text)))
+
+
+def runs_any(runs: VersionSet | None, wanted: VersionSet) -> bool:
+    """Whether a worker that runs ``runs`` can drive an operation of one of ``wanted``."""
+    return runs is None or not runs.isdisjoint(wanted)
+
+
+def version_filter(versions: VersionSet | None) -> tuple[str, tuple[str, ...]]:
+    """The ``AND (...)`` that keeps operations bound to one of ``versions``, and its
+    parameters (nothing when every version is wanted)."""
+    if versions is None:
+        return "", ()
+    pairs = sorted(versions)
+    clause = " OR ".join("(protocol = ? AND adapter_version = ?)" for _ in pairs)
+    return f" AND ({clause or '1 = 0'})", tuple(x for pair in pairs for x in pair)
 
 
 class SqlLedger(Ledger):
@@ -377,6 +411,9 @@ class SqlLedger(Ledger):
             "owner": owner,
             "execution_epoch": record.execution_epoch,
             "open": None if record.is_terminal else 1,
+            "protocol": record.protocol,
+            "adapter_version": record.adapter_version,
+            "shadow_of": record.shadow_of,
         }
 
     def create(
@@ -424,12 +461,13 @@ class SqlLedger(Ledger):
                     "INSERT INTO results (call_node_id, digest, payload) VALUES (?, ?, ?)",
                     (receipt.call_node_id, receipt.result_digest, result_payload),
                 )
-                self._execute(
-                    conn,
-                    "INSERT INTO outbox (receipt_id, call_node_id, created_at_utc)"
-                    " VALUES (?, ?, ?)",
-                    (receipt_id, receipt.call_node_id, now_utc),
-                )
+                if record.shadow_of is None:  # a shadow advances nothing downstream (R1)
+                    self._execute(
+                        conn,
+                        "INSERT INTO outbox (receipt_id, call_node_id, created_at_utc)"
+                        " VALUES (?, ?, ?)",
+                        (receipt_id, receipt.call_node_id, now_utc),
+                    )
                 self._history(conn, record, event, now_utc, owner)
         except self.integrity_errors as exc:
             raise VersionConflict(
@@ -545,15 +583,24 @@ class SqlLedger(Ledger):
 
     # --- leases (D1) ------------------------------------------------------------------
 
-    def register_worker(self, owner: str, *, kind: str, now: float, lease_s: float) -> None:
+    def register_worker(
+        self,
+        owner: str,
+        *,
+        kind: str,
+        now: float,
+        lease_s: float,
+        versions: VersionSet | None = None,
+    ) -> None:
         now_utc = self._utc_now()
         with self._write() as conn:
             self._execute(
                 conn,
-                f"INSERT INTO workers ({WORKER_COLUMNS}) VALUES (?, ?, ?, ?, ?)"
+                f"INSERT INTO workers ({WORKER_COLUMNS}, versions) VALUES (?, ?, ?, ?, ?, ?)"
                 " ON CONFLICT (owner) DO UPDATE SET kind = excluded.kind,"
-                " lease_until = excluded.lease_until, renewed_at_utc = excluded.renewed_at_utc",
-                (owner, kind, now + lease_s, now_utc, now_utc),
+                " lease_until = excluded.lease_until, renewed_at_utc = excluded.renewed_at_utc,"
+                " versions = excluded.versions",
+                (owner, kind, now + lease_s, now_utc, now_utc, dumps_versions(versions)),
             )
 
     def renew_worker(self, owner: str, *, now: float, lease_s: float) -> bool:
@@ -584,22 +631,32 @@ class SqlLedger(Ledger):
         rows = self._read(f"SELECT {WORKER_COLUMNS} FROM workers ORDER BY owner")
         return [worker_row(row) for row in rows]
 
-    def census(self, owner: str, *, now: float) -> Census:
+    def census(self, owner: str, *, now: float, versions: VersionSet | None = None) -> Census:
         lapsed = [str(r[0]) for r in self._read(_LAPSED_OWNERS, (now,))]
-        live = self._read(
-            "SELECT count(*) FROM workers WHERE kind = ? AND lease_until > ?", (WORKER, now)
-        )
+        if versions is None:
+            live = int(
+                self._read(
+                    "SELECT count(*) FROM workers WHERE kind = ? AND lease_until > ?",
+                    (WORKER, now),
+                )[0][0]
+            )
+        else:
+            rows = self._read(
+                "SELECT versions FROM workers WHERE kind = ? AND lease_until > ?", (WORKER, now)
+            )
+            live = sum(1 for (text,) in rows if runs_any(loads_versions(text), versions))
+        bound, bound_params = version_filter(versions)
         counts = self._read(
             "SELECT count(*), coalesce(sum(CASE WHEN owner = ? THEN 1 ELSE 0 END), 0),"
             " coalesce(sum(CASE WHEN owner IS NULL THEN 1 ELSE 0 END), 0)"
-            " FROM operations WHERE open = 1",
-            (owner,),
+            f" FROM operations WHERE open = 1{bound}",
+            (owner, *bound_params),
         )
         lapsed_held = (
             self._read(
                 "SELECT count(*) FROM operations WHERE open = 1"
-                f" AND owner IN ({marks(len(lapsed))})",
-                lapsed,
+                f" AND owner IN ({marks(len(lapsed))}){bound}",
+                (*lapsed, *bound_params),
             )[0][0]
             if lapsed
             else 0
@@ -607,7 +664,7 @@ class SqlLedger(Ledger):
         total, held, unowned = (int(v) for v in counts[0])
         return Census(
             open_operations=total,
-            live_workers=int(live[0][0]),
+            live_workers=live,
             held=held,
             claimable=unowned + int(lapsed_held),
         )
@@ -620,9 +677,15 @@ class SqlLedger(Ledger):
         limit: int,
         decide: ClaimDecision,
         nodes: Collection[str] | None = None,
+        versions: VersionSet | None = None,
     ) -> list[Claim]:
-        if limit < 1 or (nodes is not None and not nodes):
+        if (
+            limit < 1
+            or (nodes is not None and not nodes)
+            or (versions is not None and not versions)
+        ):
             return []
+        bound, bound_params = version_filter(versions)
         now_utc = self._utc_now()
         claimed: list[Claim] = []
         with self._write() as conn:
@@ -636,8 +699,8 @@ class SqlLedger(Ledger):
             rows = self._execute(
                 conn,
                 f"SELECT record_json, owner FROM operations WHERE open = 1 AND ({holders}){only}"
-                f" ORDER BY {self.creation_order} LIMIT ?{self.claim_lock}",
-                (*lapsed, *(nodes or ()), limit),
+                f"{bound} ORDER BY {self.creation_order} LIMIT ?{self.claim_lock}",
+                (*lapsed, *(nodes or ()), *bound_params, limit),
             ).fetchall()
             for text, holder in rows:
                 before = codec.loads_record(str(text))
@@ -770,21 +833,24 @@ class SqlLedger(Ledger):
         with self._write() as conn:
             rows = self._execute(
                 conn,
-                f"SELECT record_json FROM operations WHERE open = 1 ORDER BY"
-                f" {self.creation_order}{self.row_lock}",
+                "SELECT record_json FROM operations WHERE open = 1 AND protocol = ?"
+                f" AND adapter_version = ? ORDER BY {self.creation_order}{self.row_lock}",
+                (protocol, from_version),
             ).fetchall()
             for (text,) in rows:
                 before = codec.loads_record(str(text))
-                if before.protocol != protocol or before.adapter_version != from_version:
-                    continue
                 after = decide(before)
                 check_update(before, after, before.version)
                 if after.execution_epoch <= before.execution_epoch:
                     raise LocalProtocolError(
                         f"operation {before.call_node_id!r}: a rebind must raise the epoch"
                     )
-                self._execute(conn, _CLAIMED_UPDATE, (
-                    None,
+                if after.protocol != before.protocol:
+                    raise LocalProtocolError(
+                        f"operation {before.call_node_id!r}: a rebind keeps the protocol"
+                    )
+                self._execute(conn, _REBOUND_UPDATE, (
+                    after.adapter_version,
                     after.execution_epoch,
                     after.version,
                     after.state.value,
@@ -796,6 +862,52 @@ class SqlLedger(Ledger):
                 self._history(conn, after, "ExecutionClaimed", now_utc, None)
                 rebound.append(after)
         return rebound
+
+    # --- shadow operations (R1) ----------------------------------------------------------
+
+    def shadow_pairs(self) -> list[tuple[str, str]]:
+        rows = self._read(
+            "SELECT call_node_id, shadow_of FROM operations WHERE shadow_of IS NOT NULL"
+            f" ORDER BY {self.creation_order}"
+        )
+        return [(str(r[0]), str(r[1])) for r in rows]
+
+    def put_shadow_comparison(self, comparison: ShadowComparison) -> bool:
+        with self._write() as conn:
+            cursor = self._execute(
+                conn,
+                "INSERT INTO shadow_comparisons (shadow_node, primary_node, protocol,"
+                " adapter_version, verdict, detail, compared_at_utc) VALUES (?, ?, ?, ?, ?, ?, ?)"
+                " ON CONFLICT (shadow_node) DO NOTHING",
+                (
+                    comparison.shadow_node,
+                    comparison.primary_node,
+                    comparison.protocol,
+                    comparison.adapter_version,
+                    comparison.verdict,
+                    comparison.detail,
+                    self._utc_now(),
+                ),
+            )
+            return int(cursor.rowcount) == 1
+
+    def shadow_comparisons(self) -> list[ShadowComparison]:
+        rows = self._read(
+            "SELECT shadow_node, primary_node, protocol, adapter_version, verdict, detail,"
+            " compared_at_utc FROM shadow_comparisons ORDER BY shadow_node"
+        )
+        return [
+            ShadowComparison(
+                shadow_node=str(r[0]),
+                primary_node=str(r[1]),
+                protocol=str(r[2]),
+                adapter_version=str(r[3]),
+                verdict=str(r[4]),
+                detail=str(r[5]),
+                compared_at_utc=str(r[6]),
+            )
+            for r in rows
+        ]
 
     def _executemany(self, conn: Any, query: str, rows: Sequence[Params]) -> None:
         """Run one ``?``-style statement for each parameter row (a backend may send them

@@ -148,6 +148,30 @@ MIGRATIONS: tuple[str, ...] = (
         PRIMARY KEY (protocol, adapter_version)
     );
     """,
+    # Adapter versions side by side (R1-R3, P6): each operation's (protocol, adapter
+    # version) in columns, so a worker claims only what it runs, filled from the
+    # records; the versions each worker runs (NULL: every one); the primary call node
+    # a shadow operation copies (R1), and what comparing the two found.
+    """
+    ALTER TABLE operations ADD COLUMN protocol TEXT NOT NULL DEFAULT '';
+    ALTER TABLE operations ADD COLUMN adapter_version TEXT NOT NULL DEFAULT '';
+    ALTER TABLE operations ADD COLUMN shadow_of TEXT;
+    UPDATE operations SET protocol = json_extract(record_json, '$.protocol'),
+        adapter_version = json_extract(record_json, '$.adapter_version');
+    CREATE INDEX operations_open_by_version ON operations (protocol, adapter_version)
+        WHERE open = 1;
+    CREATE INDEX operations_by_shadow_of ON operations (shadow_of) WHERE shadow_of IS NOT NULL;
+    ALTER TABLE workers ADD COLUMN versions TEXT;
+    CREATE TABLE shadow_comparisons (
+        shadow_node     TEXT PRIMARY KEY REFERENCES operations (call_node_id),
+        primary_node    TEXT NOT NULL REFERENCES operations (call_node_id),
+        protocol        TEXT NOT NULL,
+        adapter_version TEXT NOT NULL,
+        verdict         TEXT NOT NULL CHECK (verdict IN ('match', 'differ')),
+        detail          TEXT NOT NULL DEFAULT '',
+        compared_at_utc TEXT NOT NULL
+    );
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -53,6 +53,7 @@ from longcall.core import (
 from longcall.core import commands as c
 from longcall.core import events as e
 from longcall.core.keys import canonical_json, request_digest
+from longcall.core.record import evolve
 from longcall.core.retry import CircuitBreaker, FailureKind
 from longcall.core.schedule import TokenBucket, WindowLimit, poll_delay_s
 from longcall.errors import (
@@ -63,7 +64,7 @@ from longcall.errors import (
     RequestDigestMismatch,
     StaleEvent,
 )
-from longcall.ledger import WORKER, Census, Fence, Fenced, Ledger
+from longcall.ledger import WORKER, Census, Fence, Fenced, Ledger, VersionSet
 from longcall.ledger.budget import GRANT_HORIZON_S, SLOT_VALID_S
 from longcall.runtime import inputs
 from longcall.runtime.step import commit
@@ -112,6 +113,8 @@ class CallSpec:
     principal: str = "anonymous"
     budget_s: float | None = None
     step_index: int = 0
+    shadow_of: str | None = None
+    """The primary call node this call shadows through another adapter version (R1)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -206,9 +209,14 @@ class Engine:
         kind: str = WORKER,
         lease: LeasePolicy | None = None,
         claim_all: bool = True,
+        versions: VersionSet | None = None,
     ) -> None:
         self.ledger = ledger
         self.owner = owner
+        self.versions = versions
+        """The (protocol, adapter version) pairs this engine runs: it claims only
+        operations bound to one of them, and its fair share counts only those (None:
+        every version, one build on the ledger)."""
         """The lease holder this engine writes as (None: single-process mode)."""
         self.kind = kind
         self.lease = lease or LeasePolicy()
@@ -271,10 +279,15 @@ class Engine:
 
     # --- intake ----------------------------------------------------------------------
 
-    def start_call(self, spec: CallSpec, *, now: float) -> OperationRecord:
+    def start_call(
+        self, spec: CallSpec, *, now: float, version: str | None = None
+    ) -> OperationRecord:
         """Create the operation, or attach to the existing one of this call node (X2).
 
         The record and its arguments are committed before any request is planned.
+        ``version``: bind the new operation to this adapter version instead of the
+        binding's — one this engine does not run: the record is created unowned and
+        left to a worker that runs it (claims filter by version), nothing is planned.
         """
         attached = self.attach(spec.call_node_id, spec.binding.tool_name, spec.arguments, now=now)
         if attached is not None:
@@ -298,14 +311,23 @@ class Engine:
             caller_key=self.ledger.caller_key,
             server_store_id=binding.store_id,
         )
+        record = transition.record
+        if spec.shadow_of is not None:
+            record = evolve(record, shadow_of=spec.shadow_of)
         request = canonical_json(dict(spec.arguments))
+        if version is not None and version != binding.adapter_version:
+            # Routed to a version this process does not run: created unowned, for a
+            # worker that runs it to claim (R2; claims filter by version).
+            record = evolve(record, adapter_version=version)
+            self.ledger.create(record, blobs={REQUEST_BLOB: request}, owner=None)
+            return record
         if self.owner is not None:
             self._ensure_registered(now)
             self.wanted.add(spec.call_node_id)
-        self.ledger.create(transition.record, blobs={REQUEST_BLOB: request}, owner=self.owner)
-        self.records[spec.call_node_id] = transition.record
-        self._plan(transition.record, transition.commands, now=now)
-        return transition.record
+        self.ledger.create(record, blobs={REQUEST_BLOB: request}, owner=self.owner)
+        self.records[spec.call_node_id] = record
+        self._plan(record, transition.commands, now=now)
+        return record
 
     def attach(
         self, call_node_id: str, tool_name: str, arguments: Mapping[str, Any], *, now: float
@@ -322,7 +344,9 @@ class Engine:
                 f"({existing.request_digest} != {digest}); a call node is one request"
             )
         if not existing.is_terminal and call_node_id not in self.records:
-            if self.owner is None:
+            if not self.runs(existing):
+                pass  # bound to a version another worker runs: wait on the ledger
+            elif self.owner is None:
                 self.adopt(existing, now=now)
             else:
                 # Held by a live worker: wait on the ledger; claimed only if nobody holds
@@ -345,9 +369,14 @@ class Engine:
             return len(self.records) - held
         count = 0
         for record in self.ledger.list_by_state(*(s for s in State if s not in TERMINAL_STATES)):
-            self.adopt(record, now=now)
-            count += 1
+            if self.runs(record):
+                self.adopt(record, now=now)
+                count += 1
         return count
+
+    def runs(self, record: OperationRecord) -> bool:
+        """Whether this engine runs the adapter version ``record`` is bound to."""
+        return self.versions is None or (record.protocol, record.adapter_version) in self.versions
 
     def adopt(self, record: OperationRecord, *, now: float) -> None:
         """Single-process mode: take one stored open operation over with a new epoch
@@ -408,8 +437,12 @@ class Engine:
             if known is None and not adopt_new:
                 continue
             if known is None or known.version != version:
+                record = self.ledger.get(node)
+                if not self.runs(record):
+                    self._let_go(node)  # bound to a version this engine does not run
+                    continue
                 changed += 1
-                self.adopt(self.ledger.get(node), now=now)
+                self.adopt(record, now=now)
         for node in [n for n in self.records if n not in versions]:
             self._let_go(node)
         return changed
@@ -497,7 +530,9 @@ class Engine:
             return
         lease_s = self.lease.lease_s
         if not self.ledger.renew_worker(self.owner, now=now, lease_s=lease_s):
-            self.ledger.register_worker(self.owner, kind=self.kind, now=now, lease_s=lease_s)
+            self.ledger.register_worker(
+                self.owner, kind=self.kind, now=now, lease_s=lease_s, versions=self.versions
+            )
             self._lapsed_at = now
         self._lease_until = now + lease_s
 
@@ -531,7 +566,9 @@ class Engine:
         if self._registered:
             return
         assert self.owner is not None
-        self.ledger.register_worker(self.owner, kind=self.kind, now=now, lease_s=self.lease.lease_s)
+        self.ledger.register_worker(
+            self.owner, kind=self.kind, now=now, lease_s=self.lease.lease_s, versions=self.versions
+        )
         self._registered = True
         self._lease_until = now + self.lease.lease_s
         self._next_renew = now + self.lease.renew_every_s
@@ -547,7 +584,11 @@ class Engine:
             # still hold is read back at once; a stale write would be fenced anyway.
             self.stats["lease_lapses"] += 1
             self.ledger.register_worker(
-                self.owner, kind=self.kind, now=now, lease_s=self.lease.lease_s
+                self.owner,
+                kind=self.kind,
+                now=now,
+                lease_s=self.lease.lease_s,
+                versions=self.versions,
             )
             self._refresh_held(now=now)
         self._lease_until = now + self.lease.lease_s
@@ -555,33 +596,67 @@ class Engine:
 
     def _claim_share(self, now: float) -> None:
         """Hold about ``open / live workers`` operations: claim up to that, shed above
-        it (plus the slack) what has no request in flight."""
+        it (plus the slack) what has no request in flight. With :attr:`versions`, the
+        share is taken per (protocol, adapter version) this engine runs, among the
+        workers that run it: a version only some workers run is shared by those."""
+        if self.versions is None:
+            self.last_census = self._share_of(None, now=now)
+            return
+        censuses = [self._share_of(frozenset({pair}), now=now) for pair in sorted(self.versions)]
+        self.last_census = Census(
+            open_operations=sum(c.open_operations for c in censuses),
+            live_workers=max((c.live_workers for c in censuses), default=0),
+            held=sum(c.held for c in censuses),
+            claimable=sum(c.claimable for c in censuses),
+        )
+
+    def _share_of(self, versions: VersionSet | None, *, now: float) -> Census:
         assert self.owner is not None
-        census = self.ledger.census(self.owner, now=now)
-        self.last_census = census
+        census = self.ledger.census(self.owner, now=now, versions=versions)
         share = math.ceil(census.open_operations / max(1, census.live_workers))
-        held = len(self.records)
+
+        def mine() -> list[str]:
+            if versions is None:
+                return list(self.records)
+            return [
+                node
+                for node, r in self.records.items()
+                if (r.protocol, r.adapter_version) in versions
+            ]
+
+        held = len(mine())
         if census.claimable and held < share:
-            self._claim(now=now, limit=min(self.lease.claim_batch, share - held))
+            limit = min(self.lease.claim_batch, share - held)
+            self._claim(now=now, limit=limit, versions=versions)
         slack = max(SURPLUS_MIN, math.ceil(share * self.lease.surplus_slack))
-        surplus = len(self.records) - share - slack
+        held_now = mine()
+        surplus = len(held_now) - share - slack
         if surplus > 0:
             # The most recently taken go first: claims take the oldest, so shedding the
             # oldest would hand the same operations back and forth at every change.
             busy = {node for node, _kind in self._in_flight}
-            idle = [n for n in reversed(self.records) if n not in busy and n not in self.wanted]
+            idle = [n for n in reversed(held_now) if n not in busy and n not in self.wanted]
             release = idle[:surplus]
             self.ledger.release(self.owner, release)
             self.stats["released"] += len(release)
             for node in release:
                 self._let_go(node)
+        return census
 
     def _claim_nodes(self, nodes: list[str], *, now: float) -> None:
         self._ensure_registered(now)
         self._claim(now=now, limit=len(nodes), nodes=nodes)
 
-    def _claim(self, *, now: float, limit: int, nodes: list[str] | None = None) -> None:
+    def _claim(
+        self,
+        *,
+        now: float,
+        limit: int,
+        nodes: list[str] | None = None,
+        versions: VersionSet | None = None,
+    ) -> None:
         assert self.owner is not None
+        versions = self.versions if versions is None else versions
 
         def decide(record: OperationRecord) -> OperationRecord:
             claim = e.ExecutionClaimed(new_epoch=record.execution_epoch + 1)
@@ -590,7 +665,7 @@ class Engine:
             ).record
 
         for claimed in self.ledger.claim(
-            self.owner, now=now, limit=limit, decide=decide, nodes=nodes
+            self.owner, now=now, limit=limit, decide=decide, nodes=nodes, versions=versions
         ):
             record = claimed.record
             self.stats["claimed"] += 1

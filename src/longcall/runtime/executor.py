@@ -45,7 +45,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable, Collection, Mapping
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from typing import Any, TypeVar
 
 from longcall.adapters.base import Adapter, AdapterError, Outcome, ToolBinding
@@ -66,8 +66,8 @@ from longcall.core.commands import (
     SendSubmit,
 )
 from longcall.core.retry import FailureKind
-from longcall.errors import AdapterDisabled, ExecutorFailed
-from longcall.ledger import CLIENT, WORKER, Ledger
+from longcall.errors import AdapterDisabled, ExecutorFailed, LongcallError
+from longcall.ledger import CLIENT, WORKER, AdapterPlan, Ledger
 from longcall.runtime.engine import (
     Action,
     CallSpec,
@@ -77,7 +77,7 @@ from longcall.runtime.engine import (
     LeasePolicy,
 )
 from longcall.runtime.metrics import ExecutorMetrics
-from longcall.runtime.rollout import route
+from longcall.runtime.rollout import compare_shadow, route, shadow_call_node, shadow_versions
 
 log = logging.getLogger("longcall.executor")
 
@@ -149,12 +149,17 @@ class Executor:
         single_process: bool = False,
         metrics: ExecutorMetrics | None = None,
         on_change: Callable[[str], None] | None = None,
+        versions: Collection[tuple[str, str]] | None = None,
     ) -> None:
         """``adopt_new``: a worker (claims a fair share of every open operation) or a
         caller (drives only its own call nodes). ``owner``: the lease holder id
         (default: a new one for this process). ``single_process``: no leases at all —
         only for a process that is alone on its ledger. ``on_change``: called on the
-        loop with a call node id after each change this executor applied or noticed."""
+        loop with a call node id after each change this executor applied or noticed.
+        ``versions``: the (protocol, adapter version) pairs this process runs: it
+        claims only operations bound to one of them, and a new call the rollout plan
+        routes to another version is created and left to a worker that runs it
+        (default: every version — one build on the ledger)."""
         if not poll_qps_max > 0:
             raise ValueError(f"poll_qps_max must be above 0, not {poll_qps_max!r}")
         self.ledger = ledger
@@ -213,7 +218,13 @@ class Executor:
             kind=WORKER if adopt_new else CLIENT,
             lease=lease,
             claim_all=adopt_new,
+            versions=None if versions is None else frozenset(versions),
         )
+        self._shadows: dict[str, list[str]] = {}
+        """Primary call node → the shadow call nodes this process started for it (R1),
+        so that a primary accepted after its shadow is compared at once; a shadow's
+        record names its primary, so a shadow accepted last is compared wherever it
+        is accepted."""
         self.metrics.bind(self.engine, self._engine_lock)
         self.engine.external_heartbeat = self.engine.owner is not None
         self._heartbeat_stop = threading.Event()
@@ -264,23 +275,52 @@ class Executor:
         binding = spec.binding
         if binding.protocol in self.disabled_protocols:
             raise AdapterDisabled(f"the {binding.protocol} adapter is disabled for new operations")
-        if self.ledger.find(spec.call_node_id) is None:
-            # A new operation follows the ledger's rollout plan (R2, P6); attaching to an
-            # existing one never re-routes it.
-            version = route(
-                self.ledger.rollout_plan(),
-                protocol=binding.protocol,
-                offered=binding.adapter_version,
-                call_node_id=spec.call_node_id,
+        now = self.clock()
+        if self.ledger.find(spec.call_node_id) is not None:
+            # Attaching to an existing operation never re-routes it.
+            record = self.engine.start_call(spec, now=now)
+            self._wake_soon(spec.call_node_id)
+            return record
+        # A new operation follows the ledger's rollout plan (R2, P6).
+        plan = self.ledger.rollout_plan()
+        version = route(
+            plan,
+            protocol=binding.protocol,
+            offered=binding.adapter_version,
+            call_node_id=spec.call_node_id,
+        )
+        if version != binding.adapter_version and self.engine.versions is None:
+            # This process claims every version: a record bound to another one could be
+            # driven here by this version's code. Only a process that names the
+            # versions it runs leaves such a call to a worker that runs it.
+            raise AdapterDisabled(
+                f"the rollout plan routes this call to {binding.protocol} adapter "
+                f"{version}; this process runs {binding.adapter_version} and does not "
+                "name the versions it runs, so it cannot leave the call to another worker"
             )
-            if version != binding.adapter_version:
-                raise AdapterDisabled(
-                    f"the rollout plan routes this call to {binding.protocol} adapter "
-                    f"{version}; this process runs {binding.adapter_version}"
-                )
-        record = self.engine.start_call(spec, now=self.clock())
+        record = self.engine.start_call(spec, now=now, version=version)
+        self._start_shadows(spec, plan, now=now)
         self._wake_soon(spec.call_node_id)
         return record
+
+    def _start_shadows(self, spec: CallSpec, plan: Sequence[AdapterPlan], *, now: float) -> None:
+        """R1: a new call of a read-only tool is copied to each shadow version of its
+        protocol, under a derived call node. A shadow never affects its primary: one
+        that cannot be started is logged and left out."""
+        binding = spec.binding
+        versions = shadow_versions(plan, protocol=binding.protocol)
+        if not versions or spec.shadow_of is not None or not binding.read_only:
+            return
+        for version in versions:
+            node = shadow_call_node(spec.call_node_id, version)
+            shadow = dataclasses.replace(spec, call_node_id=node, shadow_of=spec.call_node_id)
+            try:
+                self.engine.start_call(shadow, now=now, version=version)
+            except LongcallError as exc:
+                log.warning("shadow %s of %s not started: %s", node, spec.call_node_id, exc)
+                continue
+            self._shadows.setdefault(spec.call_node_id, []).append(node)
+            self._wake_soon(node)
 
     def attach(
         self, call_node_id: str, tool_name: str, arguments: Mapping[str, Any]
@@ -797,7 +837,20 @@ class Executor:
     def _note_accepted(self, record: OperationRecord) -> None:
         """From the engine (on the ledger thread, or a synchronous caller's)."""
         self.metrics.observe_accepted(record)
+        if record.shadow_of is not None:
+            self._compare(record.call_node_id)
+        for node in self._shadows.pop(record.call_node_id, ()):
+            self._compare(node)
         self._resolve_soon(record)
+
+    def _compare(self, shadow_node: str) -> None:
+        """Record a shadow pair's comparison once both are terminal (R1); a failure
+        here is logged, never the primary's concern (``rollout status`` compares
+        whatever is left)."""
+        try:
+            compare_shadow(self.ledger, shadow_node)
+        except LongcallError as exc:
+            log.warning("shadow %s not compared: %s", shadow_node, exc)
 
     def _note_escalated(self, record: OperationRecord, reason: str) -> None:
         log.warning("operation %s needs reconciliation: %s", record.call_node_id, reason)

@@ -2,8 +2,9 @@
 
 Owns: ``tools/list`` (cursor pagination, bounded) as an exchange, the descriptor
 digest (L1: a changed tool is another tool), the idempotency reading (X2:
-``idempotentHint``/``readOnlyHint`` or an idempotency argument), the declared
-synchronous limit and ``execution.taskSupport``. Must not: perform I/O.
+``idempotentHint``/``readOnlyHint`` or an idempotency argument), the read-only hint
+(R1: only such a tool is shadowed), the declared synchronous limit and
+``execution.taskSupport``. Must not: perform I/O.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ def tool_idempotent(tool: Mapping[str, Any]) -> bool:
     schema = tool.get("inputSchema") or {}
     properties = schema.get("properties") if isinstance(schema, Mapping) else None
     return isinstance(properties, Mapping) and bool(IDEMPOTENCY_ARGUMENTS & set(properties))
+
+
+def tool_read_only(tool: Mapping[str, Any]) -> bool:
+    """The tool declares that it changes nothing: ``readOnlyHint: true`` (R1)."""
+    annotations = tool.get("annotations") or {}
+    return isinstance(annotations, Mapping) and annotations.get("readOnlyHint") is True
 
 
 def declared_sync_timeout_s(tool: Mapping[str, Any]) -> float | None:
@@ -197,6 +204,7 @@ def tool_binding(
         descriptor_digest=descriptor_digest(tool),
         task_support=task_support,  # type: ignore[arg-type]
         idempotent=tool_idempotent(tool),
+        read_only=tool_read_only(tool),
         submission_lookup=submission_lookup,
         output_schema=schema if isinstance(schema, Mapping) else None,
         sync_timeout_s=sync_timeout_s,
@@ -217,4 +225,5 @@ __all__ = [
     "task_support_of",
     "tool_binding",
     "tool_idempotent",
+    "tool_read_only",
 ]
