@@ -805,6 +805,14 @@ def ops_where() -> None:
 
 
 def _note(result: CallResult) -> str:
+    shadow_of = result.record.shadow_of
+    if shadow_of is not None:
+        rest = _plain_note(result)
+        return f"shadow of {shadow_of}" + (f"; {rest}" if rest else "")
+    return _plain_note(result)
+
+
+def _plain_note(result: CallResult) -> str:
     if result.input is not None:
         questions = [q.message or q.key for q in result.input.questions]
         return "asks: " + "; ".join(questions)

@@ -1,9 +1,9 @@
 """``longcall rollout``: read and change the ledger's rollout plan (SPEC R1-R3, P6, O1).
 
-Owns: the ``status``, ``set``, ``canary``, ``shadow`` and ``rollback`` subcommands. The
-plan lives in the ledger, so every worker of that ledger routes new calls by it;
-:mod:`longcall.runtime.rollout` holds the rules. Must not: route or rebind anything
-itself.
+Owns: the ``status``, ``set``, ``canary``, ``shadow``, ``shadow-report`` and
+``rollback`` subcommands. The plan lives in the ledger, so every worker of that ledger
+routes new calls by it; :mod:`longcall.runtime.rollout` holds the rules. Must not:
+route, rebind or compare anything itself.
 """
 
 from __future__ import annotations
@@ -117,12 +117,62 @@ def rollout_canary(protocol: str, version: str, percent: float, note: str, ledge
 @click.option("--note", default="", help="Why (kept in the plan).")
 @ledger_option
 def rollout_shadow(protocol: str, version: str, note: str, ledger_url: str) -> None:
-    """Mark VERSION as the shadow of PROTOCOL (recorded only: shadow calls are not built yet)."""
+    """Make VERSION a shadow of PROTOCOL: it takes no calls of its own, and each new
+    call of a tool that declares itself read-only (MCP readOnlyHint: true) is also
+    made through VERSION, as a separate operation under the call node
+    <node>~shadow-VERSION. A shadow's result advances nothing downstream; once both
+    are done their status and result digest are compared (rollout shadow-report).
+    Calls of any other tool are never shadowed.
+
+    A shadow operation is driven by a worker that runs VERSION."""
     _write(
         ledger_url,
         AdapterPlan(protocol=protocol, adapter_version=version, state="shadow", note=note),
     )
-    click.echo("note: shadow copies of read-only calls are not carried out yet", err=True)
+    click.echo(
+        f"new calls of {protocol} tools that declare themselves read-only (readOnlyHint: true)"
+        f" are also made through {version}; calls of other tools are not shadowed"
+    )
+
+
+@rollout.command("shadow-report")
+@ledger_option
+@json_option
+def rollout_shadow_report(ledger_url: str, as_json: bool) -> None:
+    """Per protocol and shadow version: how many shadow calls matched their primary,
+    which differed (and in what), which are still running. Pairs that finished
+    without being compared are compared now."""
+    from longcall.runtime.rollout import shadow_report
+
+    with open_ledger(ledger_url) as ledger:
+        try:
+            tallies = shadow_report(ledger)
+        except LongcallError as exc:
+            raise click.ClickException(str(exc)) from exc
+    if as_json:
+        click.echo(json.dumps([t.to_json() for t in tallies], indent=2, sort_keys=True))
+        return
+    if not tallies:
+        click.echo("no shadow calls")
+        return
+    table = Table(title="shadow calls", title_justify="left")
+    for column in ("protocol", "version", "matched", "differed", "pending"):
+        table.add_column(column)
+    for tally in tallies:
+        table.add_row(
+            tally.protocol,
+            tally.adapter_version,
+            str(tally.matched),
+            str(len(tally.differed)),
+            str(len(tally.pending)),
+        )
+    Console().print(table)
+    for tally in tallies:
+        for comparison in tally.differed:
+            click.echo(
+                f"differs: {comparison.shadow_node} (primary {comparison.primary_node}):"
+                f" {comparison.detail}"
+            )
 
 
 @rollout.command("rollback")

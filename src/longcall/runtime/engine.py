@@ -286,8 +286,8 @@ class Engine:
 
         The record and its arguments are committed before any request is planned.
         ``version``: bind the new operation to this adapter version instead of the
-        binding's — one this engine does not run: the record is created unowned and
-        left to a worker that runs it (claims filter by version), nothing is planned.
+        binding's. If this engine does not run it, the record is created unowned and
+        left to a worker that does (claims filter by version); nothing is planned.
         """
         attached = self.attach(spec.call_node_id, spec.binding.tool_name, spec.arguments, now=now)
         if attached is not None:
@@ -316,11 +316,12 @@ class Engine:
             record = evolve(record, shadow_of=spec.shadow_of)
         request = canonical_json(dict(spec.arguments))
         if version is not None and version != binding.adapter_version:
-            # Routed to a version this process does not run: created unowned, for a
-            # worker that runs it to claim (R2; claims filter by version).
             record = evolve(record, adapter_version=version)
-            self.ledger.create(record, blobs={REQUEST_BLOB: request}, owner=None)
-            return record
+            if not self.runs(record):
+                # Routed to a version this engine does not run: created unowned, for a
+                # worker that runs it to claim (R2; claims filter by version).
+                self.ledger.create(record, blobs={REQUEST_BLOB: request}, owner=None)
+                return record
         if self.owner is not None:
             self._ensure_registered(now)
             self.wanted.add(spec.call_node_id)
