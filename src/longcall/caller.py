@@ -694,6 +694,14 @@ def worker_line(result: CallResult, previous: State | None, ledger_url: str | No
     help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: any free port).",
 )
 @click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Metrics interface.")
+@click.option(
+    "--runs",
+    "runs",
+    multiple=True,
+    metavar="PROTOCOL=VERSION",
+    help="Drive only operations bound to this adapter version (repeatable), so that "
+    "workers of two builds share one ledger; by default every version.",
+)
 @quiet_option
 @servers_option
 @click.pass_context
@@ -706,6 +714,7 @@ def worker(
     lease_s: float,
     metrics_port: int | None,
     metrics_host: str,
+    runs: tuple[str, ...],
     quiet: bool,
     servers_path: Path | None,
 ) -> None:
@@ -729,6 +738,7 @@ def worker(
                 console.print(escape(line), soft_wrap=True)
 
     ctx.meta[RESUME_KEY] = f"longcall worker{ledger_shown(ledger_url)}"
+    versions = [_version_pair(item) for item in runs] or None
 
     async def main() -> list[CallResult]:
         stop = asyncio.Event()
@@ -744,6 +754,7 @@ def worker(
             on_change=log,
             disabled_protocols=disabled,
             lease_s=lease_s,
+            versions=versions,
         ) as client:
             if metrics_port is not None:
                 port = client.executor.metrics.serve(metrics_port, host=metrics_host)
@@ -770,6 +781,14 @@ def worker(
         console.print(f"worker: stopped; {len(waiting)} operation(s) wait for a person")
     if until_idle and waiting:
         raise click.exceptions.Exit(int(ExitCode.NEEDS_PERSON))
+
+
+def _version_pair(item: str) -> tuple[str, str]:
+    """``PROTOCOL=VERSION`` of ``--runs``, or a usage error."""
+    protocol, sep, version = item.partition("=")
+    if not sep or not protocol or not version:
+        raise click.BadParameter(f"expected PROTOCOL=VERSION, got {item!r}", param_hint="--runs")
+    return protocol, version
 
 
 # --- longcall ops -----------------------------------------------------------------------

@@ -339,8 +339,11 @@ class Client:
         lease_s: float | None = None,
         servers: ServersConfig | None = None,
         announce: Callable[[str], None] | None = None,
+        versions: Collection[tuple[str, str]] | None = None,
     ) -> None:
-        """``drive_all`` takes over every open operation of the ledger (a worker);
+        """``versions``: the (protocol, adapter version) pairs this process runs; it
+        drives only operations bound to one of them (default: every version).
+        ``drive_all`` takes over every open operation of the ledger (a worker);
         otherwise only the nodes this client calls or waits on. ``create_ledger=False``
         refuses a ledger that does not exist yet (LedgerMissing). ``lease_s``: how long
         another worker waits before taking this one's operations over if it stops.
@@ -363,6 +366,7 @@ class Client:
             "request_timeout_s": request_timeout_s,
             "disabled_protocols": disabled_protocols,
             "adopt_new": drive_all,
+            "versions": versions,
         }
         self.servers = servers or ServersConfig()
         self.announce = announce

@@ -72,6 +72,8 @@ def rollout_status(ledger_url: str, as_json: bool) -> None:
             row["note"],
         )
     Console().print(table)
+    if any(row["state"] == "shadow" for row in rows):
+        click.echo("how the shadow calls compare: longcall rollout shadow-report")
 
 
 def _write(ledger_url: str, plan: AdapterPlan) -> None:

@@ -269,3 +269,12 @@ def test_a_call_routed_to_another_version_is_left_to_its_workers(tmp_path: Path)
     assert ledger.get("routed").state is State.ACCEPTED
     assert claimers(ledger, "routed") == {"b"}
     world.close()
+
+
+def test_worker_runs_takes_protocol_version_pairs(tmp_path: Path) -> None:
+    """``longcall worker --runs`` wants PROTOCOL=VERSION; anything else is a usage error."""
+    done = CliRunner().invoke(
+        main, ["worker", "--runs", "mcp", "--ledger", f"sqlite:///{tmp_path / 'l.db'}"]
+    )
+    assert done.exit_code == 2
+    assert "PROTOCOL=VERSION" in done.output
