@@ -288,8 +288,10 @@ class LegacyMapping(BindingCache):
             return fetch_failed(answer, JSONRPC_FAILURES)
         if answer.error is not None:
             error = answer.error
-            if error.get("code") == -32602 and record.server_status is None:
-                return Outcome(event=OperationNotFound(detail=str(error.get("message"))))
+            if error.get("code") == -32602:
+                gone = yield from self._gone(record, task_id, str(error.get("message")))
+                if gone is not None:
+                    return gone
             # X6: the JSON-RPC error answering our tasks/result IS the task's outcome.
             return protocol_error_result(error, operation_id=task_id)
         result = answer.result or {}
@@ -309,6 +311,37 @@ class LegacyMapping(BindingCache):
             output_schema=binding.output_schema if binding else None,
             status=status,
             operation_id=task_id,
+        )
+
+    def _gone(
+        self, record: OperationRecord, task_id: str, message: str
+    ) -> Exchange[Outcome | None]:
+        """-32602 from ``tasks/result`` is either "no such task" (unknown, or expired
+        since its terminal was read) or the tool's own invalid-params error, which
+        ``tasks/result`` returns as the task's outcome. Before a terminal was read it can
+        only be the first; after one, ``tasks/get`` tells them apart: a task it still
+        finds ended, and the error is its outcome (None); a task it cannot find is gone
+        with its result (X7: not found is never an outcome)."""
+        if record.server_status is None:
+            return Outcome(event=OperationNotFound(detail=message))
+        answer = yield from self._call("tasks/get", {"taskId": task_id})
+        if isinstance(answer, TransportFailure):
+            return fetch_failed(answer, JSONRPC_FAILURES)
+        if answer.error is not None:
+            if answer.error.get("code") == -32602:
+                detail = f"tasks/result: {message}; tasks/get: {answer.error.get('message')}"
+                return Outcome(event=OperationNotFound(detail=detail))
+            return task_request_failed(RequestKind.FETCH, answer, JSONRPC_FAILURES)
+        read = task_status(answer.result or {}, task_id, interval_key="pollInterval")
+        if isinstance(read, Outcome):
+            return read
+        if read.status in (ServerStatus.COMPLETED, ServerStatus.FAILED):
+            return None
+        return Outcome(
+            event=OperationNotFound(
+                detail=f"tasks/result: {message}, while tasks/get says {read.raw!r} of a task"
+                f" already read as {record.server_status_raw!r}"
+            )
         )
 
     # --- cancel (X5) ---------------------------------------------------------------------------
