@@ -34,7 +34,7 @@ import json
 import math
 import random
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, TypeVar
 
 from longcall.adapters.base import Outcome, ToolBinding
 from longcall.core import (
@@ -185,6 +185,8 @@ class CancelOutcome:
     detail: str = ""
 
 
+T = TypeVar("T")
+
 InputPolicy = Callable[[OperationRecord, c.AskInput], Mapping[str, Any] | None]
 """Answers an input request automatically (keys → values), or None to leave it to a human."""
 
@@ -230,6 +232,9 @@ class Engine:
         """True when the driver renews the lease from its own thread (:meth:`heartbeat`)."""
         self._lapsed_at: float | None = None
         """What the last claim round saw of the whole ledger (a worker only)."""
+        self._held_back = False
+        """:meth:`due` found the lease too short to send: nothing is due (and
+        :meth:`next_wakeup` plans no request) until the lease is renewed."""
         self._registered = False
         self._next_renew = 0.0
         self._next_claim = 0.0
@@ -536,6 +541,7 @@ class Engine:
             )
             self._lapsed_at = now
         self._lease_until = now + lease_s
+        self._held_back = False
 
     def idle(self) -> bool:
         """Nothing left to drive: nothing held and, for a worker, no open operation in
@@ -572,6 +578,7 @@ class Engine:
         )
         self._registered = True
         self._lease_until = now + self.lease.lease_s
+        self._held_back = False
         self._next_renew = now + self.lease.renew_every_s
         # The first claim round waits one interval, so that workers started together
         # see each other in the census and split the work at once: otherwise the
@@ -594,6 +601,7 @@ class Engine:
             self._refresh_held(now=now)
         self._lease_until = now + self.lease.lease_s
         self._next_renew = now + self.lease.renew_every_s
+        self._held_back = False
 
     def _claim_share(self, now: float) -> None:
         """Hold about ``open / live workers`` operations: claim up to that, shed above
@@ -683,42 +691,77 @@ class Engine:
         self, call_node_id: str, *, now: float, requested_by: str = "caller"
     ) -> CancelOutcome:
         """Ask for cancellation: bump the generation by CAS, then send (X5)."""
-        record = self.ledger.get(call_node_id)
-        outcome, transition = request_cancel(
-            self.ledger,
-            record,
-            now=now,
-            jitter=self.rng.random(),
-            requested_by=requested_by,
-            owner=self._owner_for(call_node_id),
-        )
+
+        def write(owner: str | None) -> tuple[CancelOutcome, Transition | None]:
+            return request_cancel(
+                self.ledger,
+                self.ledger.get(call_node_id),
+                now=now,
+                jitter=self.rng.random(),
+                requested_by=requested_by,
+                owner=owner,
+            )
+
+        outcome, transition = self._intent(call_node_id, write)
         if transition is not None:
-            self.records[call_node_id] = transition.record
-            self._plan(transition.record, transition.commands, now=now)
+            self._hold_intent(transition, now=now)
         return outcome
 
     def answer(
         self, call_node_id: str, answers: Mapping[str, Any], *, now: float
     ) -> OperationRecord:
         """Answer pending input keys of the current round (X4)."""
-        record = self.ledger.get(call_node_id)
-        transition = record_answers(
-            self.ledger,
-            record,
-            answers,
-            now=now,
-            jitter=self.rng.random(),
-            owner=self._owner_for(call_node_id),
-        )
-        self.records[call_node_id] = transition.record
-        self._plan(transition.record, transition.commands, now=now)
+
+        def write(owner: str | None) -> Transition:
+            return record_answers(
+                self.ledger,
+                self.ledger.get(call_node_id),
+                answers,
+                now=now,
+                jitter=self.rng.random(),
+                owner=owner,
+            )
+
+        transition = self._intent(call_node_id, write)
+        self._hold_intent(transition, now=now)
         return transition.record
+
+    def _intent(self, call_node_id: str, write: Callable[[str | None], T]) -> T:
+        """Write a caller's intent: under this worker's lease if it holds the operation,
+        else by version alone, as an operator would. Held here but fenced (the lease
+        lapsed and another worker took it over): let it go and write it by version
+        alone; the holder re-plans it at its next claim round (D1). Found by the
+        simulator: the fenced write used to escape to the caller as an error."""
+        owner = self._owner_for(call_node_id)
+        try:
+            return write(owner)
+        except Fenced:
+            if owner is None:
+                raise
+            self.stats["fenced"] += 1
+            self._let_go(call_node_id)
+            return write(None)
+
+    def _hold_intent(self, transition: Transition, *, now: float) -> None:
+        """Plan what an intent needs, where this engine drives the operation: alone on
+        its ledger, or holding it. Another worker's operation is left to it (a
+        request from here would be one more sender of a request that is not ours)."""
+        record = transition.record
+        if self.owner is not None and record.call_node_id not in self.records:
+            return
+        self.records[record.call_node_id] = record
+        self._plan(record, transition.commands, now=now)
 
     # --- scheduling ------------------------------------------------------------------
 
     def next_wakeup(self) -> float | None:
         """The earliest planned request, or the moment polls waiting for a send slot
         ask for more (None when nothing is planned)."""
+        if self._held_back:
+            # Past the lease's send margin nothing leaves until a renewal: a driver
+            # woken at the planned (past) moment would only spin (found by the
+            # simulator's lease-expiry worlds). Housekeeping turns still come.
+            return None
         wake: float | None = None
         while self._timers:
             at, _, seq, node, kind = self._timers[0]
@@ -737,7 +780,9 @@ class Engine:
         ``limit`` of them: the driver's free sending capacity). Nothing leaves while
         this engine's lease is about to run out (D1)."""
         if not self.lease_valid(now):
+            self._held_back = True
             return []
+        self._held_back = False
         shared = self.owner is not None
         if shared:
             self._assign_slots(now)
@@ -826,7 +871,10 @@ class Engine:
         for server, queue in self._poll_queue.items():
             while queue and not self._awaits_slot(*queue[0]):
                 queue.popleft()
-            if not queue or self._granted_until.get(server, -math.inf) >= now + GRANT_HORIZON_S:
+            # The same expression as next_wakeup's: at the moment it names, a grant is
+            # taken (with ``>=`` on ``now + GRANT_HORIZON_S`` a driver on a virtual clock
+            # woke at exactly that moment for nothing, for ever: found by the simulator).
+            if not queue or self._granted_until.get(server, -math.inf) - GRANT_HORIZON_S > now:
                 continue
             grant = self.ledger.take_poll_slots(
                 server, now=now, count=len(queue), qps_max=self.qps_max(server)
