@@ -13,7 +13,7 @@ from longcall.core import commands as c
 from longcall.core import events as e
 from longcall.core.retry import FailureKind, RequestKind
 from longcall.ledger import SQLiteLedger
-from longcall.runtime.engine import Action, CallSpec, Engine
+from longcall.runtime.engine import Action, CallSpec, Engine, LeasePolicy
 from longcall.runtime.step import apply_event
 
 
@@ -200,3 +200,51 @@ def test_a_retry_after_holds_every_poll_of_that_server() -> None:
     assert [a for a in engine.due(14.0) if a.kind == "Poll"] == []
     released = [a for t in (14.1, 14.2) for a in engine.due(t) if a.kind == "Poll"]
     assert sorted(a.call_node_id for a in released) == ["a", "b"]
+
+
+# --- found by the worlds of several workers on one ledger (D1) ---------------------------
+
+
+def _worker(ledger: SQLiteLedger, owner: str, *, now: float = 0.0) -> Engine:
+    engine = Engine(
+        ledger,
+        rng=random.Random(1),
+        poll_qps_max=2.0,
+        owner=owner,
+        lease=LeasePolicy.of(6.0),
+    )
+    engine.external_heartbeat = True
+    engine.resume_all(now=now)
+    return engine
+
+
+def test_a_lapsing_lease_plans_no_wakeup_in_the_past() -> None:
+    """Past the send margin nothing is due; next_wakeup used to name the past moment of
+    the planned request, so a driver woke for nothing, for ever. It names none until a
+    renewal, and the request goes after it."""
+    engine = _worker(SQLiteLedger(":memory:"), "w0")
+    engine.start_call(CallSpec(call_node_id="a", binding=_binding(), arguments={}), now=0.0)
+    late = 5.5  # the lease (6 s) has less than its send margin (1 s) left
+    assert engine.due(late) == []
+    assert engine.next_wakeup() is None
+    engine.heartbeat(late)
+    assert engine.next_wakeup() is not None
+    assert [a.kind for a in engine.due(late)] == ["SendSubmit"]
+
+
+def test_a_cancel_through_a_worker_that_lost_the_operation_is_written_not_raised() -> None:
+    """A worker whose lease lapsed still holds the operation in memory; a caller's cancel
+    through it used to end in Fenced. It lets the operation go and writes the cancel by
+    version alone, for the worker that holds it now to send."""
+    ledger = SQLiteLedger(":memory:")
+    first = _worker(ledger, "w0")
+    first.complete(_start(first, "a"), _ack("t1"), now=0.1)
+    second = _worker(ledger, "w1", now=7.0)
+    second.housekeep(now=8.0)  # w0's lease ran out at 6 s: w1 claims "a"
+    assert "a" in second.records
+    outcome = first.cancel("a", now=8.5)
+    assert outcome.outcome == "requested"
+    assert "a" not in first.records
+    assert first.stats["fenced"] == 1
+    second.housekeep(now=9.5)  # the re-read finds the cancel and plans its request
+    assert "SendCancel" in [a.kind for a in second.due(9.5)]

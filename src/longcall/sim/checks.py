@@ -22,7 +22,12 @@ what):
 * ``cancel ack for its own request`` — a cancel generation is acknowledged only once
   its request reached the server (X5);
 * ``stale-epoch reply committed`` — a reply to an older execution epoch changes
-  nothing (D1; checked by the world around each delivery).
+  nothing (D1; checked by the world around each delivery);
+* ``stale write fenced`` — a worker's write to an operation it no longer holds (another
+  worker took it over, or it was released) is refused by the ledger as ``Fenced``, not
+  as anything else (D1: the database is the judge);
+* ``one owner per epoch`` — in an operation's history, every write of one execution
+  epoch comes from one owner (D1; re-read by :func:`audit`).
 
 The structural guarantees (one receipt per node: a UNIQUE constraint; every outbox row
 traced to its receipt: a foreign key) are re-read by :func:`audit` and reported apart.
@@ -34,7 +39,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 
 from longcall.core import (
     TERMINAL_STATES,
@@ -44,7 +49,9 @@ from longcall.core import (
     State,
     TerminalReceipt,
 )
-from longcall.ledger import SQLiteLedger
+from longcall.errors import Fenced
+from longcall.ledger import Claim, Fence, SQLiteLedger
+from longcall.ledger.base import ClaimDecision
 
 UNKNOWN_STATES = (State.SUBMISSION_UNKNOWN, State.RECONCILIATION_REQUIRED)
 TERMINAL_READS = frozenset({"ResultFetched", "TerminalObserved", "CancellationObserved"})
@@ -87,15 +94,31 @@ class Checker:
         self.cancel_latencies_operator: list[float] = []
         """The subset settled by an operator's reconciliation (reported apart)."""
         self.ledger: SQLiteLedger | None = None
+        self.owner: dict[str, str | None] = {}
+        """call node -> the worker the ledger says holds it (open operations only)."""
+        self.claims: dict[str, int] = {}
+        """call node -> how often an execution was claimed (a new epoch taken)."""
 
     def fail(self, check: str, detail: str) -> None:
         self.violations.append(Violation(check=check, detail=f"t={self.now:.3f} {detail}"))
 
     def on_write(
-        self, record: OperationRecord, event: str, receipt: TerminalReceipt | None
+        self,
+        record: OperationRecord,
+        event: str,
+        receipt: TerminalReceipt | None,
+        *,
+        owner: str | None = None,
     ) -> None:
         node = record.call_node_id
         self.writes += 1
+        if event == "ExecutionClaimed":
+            self.claims[node] = self.claims.get(node, 0) + 1
+            self.owner[node] = owner
+        elif event == "Created":
+            self.owner[node] = owner
+        if record.is_terminal:
+            self.owner.pop(node, None)
         before = self.state.get(node)
         if event == "Created":
             if before is not None:
@@ -201,6 +224,18 @@ class Checker:
         elif node in self.unknown_since:
             self.unknown_durations.append(self.now - self.unknown_since.pop(node))
 
+    def refused(self, node: str, owner: str, epoch: int, error: Exception) -> None:
+        """A worker's write was refused: if the operation is no longer its own at that
+        epoch, the refusal must be the fence's (D1)."""
+        held = self.owner.get(node) == owner and self.epoch.get(node, 0) == epoch
+        if not held and not isinstance(error, Fenced) and node in self.owner:
+            self.fail(
+                "stale write fenced",
+                f"{node}: a write of {owner} at epoch {epoch} (held by {self.owner.get(node)}"
+                f" at {self.epoch.get(node, 0)}) was refused as {type(error).__name__}, not"
+                " Fenced",
+            )
+
     def close(self, end: float) -> None:
         """End of run: open timings count up to ``end``."""
         for since in self.unknown_since.values():
@@ -249,7 +284,7 @@ class ObservedLedger(SQLiteLedger):
     ) -> OperationRecord:
         out = super().create(record, blobs=blobs, owner=owner)
         if self.checker is not None:
-            self.checker.on_write(record, "Created", None)
+            self.checker.on_write(record, "Created", None, owner=owner)
         return out
 
     def update(
@@ -260,9 +295,14 @@ class ObservedLedger(SQLiteLedger):
         event: str,
         owner: str | None = None,
     ) -> None:
-        super().update(record, expected_version=expected_version, event=event, owner=owner)
+        try:
+            super().update(record, expected_version=expected_version, event=event, owner=owner)
+        except Exception as exc:
+            if self.checker is not None and owner is not None:
+                self.checker.refused(record.call_node_id, owner, record.execution_epoch, exc)
+            raise
         if self.checker is not None:
-            self.checker.on_write(record, event, None)
+            self.checker.on_write(record, event, None, owner=owner)
 
     def accept_terminal(
         self,
@@ -274,17 +314,63 @@ class ObservedLedger(SQLiteLedger):
         event: str,
         owner: str | None = None,
     ) -> int:
-        receipt_id = super().accept_terminal(
-            record,
-            receipt,
-            expected_version=expected_version,
-            result_payload=result_payload,
-            event=event,
-            owner=owner,
-        )
+        try:
+            receipt_id = super().accept_terminal(
+                record,
+                receipt,
+                expected_version=expected_version,
+                result_payload=result_payload,
+                event=event,
+                owner=owner,
+            )
+        except Exception as exc:
+            if self.checker is not None and owner is not None:
+                self.checker.refused(record.call_node_id, owner, record.execution_epoch, exc)
+            raise
         if self.checker is not None:
             self.checker.on_write(record, event, receipt)
         return receipt_id
+
+    def put_blob(
+        self, call_node_id: str, name: str, payload: bytes, *, fence: Fence | None = None
+    ) -> bool:
+        try:
+            return super().put_blob(call_node_id, name, payload, fence=fence)
+        except Exception as exc:
+            if self.checker is not None and fence is not None:
+                self.checker.refused(call_node_id, fence.owner, fence.execution_epoch, exc)
+            raise
+
+    def claim(
+        self,
+        owner: str,
+        *,
+        now: float,
+        limit: int,
+        decide: ClaimDecision,
+        nodes: Collection[str] | None = None,
+    ) -> list[Claim]:
+        claimed = super().claim(owner, now=now, limit=limit, decide=decide, nodes=nodes)
+        if self.checker is not None:
+            for one in claimed:
+                self.checker.on_write(one.record, "ExecutionClaimed", None, owner=owner)
+        return claimed
+
+    def release(self, owner: str, call_node_ids: Collection[str]) -> int:
+        released = super().release(owner, call_node_ids)
+        if self.checker is not None:
+            for node in call_node_ids:
+                if self.checker.owner.get(node) == owner:
+                    self.checker.owner[node] = None
+        return released
+
+    def retire_worker(self, owner: str) -> int:
+        released = super().retire_worker(owner)
+        if self.checker is not None:
+            held = self.checker.owner
+            for node in [n for n, holder in held.items() if holder == owner]:
+                held[node] = None
+        return released
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -322,6 +408,17 @@ def audit(ledger: SQLiteLedger, nodes: list[str]) -> Audit:
             if after.version != before.version + 1:
                 detail = f"{node}: history version gap at {after.version}"
                 problems.append(Violation(check="versions and epochs", detail=detail))
+        owners: dict[int, str] = {}
+        for row in rows:
+            if row.owner is None:
+                continue  # an operator's (or a non-holder's) write by version alone
+            first = owners.setdefault(row.execution_epoch, row.owner)
+            if first != row.owner:
+                detail = (
+                    f"{node}: epoch {row.execution_epoch} written by {first} and {row.owner}"
+                    f" ({row.event} at version {row.version})"
+                )
+                problems.append(Violation(check="one owner per epoch", detail=detail))
     by_node = {r.call_node_id: r for r in receipts}
     outbox = ledger.outbox()
     traced = sum(1 for row in outbox if row.call_node_id in by_node)

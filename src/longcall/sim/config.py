@@ -44,6 +44,12 @@ class Profile:
     crash_share: float
     race_share: float
     crash_on_action_share: float
+    workers_share: float
+    """The share of worlds run by 2–4 lease-mode workers on one ledger (D1) instead of
+    one single-process executor."""
+    worker_fault_share: float
+    """In such a world, the chance of each worker fault class (paused, lease expired,
+    killed, retired) being on, and of the workers' clocks being skewed."""
     operator_delay_s: tuple[float, float]
     """How long after a record entered reconciliation the operator acts on it."""
     operator_tick_s: float
@@ -72,6 +78,8 @@ DEFAULT = Profile(
     crash_share=0.3,
     race_share=0.15,
     crash_on_action_share=0.15,
+    workers_share=0.12,
+    worker_fault_share=0.4,
     operator_delay_s=(10.0, 45.0),
     operator_tick_s=10.0,
     latency_s=((0.005, 0.05), (0.05, 0.5)),
@@ -94,6 +102,8 @@ GENTLE = dataclasses.replace(
     crash_share=0.1,
     race_share=0.05,
     crash_on_action_share=0.05,
+    workers_share=0.08,
+    worker_fault_share=0.25,
     operator_delay_s=(5.0, 20.0),
     operator_tick_s=5.0,
 )
@@ -118,6 +128,8 @@ HARSH = dataclasses.replace(
     crash_share=0.5,
     race_share=0.3,
     crash_on_action_share=0.3,
+    workers_share=0.15,
+    worker_fault_share=0.6,
     operator_delay_s=(30.0, 120.0),
     operator_tick_s=30.0,
     latency_s=((0.01, 0.1), (0.1, 1.0)),
@@ -157,6 +169,39 @@ class ServerConfig:
     """Apify: the executor is configured to abort gracefully there (ABORTING first)."""
 
 
+SKEW_MAX_S = 0.04
+"""The most a worker's clock is off the world's, either way (docs/design/simulator.md
+says why: two workers disagree by at most 0.08 s, less than what the shared poll
+budget's spacing leaves over at the departure stamps)."""
+LEASES_S = (6.0, 9.0, 15.0)
+"""The lease lengths a multi-worker world draws (``LeasePolicy.of``; short, so that
+takeovers happen within a world's few minutes)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Workers:
+    """A world of several lease-mode workers on one ledger (D1), and their faults."""
+
+    count: int
+    lease_s: float
+    skews: tuple[float, ...]
+    """Per worker: its clock minus the world's (seconds)."""
+    pauses: tuple[tuple[int, float, float], ...] = ()
+    """(worker, at, for how long): the process stops (SIGSTOP, a long GC) — nothing of
+    it runs, its replies wait — for longer than its lease."""
+    stalls: tuple[tuple[int, float, float], ...] = ()
+    """(worker, at, for how long): its lease renewal stops while the rest of it runs,
+    so its lease expires under it."""
+    kills: tuple[tuple[int, float, float | None], ...] = ()
+    """(worker, at, replacement after): killed holding its leases (no retire); a new
+    process with a new owner id starts that much later (None: none)."""
+    retires: tuple[tuple[int, float], ...] = ()
+    """(worker, at): a clean stop (SIGTERM): in-flight work requeued, leases released."""
+    send_lag_s: float = 0.0
+    """The most an action waits between ``Engine.due`` and its adapter call (the event
+    loop's lag): a read that misses its send slot goes back through ``slot_missed``."""
+
+
 @dataclasses.dataclass(slots=True, kw_only=True)
 class Config:
     """Everything a seed expands into (printed first by ``--replay``)."""
@@ -186,6 +231,8 @@ class Config:
     not by a policy hook at once."""
     double_answer: float
     """The share of a person's answers sent twice (a double submit), 1–20 s apart."""
+    workers: Workers | None = None
+    """Several lease-mode workers (None: one single-process executor, as before)."""
 
     @classmethod
     def draw(cls, rng: random.Random, profile: Profile = DEFAULT) -> Config:
@@ -262,6 +309,15 @@ class Config:
                 faults.page_loss = pick((0.4, (0.1, 0.3)))
                 faults.page_contradict = pick((0.2, (0.05, 0.2)))
                 faults.zero_items = pick((0.4, (0.3, 1.0)))
+        # D1: drawn last of all (from a separate draw of the same generator), so the
+        # worlds of one executor keep the shape they had before workers existed.
+        workers = _workers(rng, profile, crash_on_action)
+        if workers is not None:
+            # Several workers replace the single-process faults: a whole-process crash
+            # of every worker, and a racing stale executor, become kills and pauses of
+            # one worker; a crash before a send kills the worker that was sending.
+            crashes, race_at = [], None
+            file_ledger = False
         return cls(
             profile=profile.name,
             servers=servers,
@@ -281,7 +337,65 @@ class Config:
             repeat_cancel=repeat_cancel,
             human_gate=human_gate,
             double_answer=double_answer,
+            workers=workers,
         )
+
+
+def _workers(rng: random.Random, profile: Profile, crash_on_action: int | None) -> Workers | None:
+    if rng.random() >= profile.workers_share:
+        return None
+    count = rng.randint(2, 4)
+    lease_s = rng.choice(LEASES_S)
+    share = profile.worker_fault_share
+
+    def on() -> bool:
+        return rng.random() < share
+
+    skews = (
+        tuple(round(rng.uniform(-SKEW_MAX_S, SKEW_MAX_S), 4) for _ in range(count))
+        if on()
+        else (0.0,) * count
+    )
+    # Each fault befalls one worker; pauses and stalls last beyond the lease (plus two
+    # claim rounds), so that the others take its work over before it comes back.
+    pauses = (
+        ((rng.randrange(count), round(rng.uniform(5.0, 120.0), 3), _away(rng, lease_s)),)
+        if on()
+        else ()
+    )
+    stalls = (
+        ((rng.randrange(count), round(rng.uniform(5.0, 120.0), 3), _away(rng, lease_s)),)
+        if on()
+        else ()
+    )
+    kills = (
+        (
+            (
+                rng.randrange(count),
+                round(rng.uniform(5.0, 120.0), 3),
+                round(rng.uniform(1.0, 30.0), 3) if rng.random() < 0.5 else None,
+            ),
+        )
+        if on()
+        else ()
+    )
+    retires = ((rng.randrange(count), round(rng.uniform(5.0, 120.0), 3)),) if on() else ()
+    send_lag_s = rng.choice((0.0, 0.05, 0.3))
+    del crash_on_action  # kept by the config: the sending worker is killed there
+    return Workers(
+        count=count,
+        lease_s=lease_s,
+        skews=skews,
+        pauses=pauses,
+        stalls=stalls,
+        kills=kills,
+        retires=retires,
+        send_lag_s=send_lag_s,
+    )
+
+
+def _away(rng: random.Random, lease_s: float) -> float:
+    return round(lease_s + rng.uniform(2.5, lease_s), 3)
 
 
 def _server(rng: random.Random, index: int) -> ServerConfig:
@@ -316,8 +430,10 @@ __all__ = [
     "GENTLE",
     "HARSH",
     "PROFILES",
+    "SKEW_MAX_S",
     "Config",
     "NetFaults",
     "Profile",
     "ServerConfig",
+    "Workers",
 ]

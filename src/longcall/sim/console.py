@@ -51,6 +51,7 @@ def run_sim(
     console.print(gate_table(report.gate_list(), f"release gates (profile {report.profile})"))
     console.print(gate_table(report.structural(), "structural guarantees (schema)"))
     console.print(fault_table(report))
+    console.print(workers_table(report))
     for failure in report.failures:
         console.print(f"[red]FAIL[/] seed {failure['seed']}: {failure['replay']}")
         for line in failure["violations"]:
@@ -86,6 +87,19 @@ def fault_table(report: Report) -> Table:
     for name in FAULT_CLASSES:
         table.add_row(name, str(report.fault_counts.get(name, 0)))
     table.add_row("operator resolutions", str(report.operator_resolutions))
+    return table
+
+
+def workers_table(report: Report) -> Table:
+    """The worlds of several workers on one ledger (D1): what their engines counted."""
+    table = Table(title="several workers on one ledger", title_justify="left")
+    table.add_column("measure")
+    table.add_column("count", justify="right")
+    table.add_row("worlds of 2-4 workers", str(report.multi_worker_worlds))
+    table.add_row("workers started", str(report.workers_started))
+    for name, count in report.worker_stats.items():
+        table.add_row(name, str(count))
+    table.add_row("stale sends", str(report.stale_sends))
     return table
 
 

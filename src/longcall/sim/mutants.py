@@ -202,6 +202,37 @@ def _cas_removed(original: str) -> str:
     return original.replace(" AND version = ? AND version + 1 = ?", " AND ? > 0 AND ? > 0")
 
 
+def _fence_removed_sql(original: str) -> str:
+    return original.replace(
+        " AND owner = ? AND execution_epoch = ?", " AND ? IS NOT NULL AND ? IS NOT NULL"
+    )
+
+
+def _fence_unchecked(original: Callable[..., Any]) -> Callable[..., Any]:
+    def check_fence(*args: Any) -> None:
+        return None
+
+    return check_fence
+
+
+def _every_lease_lapsed(original: str) -> str:
+    return "SELECT owner FROM workers WHERE ? IS NOT NULL"
+
+
+def _shed_every_round(original: Callable[..., Any]) -> Callable[..., Any]:
+    """After each claim round, hand back everything held that has nothing in flight."""
+
+    def claim_share(self: Any, now: float) -> None:
+        original(self, now)
+        busy = {node for node, _kind in self._in_flight}
+        idle = [n for n in self.records if n not in busy]
+        self.ledger.release(self.owner, idle)
+        for node in idle:
+            self._let_go(node)
+
+    return claim_share
+
+
 # --- the catalogue ------------------------------------------------------------------------
 
 _MACHINE = "longcall.core.machine"
@@ -328,6 +359,27 @@ MUTANTS: tuple[Mutant, ...] = (
         name="cas-removed",
         bug="the ledger's update does not compare the version it read (L4)",
         patches=(("longcall.ledger.sqlite", "_UPDATE_TO_OPEN", _cas_removed),),
+    ),
+)
+MUTANTS += (
+    Mutant(
+        name="fence-removed",
+        bug="the ledger no longer checks a worker's (owner, epoch) on its writes (D1)",
+        patches=(
+            ("longcall.ledger.sqlite", "_FENCED_UPDATE_TO_OPEN", _fence_removed_sql),
+            ("longcall.ledger.sqlite", "_FENCED_UPDATE_TO_TERMINAL", _fence_removed_sql),
+            ("longcall.ledger.sql", "check_fence", _fence_unchecked),
+        ),
+    ),
+    Mutant(
+        name="lease-ignored",
+        bug="a claim takes operations from workers whose lease has not run out (D1)",
+        patches=(("longcall.ledger.sql", "_LAPSED_OWNERS", _every_lease_lapsed),),
+    ),
+    Mutant(
+        name="shed-every-round",
+        bug="a worker hands back what it holds at every claim round: claims ping-pong (D1)",
+        patches=(("longcall.runtime.engine", "Engine._claim_share", _shed_every_round),),
     ),
 )
 BY_NAME = {m.name: m for m in MUTANTS}

@@ -28,7 +28,14 @@ from typing import Any
 from longcall.sim.checks import Violation
 from longcall.sim.config import DEFAULT, PROFILES, Profile
 from longcall.sim.measures import PollJudgement
-from longcall.sim.world import FAULT_CLASSES, POLL_QPS_LIMIT, Result, run_one
+from longcall.sim.world import (
+    CLAIMS_SLACK,
+    FAULT_CLASSES,
+    POLL_QPS_LIMIT,
+    WORKER_STATS,
+    Result,
+    run_one,
+)
 
 CANCEL_ACK_P99_LIMIT_S = 60.0
 UNKNOWN_RECONCILE_LIMIT_S = 15 * 60.0
@@ -90,6 +97,19 @@ class Report:
     outbox_traced: int = 0
     nodes: int = 0
     operator_resolutions: int = 0
+    claims_judged: int = 0
+    claims_over: int = 0
+    claims_max: int = 0
+    multi_worker_worlds: int = 0
+    """Worlds run by several lease-mode workers on one ledger (D1)."""
+    workers_started: int = 0
+    worker_stats: dict[str, int] = dataclasses.field(
+        default_factory=lambda: dict.fromkeys(WORKER_STATS, 0)
+    )
+    """Added up over those worlds: ``Engine.stats`` (claims, takeovers, writes
+    refused as fenced, lease lapses, send slots missed, releases)."""
+    stale_sends: int = 0
+    """Requests a worker sent for an operation the ledger no longer gave it."""
     virtual_hours: float = 0.0
     fault_counts: dict[str, int] = dataclasses.field(
         default_factory=lambda: dict.fromkeys(FAULT_CLASSES, 0)
@@ -167,6 +187,15 @@ class Report:
                 judged=self.unknowns,
                 judged_what="UNKNOWN stretches timed",
                 met=self.unknown_reconcile_max_s <= UNKNOWN_RECONCILE_LIMIT_S,
+            ),
+            Gate(
+                name=f"claims per operation <= {CLAIMS_SLACK} + faults",
+                value=(
+                    f"{self.claims_over} operations over (most claims of one: {self.claims_max})"
+                ),
+                judged=self.claims_judged,
+                judged_what="operations (claims counted in the ledger)",
+                met=self.claims_over == 0,
             ),
             Gate(
                 name="every safety/liveness check",
@@ -325,6 +354,15 @@ def _add(report: Report, result: Result, latencies: list[float], operator: list[
     report.outbox_traced += result.outbox_traced
     report.nodes += result.nodes
     report.operator_resolutions += result.operator_resolutions
+    report.claims_judged += result.claims_judged
+    report.claims_over += result.claims_over
+    report.claims_max = max(report.claims_max, result.claims_max)
+    if result.workers > 1:
+        report.multi_worker_worlds += 1
+        report.workers_started += result.workers
+        report.stale_sends += result.stale_sends
+        for name, count in result.worker_stats.items():
+            report.worker_stats[name] = report.worker_stats.get(name, 0) + count
     report.virtual_hours += result.virtual_s / 3600.0
     for name, count in result.faults.items():
         report.fault_counts[name] = report.fault_counts.get(name, 0) + count

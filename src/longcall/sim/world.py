@@ -28,9 +28,11 @@ Faults live here, in the simulated servers and in the network, never as flags in
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import heapq
 import itertools
+import math
 import os
 import random
 import shutil
@@ -52,14 +54,15 @@ from longcall.core import events as e
 from longcall.core.keys import digest_bytes, digest_json
 from longcall.core.retry import FailureKind
 from longcall.errors import IllegalTransition, LongcallError, StaleEvent
-from longcall.runtime.engine import Action, CallSpec, Engine
+from longcall.ledger import WORKER
+from longcall.runtime.engine import Action, CallSpec, Engine, LeasePolicy
 from longcall.runtime.step import apply_event
 from longcall.sim import measures
 from longcall.sim.adapter import Route, connect, exchange_for
 from longcall.sim.aip151 import Aip151Server
 from longcall.sim.apify import ApifyServer
 from longcall.sim.checks import Checker, ObservedLedger, Violation, audit
-from longcall.sim.config import DEFAULT, Config, Profile
+from longcall.sim.config import DEFAULT, SKEW_MAX_S, Config, Profile
 from longcall.sim.mcp import McpServer, Wire
 from longcall.sim.server import AIP151, APIFY, Hold, Hop, Served, SimServer
 from longcall.sim.truth import TERMINAL
@@ -88,9 +91,16 @@ FAULT_CLASSES: tuple[str, ...] = (
     "apify_zero_items",
     "apify_abort_races_completion",
     "not_found_after_retention",
+    "worker_paused",
+    "lease_expired",
+    "worker_killed",
+    "worker_retired",
+    "clock_skew",
+    "poll_slot_missed",
 )
-"""Every fault class of SPEC F1, each with its own counter in the report (the last
-seven belong to the AIP-151 and Apify-style worlds, SPEC P3, P4)."""
+"""Every fault class of SPEC F1, each with its own counter in the report (seven belong
+to the AIP-151 and Apify-style worlds, SPEC P3, P4; the last six to the worlds of
+several workers on one ledger, D1)."""
 
 POLL_QPS_LIMIT = 2.0
 """The configured per-server poll QPS of every simulated executor (X3, F3)."""
@@ -101,6 +111,10 @@ LIVENESS_BOUND_S = 1800.0
 ACTION_TIMEOUT_S = 60.0
 """The executor's budget for one action, all its requests together
 (``Executor(request_timeout_s=60)``): past it the action has failed with a timeout."""
+CLAIMS_SLACK = 2
+"""Claims an operation may take beyond one per fault that took its worker away (D1)."""
+WORKER_STATS = ("claimed", "takeovers", "fenced", "lease_lapses", "slots_missed", "released")
+"""The engine counters a world of several workers adds up (``Engine.stats``)."""
 OPERATOR = "sim-operator"
 OPERATOR_NOTE = "resolved from the simulated server's truth"
 
@@ -145,6 +159,16 @@ class Result:
     operator_resolutions: int = 0
     nodes: int = 0
     virtual_s: float = 0.0
+    workers: int = 1
+    """Lease-mode workers this world started (1: one single-process executor)."""
+    claims_judged: int = 0
+    claims_over: int = 0
+    """Operations claimed more often than ``CLAIMS_SLACK`` + the faults that took their
+    worker away (ping-pong between workers)."""
+    claims_max: int = 0
+    worker_stats: dict[str, int] = dataclasses.field(default_factory=dict)
+    stale_sends: int = 0
+    """Requests a worker sent for an operation the ledger no longer said it held."""
     trace: list[str] | None = None
 
 
@@ -186,7 +210,26 @@ class World:
         self._seq = itertools.count()
         self._engine_ids = itertools.count()
         self.engines: dict[int, Engine] = {}
-        self.newest_id = self._new_engine()
+        self.workers = self.config.workers
+        self.skew: dict[int, float] = {}
+        """Per lease-mode worker: its clock minus the world's."""
+        self.paused: dict[int, list[tuple[str, tuple[Any, ...]]]] = {}
+        """Paused workers, and what reached them meanwhile (run when they resume)."""
+        self.stalled: set[int] = set()
+        """Workers whose lease renewal stopped (the rest of them runs)."""
+        self.sending: dict[int, dict[int, Action]] = defaultdict(dict)
+        """Per worker, the actions between ``due`` and their adapter call."""
+        self._sends = itertools.count()
+        self._owners = itertools.count()
+        self.worker_stats: dict[str, int] = dict.fromkeys(WORKER_STATS, 0)
+        self.took_away: dict[str, int] = defaultdict(int)
+        """call node -> the faults that took the process driving it away (crash, race,
+        kill, pause, lease expiry, retire): each may cost it one more claim."""
+        self.workers_started = 0
+        self.stale_sends = 0
+        self.flights: dict[int, dict[int, Flight]] = defaultdict(dict)
+        """Per worker, its actions on the network (a clean stop requeues them)."""
+        self.newest_id = self._new_engine() if self.workers is None else -1
         self.started: set[str] = set()
         self.told: dict[tuple[int, str], list[tuple[float, float]]] = defaultdict(list)
         """(executor, task id) -> (delivered at, interval) the servers told it (X3)."""
@@ -246,16 +289,51 @@ class World:
         self.checker.ledger = ledger
         return ledger
 
-    def _new_engine(self) -> int:
+    def _new_engine(self, *, skew: float = 0.0) -> int:
+        owner: str | None = None
+        lease: LeasePolicy | None = None
+        if self.workers is not None:
+            owner = f"w{next(self._owners)}"
+            lease = LeasePolicy.of(self.workers.lease_s)
         engine = Engine(
             self.ledger,
             rng=self.rng,
             poll_qps_max=POLL_QPS_LIMIT,
             input_policy=self._human_gate if self.config.human_gate else _answer_everything,
+            owner=owner,
+            kind=WORKER,
+            lease=lease,
         )
         eid = next(self._engine_ids)
         self.engines[eid] = engine
+        if owner is not None:
+            # As the executor runs a worker: renewal on a thread of its own (heartbeat),
+            # a first claim round one interval after registering (resume_all).
+            engine.external_heartbeat = True
+            self.skew[eid] = skew
+            self.workers_started += 1
+            engine.resume_all(now=self.clock(eid))
+            self.at(self.now + engine.lease.renew_every_s, "beat", eid, essential=False)
+            self.log(f"e{eid}", f"worker {owner} starts (clock {skew:+.4f} s)")
         return eid
+
+    def clock(self, eid: int) -> float:
+        """What worker ``eid``'s clock reads now (world time plus its skew)."""
+        return self.now + self.skew.get(eid, 0.0)
+
+    def _active(self, eid: int) -> bool:
+        return eid in self.engines and eid not in self.paused
+
+    def _retire_stats(self, engine: Engine) -> None:
+        for name in WORKER_STATS:
+            self.worker_stats[name] += engine.stats.get(name, 0)
+
+    def _held_by(self, eid: int) -> list[str]:
+        """The open operations the ledger says worker ``eid`` holds."""
+        engine = self.engines.get(eid)
+        if engine is None or engine.owner is None:
+            return []
+        return [n for n, owner in self.checker.owner.items() if owner == engine.owner]
 
     def _route(self, eid: int, server: str) -> Route:
         route = self.routes.get((eid, server))
@@ -288,6 +366,18 @@ class World:
             self._essential += 1
         heapq.heappush(self._queue, (t, next(self._seq), kind, (essential, *args)))
 
+    def _intent_eid(self, node: str) -> int | None:
+        """The process a caller's intent for ``node`` goes through: the single executor,
+        or the running worker that drives it, else any running worker (its write is
+        then unowned, as an operator's). None: no worker runs right now."""
+        if self.workers is None:
+            return self.newest_id
+        active = [eid for eid in self.engines if eid not in self.paused]
+        for eid in active:
+            if node in self.engines[eid].records:
+                return eid
+        return active[0] if active else None
+
     def _call(self, eid: int, fn: Callable[[Engine], Any]) -> Any:
         """Call an engine; an exception out of it is a finding, not a sim crash."""
         engine = self.engines.get(eid)
@@ -308,6 +398,11 @@ class World:
         cfg = self.config
         if self.trace is not None:
             self._log_config()
+        if self.workers is not None:
+            for index in range(self.workers.count):
+                self.newest_id = self._new_engine(skew=self.workers.skews[index])
+            if any(self.workers.skews):
+                self.count("clock_skew")
         for node, _server, start in cfg.nodes:
             self.at(start, "start", node)
         for node, t in cfg.cancels:
@@ -316,6 +411,15 @@ class World:
             self.at(t, "crash")
         if cfg.race_at is not None:
             self.at(cfg.race_at, "race")
+        if self.workers is not None:
+            for worker, t, away in self.workers.pauses:
+                self.at(t, "pause", worker, away, essential=False)
+            for worker, t, away in self.workers.stalls:
+                self.at(t, "stall", worker, away, essential=False)
+            for worker, t, after in self.workers.kills:
+                self.at(t, "kill", worker, after, essential=False)
+            for worker, t in self.workers.retires:
+                self.at(t, "retire", worker, essential=False)
         self.at(HEAL_AT_S, "heal", essential=False)
         self.at(cfg.operator_tick_s, "operator", essential=False)
         end = HEAL_AT_S + LIVENESS_BOUND_S
@@ -337,6 +441,7 @@ class World:
             f"crash_on_action={cfg.crash_on_action} budgets={cfg.budgets} "
             f"repeat_cancel={cfg.repeat_cancel} human_gate={cfg.human_gate} "
             f"double_answer={cfg.double_answer} file_ledger={cfg.file_ledger} "
+            f"workers={cfg.workers} "
             f"net={dataclasses.astuple(cfg.net)} "
             f"server_faults={dataclasses.astuple(cfg.server_faults)} latency={cfg.latency_s}",
         )
@@ -348,8 +453,18 @@ class World:
                 break
             t_queue = self._queue[0][0] if self._queue else None
             t_engine: float | None = None
-            for engine in self.engines.values():
+            for eid, engine in self.engines.items():
+                if eid in self.paused:
+                    continue
                 wake = engine.next_wakeup()
+                if engine.owner is not None:
+                    # The executor's step wakes at the engine's next request or its
+                    # next housekeeping turn, on the worker's own clock.
+                    turn = engine.next_housekeeping()
+                    if turn is not None and (wake is None or turn < wake):
+                        wake = turn
+                    if wake is not None:
+                        wake = _world_time(wake, self.skew[eid])
                 if wake is not None and (t_engine is None or wake < t_engine):
                     t_engine = wake
             if t_queue is None and t_engine is None:
@@ -372,14 +487,46 @@ class World:
 
     def _dispatch(self) -> None:
         for eid in list(self.engines):
-            for action in self._call(eid, lambda en: en.due(self.now)) or []:
+            if eid in self.paused:
+                continue
+            now = self.clock(eid)
+            if self.engines[eid].owner is not None:
+                # The executor's step: housekeeping first (claim rounds, re-reads),
+                # then what is due.
+                self._call(eid, functools.partial(Engine.housekeep, now=now))
+            due: list[Action] = self._call(eid, functools.partial(Engine.due, now=now)) or []
+            for action in due:
                 self.actions_sent += 1
                 if self.actions_sent == self.config.crash_on_action:
                     # L7: the decision is committed, its request never leaves.
                     self.log(f"e{eid}", f"crash before sending {action.kind}")
-                    self._on_crash()
-                    return
+                    if self.workers is None:
+                        self._on_crash()
+                        return
+                    self._kill(eid, round(self.rng.uniform(1.0, 30.0), 3))
+                    break
+                if self.workers is not None and self.workers.send_lag_s > 0:
+                    token = next(self._sends)
+                    self.sending[eid][token] = action
+                    lag = self.rng.uniform(0.0, self.workers.send_lag_s)
+                    self.at(self.now + lag, "send", eid, token)
+                    continue
                 self._start_flight(eid, action)
+
+    def _on_send(self, eid: int, token: int) -> None:
+        """The executor's request task reaches its adapter call (after the loop's lag)."""
+        if eid in self.paused:
+            self.paused[eid].append(("send", (eid, token)))
+            return
+        action = self.sending[eid].pop(token, None)
+        if action is None or eid not in self.engines:
+            return  # the process stopped meanwhile
+        if action.not_after is not None and self.clock(eid) > action.not_after:
+            # The shared budget's slot passed: the read waits for a new one (X3).
+            self.count("poll_slot_missed")
+            self._call(eid, lambda en: en.slot_missed(action, now=self.clock(eid)))
+            return
+        self._start_flight(eid, action)
 
     def _advance(self, t: float) -> None:
         self.now = max(self.now, t)
@@ -396,6 +543,12 @@ class World:
     def _start_flight(self, eid: int, action: Action) -> None:
         engine = self.engines[eid]
         node = action.call_node_id
+        holder = self.checker.owner.get(node, engine.owner)  # absent: accepted meanwhile
+        if engine.owner is not None and holder != engine.owner:
+            # A request for an operation the ledger no longer gives this worker: the
+            # other gates judge whether it did harm.
+            self.stale_sends += 1
+            self.log(f"e{eid}", f"stale send {action.kind} {node}")
         if self.trace is not None:
             self.log(f"e{eid}", f"send {action.kind} {node} {_detail(action.command)}")
         route = self._route(eid, action.server)
@@ -403,6 +556,8 @@ class World:
         flight = Flight(
             eid=eid, action=action, exchange=exchange, deadline=self.now + ACTION_TIMEOUT_S
         )
+        if engine.owner is not None:
+            self.flights[eid][id(flight)] = flight
         try:
             request = next(exchange)
         except StopIteration as stop:
@@ -496,10 +651,19 @@ class World:
             delay += self.rng.uniform(2.0, 12.0)
         self._flight_at(flight, self.now + delay, "deliver", reply, answer, intact)
 
+    def _held(self, flight: Flight, kind: str, *args: Any) -> bool:
+        """A paused worker reads nothing: what reaches it waits until it resumes."""
+        if flight.eid not in self.paused:
+            return False
+        self.paused[flight.eid].append((kind, (flight, *args)))
+        return True
+
     def _on_deliver(
         self, flight: Flight, number: int, reply: Any, served: Served, intact: bool
     ) -> None:
         if flight.done or number != flight.hop:
+            return
+        if self._held(flight, "deliver", number, reply, served, intact):
             return
         alive = flight.eid in self.engines
         if alive and intact:
@@ -545,6 +709,8 @@ class World:
     def _on_timeout(self, flight: Flight, number: int, request: HttpRequest) -> None:
         if flight.done or number != flight.hop:
             return
+        if self._held(flight, "timeout", number, request):
+            return
         if flight.eid not in self.engines:
             flight.done = True
             return
@@ -553,7 +719,7 @@ class World:
 
     def _on_deadline(self, flight: Flight) -> None:
         """The action's whole budget is spent: the executor gives up on it (X9)."""
-        if flight.done:
+        if flight.done or self._held(flight, "deadline"):
             return
         flight.done = True
         flight.exchange.close()
@@ -565,6 +731,8 @@ class World:
         self._land(flight, failure_outcome(flight.action.kind, failure))
 
     def _on_land(self, flight: Flight, outcome: Outcome | None) -> None:
+        if self._held(flight, "land", outcome):
+            return
         self._land(flight, outcome)
 
     def _land(self, flight: Flight, outcome: Outcome | None) -> None:
@@ -573,7 +741,7 @@ class World:
         node = action.call_node_id
         eid = flight.eid
         if eid not in self.engines:
-            if outcome is None:
+            if outcome is None or not self._active(self.newest_id):
                 return
             self.count("stale_epoch_callback")
             eid = self.newest_id
@@ -584,7 +752,8 @@ class World:
             self.log(f"e{eid}", f"recv {action.kind} {node} {outcome.event.name}")
         stale = action.record.execution_epoch < self.checker.epoch.get(node, 0)
         writes = self.checker.writes
-        self._call(eid, lambda en: en.complete(action, outcome, now=self.now))
+        now = self.clock(eid)
+        self._call(eid, lambda en: en.complete(action, outcome, now=now))
         plain = (
             not isinstance(outcome.event, e.RequestFailed) or outcome.event.retry_after_s is None
         )
@@ -603,9 +772,13 @@ class World:
         plan = self.config.plans[node]
         arguments = {"node": node}
         business = digest_json(arguments)
+        eid = self._intent_eid(node)
+        if eid is None:
+            self.at(self.now + 1.0, "start", node)  # no worker runs: the caller retries
+            return
         server.plans[business] = plan
         self.request_of[node] = business
-        route = self._route(self.newest_id, server.name)
+        route = self._route(eid, server.name)
         spec = CallSpec(
             call_node_id=node,
             binding=route.binding,
@@ -614,12 +787,16 @@ class World:
         )
         self.started.add(node)
         self.log("caller", f"start {node} on {server.name}")
-        self._call(self.newest_id, lambda en: en.start_call(spec, now=self.now))
+        self._call(eid, lambda en: en.start_call(spec, now=self.clock(eid)))
 
     def _on_cancel(self, node: str) -> None:
         if node not in self.started or self._terminal(node):
             return
-        outcome = self._call(self.newest_id, lambda en: en.cancel(node, now=self.now))
+        eid = self._intent_eid(node)
+        if eid is None:
+            self.at(self.now + 1.0, "cancel", node)
+            return
+        outcome = self._call(eid, lambda en: en.cancel(node, now=self.clock(eid)))
         self.log("caller", f"cancel {node} -> {outcome.outcome if outcome else 'error'}")
         if outcome is not None and outcome.outcome == "requested":
             first = node not in self.cancels_requested
@@ -633,6 +810,7 @@ class World:
     def _on_crash(self) -> None:
         """Kill every executor (drop its memory and in-flight replies) and restart one."""
         self.count("executor_crash")
+        self._take_away(self._open_nodes())
         self.engines.clear()
         if self._tmpdir is not None:
             self.ledger.close()
@@ -645,9 +823,133 @@ class World:
         """A second executor takes every open operation over; the first keeps going
         with its stale epoch (two pollers, fencing by CAS, D1)."""
         self.count("executor_race")
+        self._take_away(self._open_nodes())
         self.newest_id = self._new_engine()
         count = self._call(self.newest_id, lambda en: en.resume_all(now=self.now))
         self.log(f"e{self.newest_id}", f"race: claimed {count}")
+
+    def _open_nodes(self) -> list[str]:
+        return [n for n, state in self.checker.state.items() if state not in _ACCEPTED]
+
+    def _take_away(self, nodes: list[str]) -> None:
+        for node in nodes:
+            self.took_away[node] += 1
+
+    # --- several workers (D1) --------------------------------------------------------
+
+    def _worker(self, index: int) -> int | None:
+        """The running process of drawn worker ``index`` (the index-th started)."""
+        return index if index in self.engines else None
+
+    def _on_beat(self, eid: int) -> None:
+        """The worker's lease thread: renew every ``renew_every_s`` (not while the process
+        is paused, nor while its renewal is stalled)."""
+        engine = self.engines.get(eid)
+        if engine is None:
+            return
+        self.at(self.now + engine.lease.renew_every_s, "beat", eid, essential=False)
+        if eid in self.paused or eid in self.stalled:
+            return
+        self._call(eid, lambda en: en.heartbeat(self.clock(eid)))
+
+    def _on_pause(self, index: int, away: float) -> None:
+        eid = self._worker(index)
+        if eid is None or eid in self.paused:
+            return
+        self.count("worker_paused")
+        self._take_away(self._held_by(eid))
+        self.paused[eid] = []
+        self.log(f"e{eid}", f"paused for {away:g} s")
+        self.at(self.now + away, "resume", eid, essential=False)
+
+    def _on_resume(self, eid: int) -> None:
+        """The process runs again: its lease thread and its loop wake in either order,
+        then everything that reached it meanwhile is read, in order."""
+        held = self.paused.pop(eid, [])
+        if eid not in self.engines:
+            return
+        self.log(f"e{eid}", f"resumes ({len(held)} waiting)")
+        beat_first = self.rng.random() < 0.5
+        if beat_first and eid not in self.stalled:
+            self._call(eid, lambda en: en.heartbeat(self.clock(eid)))
+        for kind, args in held:
+            getattr(self, "_on_" + kind)(*args)
+
+    def _on_stall(self, index: int, away: float) -> None:
+        eid = self._worker(index)
+        if eid is None or eid in self.stalled:
+            return
+        self.count("lease_expired")
+        self._take_away(self._held_by(eid))
+        self.stalled.add(eid)
+        self.log(f"e{eid}", f"lease renewal stalls for {away:g} s")
+        self.at(self.now + away, "unstall", eid, essential=False)
+
+    def _on_unstall(self, eid: int) -> None:
+        self.stalled.discard(eid)
+        if eid in self.engines and eid not in self.paused:
+            self._call(eid, lambda en: en.heartbeat(self.clock(eid)))
+
+    def _on_kill(self, index: int, after: float | None) -> None:
+        eid = self._worker(index)
+        if eid is not None:
+            self._kill(eid, after)
+
+    def _kill(self, eid: int, after: float | None) -> None:
+        """SIGKILL: the process and its memory go, its leases stay until they lapse."""
+        self.count("worker_killed")
+        self._take_away(self._held_by(eid))
+        self._drop(eid)
+        self.log(f"e{eid}", "killed")
+        self._replace(after)
+
+    def _on_retire(self, index: int) -> None:
+        """SIGTERM, as ``Executor.aclose``: the requests in flight are cancelled and
+        planned again, then every held operation is released at once."""
+        eid = self._worker(index)
+        if eid is None or eid in self.paused:
+            return
+        self.count("worker_retired")
+        self._take_away(self._held_by(eid))
+        engine = self.engines[eid]
+        now = self.clock(eid)
+        stopped = list(self.sending.pop(eid, {}).values())
+        for flight in self.flights.pop(eid, {}).values():
+            if not flight.done:
+                flight.done = True
+                flight.exchange.close()
+                stopped.append(flight.action)
+        for action in stopped:
+            self._call(eid, functools.partial(_requeue, action=action, now=now))
+        released = self._call(eid, lambda en: en.retire())
+        self.log(f"e{eid}", f"retired, released {released}")
+        self._retire_stats(engine)
+        del self.engines[eid]
+        self._replace(round(self.rng.uniform(1.0, 30.0), 3) if self.rng.random() < 0.5 else None)
+
+    def _drop(self, eid: int) -> None:
+        engine = self.engines.pop(eid)
+        self._retire_stats(engine)
+        self.paused.pop(eid, None)
+        self.stalled.discard(eid)
+        self.sending.pop(eid, None)
+        self.flights.pop(eid, None)
+        if self.newest_id == eid and self.engines:
+            self.newest_id = max(self.engines)
+
+    def _replace(self, after: float | None) -> None:
+        """A supervisor starts a new worker process (a new owner id) ``after`` seconds
+        later; always when no other worker is left."""
+        if after is None and not self.engines:
+            after = round(self.rng.uniform(1.0, 30.0), 3)
+        if after is not None:
+            self.at(self.now + after, "spawn", essential=False)
+
+    def _on_spawn(self) -> None:
+        skew = (
+            round(self.rng.uniform(-SKEW_MAX_S, SKEW_MAX_S), 4) if any(self.skew.values()) else 0.0
+        )
+        self.newest_id = self._new_engine(skew=skew)
 
     def _human_gate(self, record: OperationRecord, command: c.AskInput) -> None:
         """The approval gate shows the request to a person, who answers later (X4); some
@@ -665,8 +967,12 @@ class World:
 
     def _on_answer(self, node: str, keys: tuple[str, ...]) -> None:
         answers = {key: _approval(key) for key in keys}
+        eid = self._intent_eid(node)
+        if eid is None:
+            self.at(self.now + 1.0, "answer", node, keys)
+            return
         try:
-            record = self.newest.answer(node, answers, now=self.now)
+            record = self.engines[eid].answer(node, answers, now=self.clock(eid))
         except (StaleEvent, IllegalTransition) as exc:
             # The round moved on (answered, replayed, restarted) or the operation left
             # the input state (reconciliation, cancel): a typed refusal, as X4 wants.
@@ -675,7 +981,7 @@ class World:
         except LongcallError as exc:
             self.checker.fail("engine raised", f"{type(exc).__name__} on an answer: {exc}")
             return
-        self.bases[(self.newest_id, node)].append((self.now, True))
+        self.bases[(eid, node)].append((self.now, True))
         self.log("caller", f"answer {node} round {record.input_round} keys={list(keys)}")
 
     def _on_heal(self) -> None:
@@ -712,7 +1018,8 @@ class World:
             self.operator_resolutions += 1
             self.log("operator", f"{record.call_node_id} {event.resolution.value}")  # type: ignore[attr-defined]
             changed = True
-        if changed:
+        if changed and self.workers is None:
+            # Workers notice an operator's write at their next claim round's re-read.
             self._call(self.newest_id, lambda en: en.refresh(now=self.now))
 
     def _resolution(self, record: OperationRecord) -> tuple[e.Event | None, bytes | None]:
@@ -784,6 +1091,13 @@ class World:
         result.operator_resolutions = self.operator_resolutions
         result.nodes = len(nodes)
         result.virtual_s = now
+        self._judge_claims(result, nodes)
+        if self.workers is not None:
+            for engine in self.engines.values():
+                self._retire_stats(engine)
+            result.workers = self.workers_started
+            result.worker_stats = self.worker_stats
+            result.stale_sends = self.stale_sends
         result.trace = self.trace
         if not self._pooled:
             self.ledger.close()
@@ -793,6 +1107,25 @@ class World:
 
     def _gate(self, result: Result, check: str, detail: str) -> None:
         result.violations.append(Violation(check=check, detail=detail))
+
+    def _judge_claims(self, result: Result, nodes: list[str]) -> None:
+        """Every operation makes progress without being handed back and forth: it is
+        claimed at most ``CLAIMS_SLACK`` times more than the faults that took the
+        process driving it away (D1)."""
+        for node in nodes:
+            if node not in self.checker.state:
+                continue
+            claims = self.checker.claims.get(node, 0)
+            bound = CLAIMS_SLACK + self.took_away.get(node, 0)
+            result.claims_judged += 1
+            result.claims_max = max(result.claims_max, claims)
+            if claims > bound:
+                result.claims_over += 1
+                self._gate(
+                    result,
+                    "claims per operation",
+                    f"{node} claimed {claims} times; at most {bound} expected",
+                )
 
     def _judge_terminals(
         self, result: Result, nodes: list[str], receipts: dict[str, TerminalReceipt], at: float
@@ -842,15 +1175,18 @@ class World:
     def _judge_polls(self, result: Result) -> None:
         """The poll gates, measured on the wire at the servers (X3)."""
         reads = [read for server in self.servers.values() for read in server.reads]
+        # One budget per executor process in single-process mode (two racing ones
+        # share none); one budget per server for every worker of the ledger (X3, D1).
+        shared = self.workers is not None
         per_server = [
-            (client, name, sent)
+            (0 if shared else client, name, sent)
             for name, server in self.servers.items()
             for client, sent, _task, _node in server.reads
         ]
         polls = result.polls
         polls.qps_max, polls.reads = measures.poll_rate(per_server)
         if polls.qps_max > POLL_QPS_LIMIT:
-            self._gate(result, "poll QPS", f"{polls.qps_max} reads of one executor in one second")
+            self._gate(result, "poll QPS", f"{polls.qps_max} reads of one budget in one second")
         findings, polls.interval_judged = measures.interval_findings(reads, self.told)
         polls.interval_violations = len(findings)
         for finding in findings[:3]:
@@ -882,6 +1218,7 @@ class World:
             self._gate(result, "Retry-After honoured", finding)
 
 
+_ACCEPTED = (State.ACCEPTED, State.CANCELLED_ACCEPTED)
 _MEMORY_LEDGER: list[ObservedLedger] = []
 
 
@@ -895,6 +1232,20 @@ def memory_ledger(identity: Callable[[], tuple[str, str]]) -> ObservedLedger:
     else:
         _MEMORY_LEDGER[0].empty(identity)
     return _MEMORY_LEDGER[0]
+
+
+def _requeue(engine: Engine, *, action: Action, now: float) -> None:
+    engine.requeue(action, now=now)
+
+
+def _world_time(worker_time: float, skew: float) -> float:
+    """The world moment a worker's clock reads ``worker_time`` at: the first one whose
+    ``+ skew`` is not below it (floating point must not wake a worker just short of
+    the moment it asked for, for ever)."""
+    t = worker_time - skew
+    while t + skew < worker_time:
+        t = math.nextafter(t, math.inf)
+    return t
 
 
 def _approval(key: str) -> dict[str, Any]:
