@@ -50,7 +50,7 @@ from longcall.core import (
     TerminalReceipt,
 )
 from longcall.errors import Fenced
-from longcall.ledger import Claim, Fence, SQLiteLedger
+from longcall.ledger import Claim, Fence, SQLiteLedger, VersionSet
 from longcall.ledger.base import ClaimDecision
 
 UNKNOWN_STATES = (State.SUBMISSION_UNKNOWN, State.RECONCILIATION_REQUIRED)
@@ -349,8 +349,11 @@ class ObservedLedger(SQLiteLedger):
         limit: int,
         decide: ClaimDecision,
         nodes: Collection[str] | None = None,
+        versions: VersionSet | None = None,
     ) -> list[Claim]:
-        claimed = super().claim(owner, now=now, limit=limit, decide=decide, nodes=nodes)
+        claimed = super().claim(
+            owner, now=now, limit=limit, decide=decide, nodes=nodes, versions=versions
+        )
         if self.checker is not None:
             for one in claimed:
                 self.checker.on_write(one.record, "ExecutionClaimed", None, owner=owner)
