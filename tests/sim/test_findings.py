@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import random
 
+import pytest
+
 from longcall.adapters.base import Outcome, ToolBinding
 from longcall.core import ServerStatus, State
 from longcall.core import commands as c
@@ -15,6 +17,9 @@ from longcall.core.retry import FailureKind, RequestKind
 from longcall.ledger import SQLiteLedger
 from longcall.runtime.engine import Action, CallSpec, Engine, LeasePolicy
 from longcall.runtime.step import apply_event
+from longcall.sim import run_one
+from longcall.sim.config import GENTLE
+from longcall.sim.truth import Task
 
 
 def _binding(*, lookup: bool = False, idempotent: bool = False) -> ToolBinding:
@@ -248,3 +253,44 @@ def test_a_cancel_through_a_worker_that_lost_the_operation_is_written_not_raised
     assert first.stats["fenced"] == 1
     second.housekeep(now=9.5)  # the re-read finds the cancel and plans its request
     assert "SendCancel" in [a.kind for a in second.due(9.5)]
+
+
+EXPIRED_AFTER_TERMINAL = 235574786770139
+"""A permutation of the CI corpus: a 2025-11-25 task expires between its terminal status
+and the fetch of its result."""
+
+
+def test_a_task_expired_before_its_result_was_fetched_goes_to_reconciliation() -> None:
+    """``tasks/result`` answered -32602 for a task ``tasks/get`` cannot find either: not
+    the task's own error (once accepted as its outcome, diverging from the server's
+    truth), but a task gone with its result, for an operator (adapters/mcp/legacy.py)."""
+    result = run_one(EXPIRED_AFTER_TERMINAL, trace=True)
+    assert result.violations == []
+    assert result.divergence == 0
+    assert result.trace is not None
+    fetched = [line for line in result.trace if "FetchResult" in line]
+    assert any('"code":-32602' in line for line in fetched), fetched
+    assert any(line.rstrip().endswith("OperationNotFound") for line in fetched), fetched
+
+
+SIDE_CHANNEL_HELD = 159810944167279
+"""A permutation of the gentle profile: a 2025-11-25 task asks for input and the
+executor watches its ``tasks/result`` side channel until the watch ends."""
+
+
+def test_a_watched_side_channel_ends_when_its_watch_does() -> None:
+    """The simulated server held the watch to ``since + wait_s`` but tested
+    ``now - since >= wait_s``, false at that instant by rounding: it held to the present
+    for ever and the run hung (sim/mcp.py; the same expression on both sides now)."""
+    result = run_one(SIDE_CHANNEL_HELD, profile=GENTLE)
+    assert result.violations == []
+
+
+def test_a_world_whose_time_stands_still_fails_instead_of_hanging(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A wake-up that names the present for ever is a finding with its seed, not a run
+    that never ends."""
+    monkeypatch.setattr(Task, "next_change", lambda self, now: now)
+    result = run_one(SIDE_CHANNEL_HELD, profile=GENTLE)
+    assert "time stands still" in {v.check for v in result.violations}

@@ -10,15 +10,12 @@ from longcall.cli import main
 from longcall.sim import FAULT_CLASSES, run
 
 CI_PERMUTATIONS = 1000
-KNOWN_PRODUCT_FINDINGS = {
-    235574786770139: ("accepted without fetching", "terminal divergence"),
-}
+KNOWN_PRODUCT_FINDINGS: dict[int, tuple[str, ...]] = {}
 """Seeds of the corpus that fail on a product bug the simulator found and that is not
-fixed yet, with the checks that catch it: 2025-11-25 ``tasks/result`` answered -32602
-(the task expired between its terminal status and the fetch) is read by the mapping as
-the task's own error (``adapters/mcp/legacy.py``, ``fetch_result``); after a ``failed``
-status the not-found error is accepted as the result. Strict both ways: a new failure
-fails this test, and so does a fixed one still listed here."""
+fixed yet, with the checks that catch it. Strict both ways: a new failure fails this
+test, and so does a fixed one still listed here. (The last one, a 2025-11-25
+``tasks/result`` -32602 for a task that expired after its terminal was read, taken as
+the task's own error, is fixed: ``tests/sim/test_findings.py``.)"""
 
 
 def test_fixed_seed_corpus_holds_every_gate() -> None:

@@ -560,10 +560,13 @@ class McpServer(SimServer):
                 what="input",
                 task_id=task.task_id,
             )
-        if call.now - since >= watch.wait_s:
+        # The same expression the hold was planned with: ``now - since >= wait_s`` can
+        # be false at ``now == since + wait_s`` (rounding), holding to now for ever.
+        watched_until = since + watch.wait_s
+        if call.now >= watched_until:
             reply = HttpReply(status=200, headers=STREAM_TYPE)
             return Served(reply=reply, stream=self._stream(), stopped=True, what="input")
-        return Hold(min(task.next_change(call.now), since + watch.wait_s))
+        return Hold(min(task.next_change(call.now), watched_until))
 
     def _final(self, call: Call, task: Task, *, what: str, notes: bool) -> Served:
         """``tasks/result`` of a terminal task: exactly the call's result or error, with

@@ -123,6 +123,10 @@ LedgerFactory = Callable[..., ObservedLedger]
 Exchange = Generator[Any, Any, Outcome | None]
 
 
+STEPS_AT_ONE_INSTANT_MAX = 20_000
+"""More loop steps than this at one virtual instant is a busy loop (a finding)."""
+
+
 @dataclasses.dataclass(slots=True, kw_only=True)
 class Flight:
     """One action on its way: its exchange and the hop it waits on."""
@@ -448,8 +452,19 @@ class World:
 
     def _loop(self, end: float) -> None:
         nodes = [n for n, _, _ in self.config.nodes]
+        still, stood_at = 0, -1.0
         while True:
             if self._essential == 0 and all(self._terminal(n) for n in nodes):
+                break
+            # Liveness of the loop itself: a wake-up (engine or simulated server) that
+            # names the present for ever would freeze virtual time and hang the run.
+            still = still + 1 if self.now == stood_at else 0
+            stood_at = self.now
+            if still > STEPS_AT_ONE_INSTANT_MAX:
+                self.checker.fail(
+                    "time stands still",
+                    f"{STEPS_AT_ONE_INSTANT_MAX} steps at t={self.now:.4f} without time moving",
+                )
                 break
             t_queue = self._queue[0][0] if self._queue else None
             t_engine: float | None = None
@@ -803,7 +818,7 @@ class World:
             self.cancels_requested.add(node)
             self.checker.cancel_since.setdefault(node, self.now)
             if first and self.config.repeat_cancel:
-                self.at(self.now + self.rng.uniform(0.5, 20.0), "cancel", node)
+                self.at(self.now + self.rng.uniform(0.1, 10.0), "cancel", node)
         elif outcome is None or outcome.outcome == "not_cancellable":
             self.at(self.now + 5.0, "cancel", node)
 
@@ -1017,6 +1032,9 @@ class World:
                 continue
             self.operator_resolutions += 1
             self.log("operator", f"{record.call_node_id} {event.resolution.value}")  # type: ignore[attr-defined]
+            # The driving process re-adopts what the operator rewrote, at a new epoch:
+            # one claim the claims gate allows, like a fault that took it away.
+            self._take_away([record.call_node_id])
             changed = True
         if changed and self.workers is None:
             # Workers notice an operator's write at their next claim round's re-read.
