@@ -28,6 +28,7 @@ from longcall.adapters.apify.mapping import (
     RUN_META_KEY,
     SUBMISSION_KEY_META_KEY,
 )
+from longcall.adapters.exchange import HttpRequest
 from longcall.core.keys import canonical_json, digest_bytes, digest_json
 from longcall.sim.mcp import TOOL, Call, McpServer
 from longcall.sim.server import LEGACY, Hold, Served
@@ -85,8 +86,12 @@ class ApifyServer(McpServer):
             "tools/list": self._tools_list,
             "tools/call": self._call_tool,
         }
-        self._held: dict[int, Task] = {}
-        """The run a held start created, by the held request (answered at release)."""
+        self._held: dict[int, tuple[HttpRequest, Task]] = {}
+        """The run a held start created, by the held request (answered at release). The
+        entry keeps the request itself: an ``id()`` is unique only among live objects,
+        and a held start whose flight ended (its worker killed, its reply lost) leaves
+        its entry behind; once the request was freed, a new request could reuse its
+        ``id()`` and be answered with another start's run."""
 
     # --- truth as the mapping accepts it ------------------------------------------------
 
@@ -162,7 +167,8 @@ class ApifyServer(McpServer):
     def _start(self, call: Call, arguments: dict[str, Any]) -> Served | Hold:
         """The Actor tool: starts the run (or finds it), answers when it changes or
         ``waitSecs`` ends: the early return."""
-        held = self._held.pop(id(call.request), None)
+        entry = self._held.pop(id(call.request), None) if call.held_since is not None else None
+        held = entry[1] if entry is not None and entry[0] is call.request else None
         if held is not None:
             held.advance(call.now)
             return self._run_result(call, held, what="create", handed=held.task_id)
@@ -189,7 +195,7 @@ class ApifyServer(McpServer):
         task.advance(call.now)
         release = self._release(task, call.now, float(wait))
         if release > call.now:
-            self._held[id(call.request)] = task
+            self._held[id(call.request)] = (call.request, task)
             return Hold(release)
         return self._run_result(call, task, what="create", handed=task.task_id)
 
