@@ -342,13 +342,23 @@ class McpServer(SimServer):
         ]
 
     def _other_task(self, task: Task, now: float, *, terminal: bool) -> Task | None:
-        """A task a crossed reply may describe instead (F1: another task's body, C3)."""
+        """A task a crossed reply may describe instead (F1: another task's body, C3).
+
+        A crossed ``tasks/result`` (``terminal``) is drawn only among tasks whose final
+        answer names its task: a result with the related-task ``_meta``. A task failed
+        by a protocol error answers with the JSON-RPC error itself, which has no place
+        for ``_meta`` and names no task; another task's error in answer to our request
+        is a mix-up no client can detect (C3 is about what a server sends to identify),
+        so it is not drawn (docs/design/simulator.md, "crossed replies")."""
         others = []
         for other in self.tasks:
             if other.task_id == task.task_id or now >= other.expires_at:
                 continue
             other.advance(now)
-            if not terminal or other.status in (COMPLETED, FAILED):
+            names_itself = other.status == COMPLETED or (
+                other.status == FAILED and other.outcome != PROTOCOL_ERROR
+            )
+            if not terminal or names_itself:
                 others.append(other)
         return self.rng.choice(others) if others else None
 
