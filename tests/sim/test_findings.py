@@ -18,7 +18,7 @@ from longcall.ledger import SQLiteLedger
 from longcall.runtime.engine import Action, CallSpec, Engine, LeasePolicy
 from longcall.runtime.step import apply_event
 from longcall.sim import run_one
-from longcall.sim.config import GENTLE
+from longcall.sim.config import GENTLE, HARSH
 from longcall.sim.truth import Task
 
 
@@ -205,6 +205,74 @@ def test_a_retry_after_holds_every_poll_of_that_server() -> None:
     assert [a for a in engine.due(14.0) if a.kind == "Poll"] == []
     released = [a for t in (14.1, 14.2) for a in engine.due(t) if a.kind == "Poll"]
     assert sorted(a.call_node_id for a in released) == ["a", "b"]
+
+
+def test_a_retry_after_holds_every_request_of_that_server() -> None:
+    """X3, X9: the wait holds the server's creates, cancels and input answers too, not
+    only its polls."""
+    engine = _engine()
+    engine.complete(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
+    (poll,) = engine.due(5.0)
+    limited = e.RequestFailed(
+        request=RequestKind.POLL, failure=FailureKind.RATE_LIMITED, retry_after_s=9.0
+    )
+    engine.complete(poll, Outcome(event=limited), now=5.1)
+    engine.start_call(CallSpec(call_node_id="b", binding=_binding(), arguments={}), now=6.0)
+    assert engine.due(14.0) == []
+    assert [a.kind for a in engine.due(14.1) if a.call_node_id == "b"] == ["SendSubmit"]
+
+
+def test_a_request_issued_before_a_retry_after_arrived_is_held_at_its_send() -> None:
+    """X3, X9: due() issued b's poll; before the driver's adapter call (the event loop
+    ran a's reply meanwhile) a 429 with Retry-After reached the process. The poll left
+    anyway, 0.02 s after the 429 (found by the simulator's worlds of workers, whose loop
+    lags: seeds 137608456191015, 260780867349910, 91976830195074 of harsh). At the send
+    the driver asks :meth:`Engine.held`: the request stays, and goes when the wait is over."""
+    engine = _engine()
+    engine.complete(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
+    engine.complete(_start(engine, "b", now=0.2), _ack("t2", interval_s=2.0), now=0.3)
+    first, second = [a for t in (5.0, 5.02) for a in engine.due(t) if a.kind == "Poll"]
+    assert not engine.held(first, now=5.0)
+    limited = e.RequestFailed(
+        request=RequestKind.POLL, failure=FailureKind.RATE_LIMITED, retry_after_s=5.0
+    )
+    engine.complete(first, Outcome(event=limited), now=5.1)
+    assert engine.held(second, now=5.12)
+    assert [a for a in engine.due(10.0) if a.call_node_id == "b"] == []
+    # (the token bucket spaces it 10 ms after a's retried poll)
+    (released,) = [a for t in (10.15, 10.2) for a in engine.due(t) if a.call_node_id == "b"]
+    assert released.kind == "Poll"
+    assert not engine.held(released, now=10.15)
+
+
+def test_a_create_held_at_its_send_is_not_an_unknown_outcome() -> None:
+    """A create the driver never sent (held by a Retry-After) is sent again as it was,
+    not looked up as one whose outcome is unknown (X2)."""
+    engine = _engine()
+    engine.complete(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
+    (poll,) = engine.due(5.0)
+    engine.start_call(CallSpec(call_node_id="b", binding=_binding(), arguments={}), now=5.0)
+    (create,) = [a for a in engine.due(5.0) if a.call_node_id == "b"]
+    limited = e.RequestFailed(
+        request=RequestKind.POLL, failure=FailureKind.UNAVAILABLE, retry_after_s=3.0
+    )
+    engine.complete(poll, Outcome(event=limited), now=5.1)
+    assert engine.held(create, now=5.1)
+    assert engine.records["b"].state is State.SUBMITTING
+    assert [a.kind for a in engine.due(8.1) if a.call_node_id == "b"] == ["SendSubmit"]
+
+
+RETRY_AFTER_DURING_LAG = 91976830195074
+"""A permutation of the harsh profile at 10,000: three lease-mode workers; w0's poll of
+n0 is issued, and a 503 with ``Retry-After: 1`` reaches w0 before the poll's adapter
+call (the loop's lag)."""
+
+
+def test_a_poll_issued_before_a_retry_after_waits_it_out_in_a_world() -> None:
+    result = run_one(RETRY_AFTER_DURING_LAG, trace=True, profile=HARSH)
+    assert result.violations == []
+    assert result.trace is not None
+    assert any("held Poll n0 (Retry-After)" in line for line in result.trace)
 
 
 # --- found by the worlds of several workers on one ledger (D1) ---------------------------

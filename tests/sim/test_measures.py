@@ -41,11 +41,15 @@ def test_jitter_is_not_judged_where_a_limit_or_retry_after_sets_the_delay() -> N
     assert (findings, judged) == ([], 0)
 
 
-def test_retry_after_findings_hold_every_read_of_the_executor() -> None:
-    """After a Retry-After of 5 s delivered at t = 10, a read at 12 is too soon."""
-    reads = [(0, 12.0, "t", "n"), (1, 11.0, "t", "m")]
-    findings, judged = measures.retry_after_findings(reads, [(0, 10.0, 5.0)])
+def test_retry_after_findings_hold_every_request_of_the_executor() -> None:
+    """After a Retry-After of 5 s delivered at t = 10, any request at 12 (a cancel as
+    much as a read), or in the very instant of the delivery, is too soon; one sent
+    before it is not judged."""
+    sent = [(0, 9.0, "Poll", "n"), (0, 12.0, "SendCancel", "n"), (1, 11.0, "Poll", "m")]
+    findings, judged = measures.retry_after_findings(sent, [(0, 10.0, 5.0)])
     assert judged == 1
-    assert len(findings) == 1
-    findings, judged = measures.retry_after_findings([(0, 15.5, "t", "n")], [(0, 10.0, 5.0)])
+    assert findings == ["e0 sent SendCancel at 12.000, 2.000 s after a Retry-After of 5 s"]
+    findings, judged = measures.retry_after_findings([(0, 10.0, "Poll", "n")], [(0, 10.0, 5.0)])
+    assert (len(findings), judged) == (1, 1)
+    findings, judged = measures.retry_after_findings([(0, 15.5, "Poll", "n")], [(0, 10.0, 5.0)])
     assert (findings, judged) == ([], 1)

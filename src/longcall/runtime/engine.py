@@ -263,9 +263,11 @@ class Engine:
         self._last_poll_at: dict[str, float] = {}
         """When each operation's last poll left: a push never polls sooner than the
         server's interval after it (X3 rule 1)."""
-        self._polls_not_before: dict[str, float] = {}
-        """Per server: a 429/503's Retry-After holds every poll to it until then (X3),
-        whichever operation's request met it (found by the simulator's Retry-After gate)."""
+        self._not_before: dict[str, float] = {}
+        """Per server: a 429/503's Retry-After holds every request to it until then (X3,
+        X9), whichever operation's request met it (found by the simulator's Retry-After
+        gate), and also one issued before the Retry-After arrived but not yet sent
+        (:meth:`held`)."""
         self._seq = itertools.count()
         self._buckets: dict[str, TokenBucket] = {}
         self._windows: dict[str, WindowLimit] = {}
@@ -809,7 +811,7 @@ class Engine:
                 retry_at = breaker.retry_at() or now
                 self._push(node, kind, planned[2], max(retry_at, now))
                 continue
-            not_before = self._polls_not_before.get(server, now) if kind == "Poll" else now
+            not_before = self._not_before.get(server, now)
             if not_before > now:
                 self._push(node, kind, planned[2], not_before)
                 continue
@@ -899,6 +901,29 @@ class Engine:
         """The driver could not send a poll within its slot: it waits for a new one."""
         self.stats["slots_missed"] += 1
         self.requeue(action, now=now)
+
+    def held(self, action: Action, *, now: float) -> bool:
+        """Called by the driver at the moment it would send ``action``: True when a
+        429/503's Retry-After that reached this process since :meth:`due` issued it
+        holds its server past ``now``. The action must not leave then; it is planned
+        again for the end of the wait (X3, X9). Between ``due`` and the adapter call an
+        event loop runs other replies: a poll issued an instant before a 429 arrived
+        left after it (found by the simulator's worlds of workers, whose loop lags)."""
+        if self._not_before.get(action.server, now) <= now:
+            return False
+        key = (action.call_node_id, action.kind)
+        self._in_flight.discard(key)
+        self.stats["requests"] -= 1
+        self.stats["held_by_retry_after"] += 1
+        if action.kind == "Poll":
+            self.polls_by_server[action.server] -= 1
+        if action.call_node_id in self.records and key not in self._pending:
+            # The same command (never sent: a create here is not an unknown outcome);
+            # due() holds it to the Retry-After's end, and a shared-budget read then
+            # takes a new send slot.
+            self._push(action.call_node_id, action.kind, action.command, now)
+        self._rearm(key)
+        return True
 
     def requeue(self, action: Action, *, now: float) -> None:
         """The action was not carried out (the driver stopped, or a poll missed its
@@ -1204,8 +1229,8 @@ class Engine:
         if isinstance(event, e.RequestFailed):
             self.breakers[server] = breaker.on_failure(now, event.failure)
             if event.retry_after_s:
-                until = max(self._polls_not_before.get(server, now), now + event.retry_after_s)
-                self._polls_not_before[server] = until
+                until = max(self._not_before.get(server, now), now + event.retry_after_s)
+                self._not_before[server] = until
         elif not isinstance(event, (e.SubmitOutcomeLost, e.ResultFetchFailed)):
             self.breakers[server] = breaker.on_success()
 

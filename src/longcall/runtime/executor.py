@@ -92,6 +92,9 @@ AdapterFactory = Callable[[str, str], Awaitable[Adapter]]
 T = TypeVar("T")
 _SLOT_MISSED = object()
 """A poll whose send slot passed before it could leave (it waits for a new slot)."""
+_HELD = object()
+"""A Retry-After that arrived after the action was issued holds its server: not sent,
+planned again by the engine (:meth:`Engine.held`)."""
 
 
 def new_owner_id() -> str:
@@ -774,6 +777,8 @@ class Executor:
             await self._off_loop(self.engine.finish, action)
         elif outcome is _SLOT_MISSED:
             await self._off_loop(self.engine.slot_missed, action, now=self.clock())
+        elif outcome is _HELD:
+            pass  # the engine planned it again for the end of the Retry-After
         else:
             assert isinstance(outcome, Outcome)
             await self._off_loop(self.engine.complete, action, outcome, now=self.clock())
@@ -794,6 +799,10 @@ class Executor:
     async def _send(self, action: Action) -> Outcome | object | None:
         adapter = await self._adapter(action.server, action.record.protocol)
         record = action.record
+        # Other replies ran since due() issued this: a 429/503 among them holds the
+        # server (X3, X9), and nothing leaves before its Retry-After is over.
+        if await self._off_loop(self.engine.held, action, now=self.clock()):
+            return _HELD
         match action.command:
             case SendSubmit():
                 payload = await self._off_loop(self.engine.request_payload, record.call_node_id)

@@ -10,8 +10,8 @@ it judged, so a gate that judged nothing says so instead of passing vacuously.
   interval the server had told that executor about it (X3 rule 1).
 * :func:`jitter_findings` — a read exactly one told interval after the reply it was
   planned from: no jitter (X3 rule 2).
-* :func:`retry_after_findings` — a read of a server sooner after its 429/503 than
-  the ``Retry-After`` asked (X3, X9).
+* :func:`retry_after_findings` — a request (any kind) to a server sooner after its
+  429/503 than the ``Retry-After`` asked (X3, X9).
 
 Must not: know the world, the engine or any wire format.
 """
@@ -143,26 +143,33 @@ def jitter_findings(
 
 
 def retry_after_findings(
-    reads: Iterable[Read], retry_afters: Iterable[tuple[int, float, float]]
+    sent: Iterable[Read], retry_afters: Iterable[tuple[int, float, float]]
 ) -> tuple[list[str], int]:
-    """Reads of one server sooner after a delivered 429/503 than its ``Retry-After``
-    asked (the server's wait holds every poll of that executor to it)."""
-    by_client: dict[int, list[float]] = defaultdict(list)
-    for client, sent, _task, _node in reads:
-        by_client[client].append(sent)
+    """Requests to one server that left an executor sooner after a 429/503 of that
+    server reached it than its ``Retry-After`` asked: the wait holds every request of
+    that executor to that server, whatever its kind and whichever operation's request
+    met the 429/503 (X3, X9). ``sent`` holds (executor, departure, kind, node) of each
+    action's request; the first to leave at or after each delivery is judged (one
+    under way before it is not: it cannot be recalled)."""
+    by_client: dict[int, list[tuple[float, str]]] = defaultdict(list)
+    for client, at, kind, _node in sent:
+        by_client[client].append((at, kind))
     for times in by_client.values():
         times.sort()
     findings: list[str] = []
     judged = 0
     for client, delivered, wait_s in retry_afters:
         times = by_client.get(client, [])
-        index = bisect.bisect_right(times, delivered)
+        # Inclusive: a request leaving in the very instant the 429/503 reached the
+        # executor left after it (the world delivers before the executor's next step).
+        index = bisect.bisect_left(times, (delivered, ""))
         if index >= len(times):
             continue
         judged += 1
-        if times[index] < delivered + wait_s - EPSILON_S:
+        at, kind = times[index]
+        if at < delivered + wait_s - EPSILON_S:
             findings.append(
-                f"e{client} read at {times[index]:.3f}, {times[index] - delivered:.3f} s"
+                f"e{client} sent {kind} at {at:.3f}, {at - delivered:.3f} s"
                 f" after a Retry-After of {wait_s:g} s"
             )
     return findings, judged

@@ -166,9 +166,9 @@ class Report:
             ),
             Gate(
                 name="Retry-After honoured",
-                value=f"{polls.retry_after_violations} reads too soon",
+                value=f"{polls.retry_after_violations} requests too soon",
                 judged=polls.retry_after_judged,
-                judged_what="reads after a 429/503 with Retry-After",
+                judged_what="requests after a 429/503 with Retry-After",
                 met=polls.retry_after_violations == 0,
             ),
             Gate(

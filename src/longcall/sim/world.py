@@ -241,6 +241,9 @@ class World:
         """(executor, node) -> when it applied a reply or an answer, and whether plainly."""
         self.retry_afters: dict[str, list[tuple[int, float, float]]] = defaultdict(list)
         """server -> (executor, delivered at, Retry-After) of its 429/503 answers."""
+        self.departures: dict[str, list[tuple[int, float, str, str]]] = defaultdict(list)
+        """server -> (executor, sent at, request kind, node) of every action's request as
+        it left the executor, whatever became of it (the Retry-After gate's measure)."""
         self.operator_resolutions = 0
         self.actions_sent = 0
         self.cancels_requested: set[str] = set()
@@ -536,6 +539,10 @@ class World:
         action = self.sending[eid].pop(token, None)
         if action is None or eid not in self.engines:
             return  # the process stopped meanwhile
+        if self._call(eid, lambda en: en.held(action, now=self.clock(eid))):
+            # A 429/503 that reached the worker during the lag holds its server (X3, X9).
+            self.log(f"e{eid}", f"held {action.kind} {action.call_node_id} (Retry-After)")
+            return
         if action.not_after is not None and self.clock(eid) > action.not_after:
             # The shared budget's slot passed: the read waits for a new one (X3).
             self.count("poll_slot_missed")
@@ -595,6 +602,10 @@ class World:
         action = flight.action
         sent = self.now + request.delay_s
         command = action.command
+        if flight.hop == 1:
+            self.departures[action.server].append(
+                (flight.eid, sent, action.kind, action.call_node_id)
+            )
         hop = Hop(
             client=flight.eid,
             action=action.kind,
@@ -1227,8 +1238,10 @@ class World:
         for finding in findings[:3]:
             self._gate(result, "poll jitter", finding)
         findings = []
-        for name, server in self.servers.items():
-            found, judged = measures.retry_after_findings(server.reads, self.retry_afters[name])
+        for name in self.servers:
+            found, judged = measures.retry_after_findings(
+                self.departures[name], self.retry_afters[name]
+            )
             findings.extend(found)
             polls.retry_after_judged += judged
         polls.retry_after_violations = len(findings)
