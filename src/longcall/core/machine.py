@@ -549,8 +549,11 @@ def _cancel_acknowledged(r: OperationRecord, ev: e.CancelAcknowledged, x: _Ctx) 
             f"operation {r.call_node_id!r}: cancel ack for generation {ev.cancel_generation} "
             f"(current {r.cancel_generation}, acknowledged: {r.cancel_acknowledged_at is not None})"
         )
-    # The ack is only a request taken: keep polling for the real terminal (X5).
-    r = evolve(r, cancel_acknowledged_at=x.now, failed_attempts=0)
+    # The ack is only a request taken: keep polling for the real terminal (X5). It is
+    # progress too (the task is about to change), so the polls that look for that
+    # change start again from the server's interval: the backoff the cancel's own
+    # failed sends built up would otherwise delay its confirmation (X3 rule 3).
+    r = evolve(r, cancel_acknowledged_at=x.now, failed_attempts=0, backoff_step=0)
     return _schedule_poll(r, x)
 
 

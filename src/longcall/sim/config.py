@@ -56,6 +56,9 @@ class Profile:
     """How often the operator looks at the reconciliation queue."""
     latency_s: tuple[tuple[float, float], tuple[float, float]]
     """The ranges the lower and upper bound of one hop's latency are drawn from."""
+    cancel_ack_p99_limit_s: float = 60.0
+    """The cancel gate's limit on the p99 of the cancels the product settles itself
+    (F3). Harsh worlds lose too many requests for 60 s: see ``HARSH``."""
 
 
 DEFAULT = Profile(
@@ -133,6 +136,11 @@ HARSH = dataclasses.replace(
     operator_delay_s=(30.0, 120.0),
     operator_tick_s=30.0,
     latency_s=((0.01, 0.1), (0.1, 1.0)),
+    # Half of these worlds lose 40-70 % of cancel acks, and each lost request or
+    # response costs the driver's 15 s request timeout before the retry: at 70 %, one
+    # cancel in four needs five sends (0.7 ** 4), over 60 s of timeouts before any ack,
+    # then polls that lose up to 15 % each way. No client can confirm those within 60 s.
+    cancel_ack_p99_limit_s=120.0,
 )
 PROFILES: dict[str, Profile] = {p.name: p for p in (GENTLE, DEFAULT, HARSH)}
 

@@ -89,6 +89,7 @@ class Report:
     cancels_operator_resolved: int = 0
     """Cancels settled by the simulated operator (their latency includes its delay)."""
     cancel_ack_p99_s_without_operator: float = 0.0
+    cancel_ack_p99_limit_s: float = CANCEL_ACK_P99_LIMIT_S
     unknown_reconcile_max_s: float = 0.0
     unknowns: int = 0
     receipts_per_node_max: int = 0
@@ -172,14 +173,18 @@ class Report:
                 met=polls.retry_after_violations == 0,
             ),
             Gate(
-                name=f"cancel ack p99 < {CANCEL_ACK_P99_LIMIT_S:g} s",
+                # An operator-settled cancel waits for the simulated operator (a profile
+                # parameter, up to minutes in harsh worlds), not for the product: shown
+                # beside, not judged.
+                name=f"cancel ack p99 < {self.cancel_ack_p99_limit_s:g} s",
                 value=(
-                    f"{self.cancel_ack_p99_s:.1f} s ({self.cancel_ack_p99_s_without_operator:.1f}"
-                    f" s without the {self.cancels_operator_resolved} an operator settled)"
+                    f"{self.cancel_ack_p99_s_without_operator:.1f} s"
+                    f" ({self.cancel_ack_p99_s:.1f} s with the"
+                    f" {self.cancels_operator_resolved} an operator settled)"
                 ),
-                judged=self.cancels,
-                judged_what="cancels timed",
-                met=self.cancel_ack_p99_s < CANCEL_ACK_P99_LIMIT_S,
+                judged=self.cancels - self.cancels_operator_resolved,
+                judged_what="cancels the product settled, timed",
+                met=self.cancel_ack_p99_s_without_operator < self.cancel_ack_p99_limit_s,
             ),
             Gate(
                 name=f"UNKNOWN reconciled <= {UNKNOWN_RECONCILE_LIMIT_S / 60:g} min",
@@ -308,7 +313,12 @@ def run(
         raise ValueError(f"permutations must be a positive number, not {permutations}")
     started = time.perf_counter()
     seeds = [derive_seed(seed, i) for i in range(permutations)]
-    report = Report(permutations=permutations, seed=seed, profile=profile.name)
+    report = Report(
+        permutations=permutations,
+        seed=seed,
+        profile=profile.name,
+        cancel_ack_p99_limit_s=profile.cancel_ack_p99_limit_s,
+    )
     latencies: list[float] = []
     operator: list[float] = []
     if workers is None:
