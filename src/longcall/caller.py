@@ -666,6 +666,19 @@ def worker_line(result: CallResult, previous: State | None, ledger_url: str | No
     return lines
 
 
+def metrics_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--metrics-port`` and ``--metrics-host``, the same for a worker and a server."""
+    command = click.option(
+        "--metrics-host", default="127.0.0.1", show_default=True, help="Metrics interface."
+    )(command)
+    return click.option(
+        "--metrics-port",
+        type=click.IntRange(min=0, max=65535),
+        default=None,
+        help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: any free port).",
+    )(command)
+
+
 @click.command()
 @ledger_option
 @qps_option
@@ -687,13 +700,7 @@ def worker_line(result: CallResult, previous: State | None, ledger_url: str | No
     show_default=True,
     help="Seconds another worker waits before taking over this one's operations if it stops.",
 )
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(min=0, max=65535),
-    default=None,
-    help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: any free port).",
-)
-@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Metrics interface.")
+@metrics_options
 @click.option(
     "--runs",
     "runs",

@@ -22,6 +22,7 @@ from longcall.caller import (
     call,
     describe_error,
     exit_code_of,
+    metrics_options,
     ops,
     worker,
 )
@@ -144,13 +145,7 @@ def demo(walkthrough: bool) -> None:
     is_flag=True,
     help="Issue 2025-11-25 sessions (Mcp-Session-Id); stateless by default.",
 )
-@click.option(
-    "--metrics-port",
-    type=click.IntRange(min=0, max=65535),
-    default=None,
-    help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: any free port).",
-)
-@click.option("--metrics-host", default="127.0.0.1", show_default=True, help="Metrics interface.")
+@metrics_options
 def serve(
     store_url: str | None,
     host: str,
