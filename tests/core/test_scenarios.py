@@ -276,6 +276,25 @@ def test_cancel_ack_keeps_polling_then_cancellation_is_accepted() -> None:
     assert accept.receipt.cancel_generation == 1
 
 
+def test_cancel_ack_confirms_at_the_server_interval_whatever_the_sends_cost() -> None:
+    """X3 rule 3, X5: failed cancel sends build up backoff; the ack is progress, so the
+    polls that confirm the cancel start again from the server's interval (a harsh
+    network once stretched them to a minute each)."""
+    t = handle(working_record(), e.CancelRequested(), now=T0 + 10, jitter=0.0)
+    now = T0 + 10
+    for _ in range(4):
+        now += 15
+        failed = e.RequestFailed(request=RequestKind.CANCEL, failure=FailureKind.TIMEOUT)
+        t = handle(t.record, failed, now=now, jitter=1.0)
+    assert t.record.backoff_step == 4
+    t = handle(t.record, e.CancelAcknowledged(cancel_generation=1), now=now, jitter=1.0)
+    assert t.record.backoff_step == 0
+    (poll,) = t.commands
+    assert isinstance(poll, c.Poll)
+    interval = t.record.poll_interval_s or 0.0
+    assert interval < poll.at - now <= interval * 1.2 + 1e-9
+
+
 def test_completion_racing_cancel_is_accepted_as_completed() -> None:
     """X5: a completion observed while the cancel is pending is the real terminal."""
     r = record_in(State.CANCEL_REQUESTED)
