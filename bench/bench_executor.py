@@ -1,4 +1,4 @@
-"""Executor benchmarks (issue 4): poll discipline beside the fastmcp client, and scale.
+"""Executor benchmarks (X3): poll discipline beside the fastmcp client, and scale.
 
 1. **Poll discipline.** A ``fastmcp`` + ``fastmcp-tasks`` server (its own process, one
    ``work`` tool with ``pollIntervalMs`` 500 that logs the moment it completes) serves

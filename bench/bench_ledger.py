@@ -1,5 +1,5 @@
 """Ledger throughput: full lifecycles accepted per second, against raw ``sqlite3`` making
-the same commits, in the same process (issues 2 and 13).
+the same commits, in the same process (L4).
 
 A lifecycle is the "completed through an input round" walkthrough: create, then seven
 events through the real machine, the last one ``accept_terminal`` (receipt, result,
@@ -13,9 +13,8 @@ and load swings hit each alike:
   transactions — an operations row and its history row, six updates each with its
   history row, then the update, receipt, result, outbox and history rows of acceptance.
 
-Target (issue 13): ours / raw >= 0.5 at ``synchronous=normal``. The figure issue 2
-reported, against a smaller raw schema without history rows or indexes, is printed too
-("minimal raw").
+Target: ours / raw >= 0.5 at ``synchronous=normal``. The first baseline, against a
+smaller raw schema without history rows or indexes, is printed too ("minimal raw").
 """
 
 from __future__ import annotations
@@ -143,7 +142,7 @@ def raw_per_s(path: Path, synchronous: str, count: int, record_json: str) -> flo
 
 
 def minimal_raw_per_s(path: Path, synchronous: str, count: int, record_json: str) -> float:
-    """Issue 2's baseline: eight commits into a bare schema, no history rows."""
+    """The first baseline: eight commits into a bare schema, no history rows."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute(f"PRAGMA synchronous={synchronous.upper()}")

@@ -1,4 +1,4 @@
-"""Simulator speed (issue 9): 10,000 permutations of the release run, against the
+"""Simulator speed (F1–F3): 10,000 permutations of the release run, against the
 simulator as it was before it ran the real mappings, on this machine, now.
 
 ``longcall sim --permutations 10000`` must take at most 15 s on a 2-core machine, with
@@ -24,9 +24,9 @@ from pathlib import Path
 PERMUTATIONS = int(os.environ.get("LONGCALL_BENCH_SIM_PERMUTATIONS", "10000"))
 TARGET_S = 15.0
 BEFORE_COMMIT = "7739ca1"
-"""Main just before the simulator ran the real mappings (issue 9)."""
+"""Main just before the simulator ran the real mappings."""
 BEFORE_RECORDED_S = 36.0
-"""10,000 permutations of the model-based simulator on a quiet 2-core machine (issue 9)."""
+"""10,000 permutations of the model-based simulator on a quiet 2-core machine."""
 ROOT = Path(__file__).resolve().parent.parent
 TIMED = (
     "import sys, time; from longcall.sim import run; t = time.perf_counter(); "

@@ -1,4 +1,4 @@
-"""Several workers on one PostgreSQL ledger (issue 13, SPEC D1, X3).
+"""Several workers on one PostgreSQL ledger (SPEC D1, X3).
 
 Each worker is a process of its own running the real engine with a lease (claims,
 renewals, fenced writes, send slots from the ledger's shared poll budget) on a real

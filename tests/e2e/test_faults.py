@@ -1,4 +1,4 @@
-"""Faults the runtime must survive, injected at the server's HTTP edge (issue 4, X3, X6, X7, X9)."""
+"""Faults the runtime must survive, injected at the server's HTTP edge (X3, X6, X7, X9)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Push notifications wake the poller early but never replace it (issue 4, X3, S7, P1, P2)."""
+"""Push notifications wake the poller early but never replace it (X3, S7, P1, P2)."""
 
 from __future__ import annotations
 

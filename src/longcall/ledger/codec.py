@@ -31,7 +31,7 @@ _FIELD_NAMES: dict[type[Any], tuple[str, ...]] = {
 
 
 # Fields in sorted order, read at once: the stored JSON has sorted keys, and building the
-# dict already sorted lets the C encoder skip sorting (the ledger's hot path, issue 13).
+# dict already sorted lets the C encoder skip sorting (the ledger's hot path, L4).
 _SORTED_NAMES: dict[type[Any], tuple[str, ...]] = {
     cls: tuple(sorted(names)) for cls, names in _FIELD_NAMES.items()
 }
