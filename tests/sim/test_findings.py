@@ -362,3 +362,20 @@ def test_a_world_whose_time_stands_still_fails_instead_of_hanging(
     monkeypatch.setattr(Task, "next_change", lambda self, now: now)
     result = run_one(SIDE_CHANNEL_HELD, profile=GENTLE)
     assert "time stands still" in {v.check for v in result.violations}
+
+
+@pytest.mark.parametrize(
+    "seed",
+    [
+        59624519868143,  # the driver claims back what a rollback let go (corpus seed 0)
+        235032333352551,  # the same, corpus seed 0
+        89799891736373,  # the interval was in the reply whose write was fenced (seed 1)
+    ],
+)
+def test_a_worker_that_claims_back_an_operation_keeps_the_servers_interval(seed: int) -> None:
+    """Finding 16: after a rollback (R3) rebinds and lets go an operation mid-flight, the
+    worker that drove it often claims it back at once; it re-planned from the stored
+    record and polled sooner than the server had told it after its own last poll."""
+    result = run_one(seed)
+    assert result.faults["adapter_rollback"] == 1
+    assert result.violations == []

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import random
 
+from longcall.core import State
 from longcall.sim import World, run_one
-from longcall.sim.config import SKEW_MAX_S
+from longcall.sim.config import ROLLBACK_TO, SKEW_MAX_S
 from longcall.sim.mutants import applied, mutant
 
 PAUSED = 181922460370211
@@ -17,6 +18,9 @@ KILLED = 104379953139112
 """A worker killed holding leases: after they lapse, the others take its operations."""
 SKEWED = 243295072864028
 """Four workers whose clocks disagree (and one paused, stalled, then killed)."""
+ROLLED_BACK = 3609958148174
+"""An operator rolls the protocol back from version 1 to 0 with two calls in flight
+(and no other worker fault): their driver is fenced, a worker claims them afresh."""
 
 
 def _world(seed: int) -> World:
@@ -60,6 +64,45 @@ def test_skewed_clocks_keep_the_shared_poll_budget() -> None:
     assert result.faults["clock_skew"] == 1
     assert result.polls.reads > 10
     assert result.polls.qps_max <= 2  # all workers together, at the server
+
+
+def test_a_rollback_mid_flight_rebinds_the_open_operations_and_fences_their_driver() -> None:
+    world = _world(ROLLED_BACK)
+    workers = world.config.workers
+    assert workers is not None
+    assert workers.rollback is not None
+    assert (workers.pauses, workers.stalls, workers.kills, workers.retires) == ((),) * 4
+    result = world.run()
+    assert result.violations == []
+    assert result.faults["adapter_rollback"] == 1
+    assert result.worker_stats["rebound"] == 2  # in flight when it came
+    assert result.worker_stats["fenced"] > 0  # the previous driver's late write refused
+    rebound = 0
+    for node, _server, _start in world.config.nodes:
+        record = world.ledger.get(node)
+        assert record.state in (State.ACCEPTED, State.CANCELLED_ACCEPTED)  # accepted once
+        assert record.adapter_version == ROLLBACK_TO  # rebound, or routed there when new
+        history = world.ledger.history(node)
+        rebinds = [
+            i for i, row in enumerate(history) if row.event == "ExecutionClaimed" and not row.owner
+        ]
+        if rebinds:
+            rebound += 1
+            (at,) = rebinds
+            before, rebind = history[at - 1], history[at]
+            assert rebind.execution_epoch == before.execution_epoch + 1  # the epoch raised
+            after = history[at + 1 :]
+            assert after
+            # Claimed afresh by a worker (one claim): every later owned write is its.
+            owned = {(row.owner, row.execution_epoch) for row in after if row.owner}
+            assert len(owned) == 1
+            assert {epoch for _, epoch in owned} == {rebind.execution_epoch + 1}
+    assert rebound == 2
+    assert result.receipts == result.nodes
+    assert result.requests == result.nodes  # one remote operation per node
+    assert result.duplicates == 0
+    assert result.divergence == 0
+    assert result.claims_max <= 2 + 1
 
 
 def test_claims_ping_pong_fails_the_claims_gate() -> None:

@@ -70,6 +70,9 @@ from longcall.runtime import inputs
 from longcall.runtime.step import commit
 
 REQUEST_BLOB = "request"
+FORGET_LET_GO_POLL_S = 3600.0
+"""How long a process remembers its last poll of an operation it let go (a claim back
+within that time keeps the server's interval after it, X3 rule 1)."""
 SURPLUS_MIN = 2
 """A worker keeps at least this many operations above its fair share before shedding."""
 LOST_RACE_RETRIES = 3
@@ -263,6 +266,9 @@ class Engine:
         self._last_poll_at: dict[str, float] = {}
         """When each operation's last poll left: a push never polls sooner than the
         server's interval after it (X3 rule 1)."""
+        self._told_when_fenced: dict[str, float] = {}
+        """The poll interval of a reply whose write was refused as Fenced (the ledger
+        never learnt it), for as long as :attr:`_last_poll_at` remembers the poll."""
         self._not_before: dict[str, float] = {}
         """Per server: a 429/503's Retry-After holds every request to it until then (X3,
         X9), whichever operation's request met it (found by the simulator's Retry-After
@@ -415,9 +421,24 @@ class Engine:
     def _taken_over(self, record: OperationRecord, *, proven_absent: bool, now: float) -> None:
         """Plan a record this engine just took over at a new epoch (L7): resume it, and
         treat a create that may have left as in doubt (X2)."""
-        self.records[record.call_node_id] = record
-        self._forget_timers(record.call_node_id)
+        node = record.call_node_id
+        self.records[node] = record
+        self._forget_timers(node)
         self._plan(record, resume(record, now=now), now=now)
+        last = self._last_poll_at.get(node)
+        planned = self._pending.get((node, "Poll"))
+        if last is not None and planned is not None:
+            # This process polled it before it was let go (a rollback's rebind, a lease
+            # lost and won back): the server's interval after that poll still stands
+            # (X3 rule 1); the stored record does not know of it.
+            told = self._told_when_fenced.pop(node, None)
+            at = last + self._poll_floor_s(record, told=told)
+            if planned[0] < at:
+                self._push(node, "Poll", planned[2], at)
+        for other in [n for n, t in self._last_poll_at.items() if n not in self.records]:
+            if now - self._last_poll_at[other] > FORGET_LET_GO_POLL_S:
+                del self._last_poll_at[other]
+                self._told_when_fenced.pop(other, None)
         if proven_absent:
             resubmit = c.SendSubmit(
                 submission_key=record.submission_key, attempt=record.submit_attempts, at=now
@@ -489,7 +510,8 @@ class Engine:
         """Stop driving an operation (terminal, released, or no longer ours)."""
         self.records.pop(node, None)
         self._forget_timers(node)
-        self._last_poll_at.pop(node, None)
+        # Its last poll is kept: should this process claim it back, the server's
+        # interval after that poll still floors the next one (:meth:`_taken_over`).
 
     # --- leases (D1) -----------------------------------------------------------------
 
@@ -910,6 +932,9 @@ class Engine:
         event loop runs other replies: a poll issued an instant before a 429 arrived
         left after it (found by the simulator's worlds of workers, whose loop lags)."""
         if self._not_before.get(action.server, now) <= now:
+            if action.kind == "Poll":
+                # It leaves now, not when due() issued it: the interval counts from here.
+                self._last_poll_at[action.call_node_id] = now
             return False
         key = (action.call_node_id, action.kind)
         self._in_flight.discard(key)
@@ -954,15 +979,19 @@ class Engine:
         last = self._last_poll_at.get(call_node_id)
         if last is not None:
             # X3 rule 1: the server's interval is the floor between two polls, pushed or not.
-            floor_s = poll_delay_s(
-                self.policy.poll,
-                server_interval_s=record.poll_interval_s,
-                backoff_step=0,
-                jitter=0.0,
-            )
-            at = max(now, last + floor_s)
+            at = max(now, last + self._poll_floor_s(record))
         if planned[0] > at:
             self._push(call_node_id, "Poll", planned[2], at)
+
+    def _poll_floor_s(self, record: OperationRecord, *, told: float | None = None) -> float:
+        """The least time between two polls of ``record`` (X3 rule 1); ``told``: an
+        interval the server told this process that the record does not hold."""
+        interval = record.poll_interval_s
+        if told is not None:
+            interval = told if interval is None else max(interval, told)
+        return poll_delay_s(
+            self.policy.poll, server_interval_s=interval, backoff_step=0, jitter=0.0
+        )
 
     # --- replies ---------------------------------------------------------------------
 
@@ -1091,6 +1120,11 @@ class Engine:
                 # database refused the write. Not ours to re-decide: let it go (D1).
                 self.stats["fenced"] += 1
                 self._let_go(record.call_node_id)
+                told = getattr(event, "poll_interval_s", None)
+                if told is not None:
+                    # The server told this process so, whatever the ledger holds: it
+                    # floors this process's next poll should it claim it back (X3).
+                    self._told_when_fenced[record.call_node_id] = told
                 return None
             except ConflictError:
                 self.stats["conflicts"] += 1

@@ -109,11 +109,15 @@ class Checker:
         receipt: TerminalReceipt | None,
         *,
         owner: str | None = None,
+        claim: bool = True,
     ) -> None:
+        """``claim``: an ``ExecutionClaimed`` that some process claims (False: a
+        rollback's rebind, a higher epoch that no one holds, R3)."""
         node = record.call_node_id
         self.writes += 1
         if event == "ExecutionClaimed":
-            self.claims[node] = self.claims.get(node, 0) + 1
+            if claim:
+                self.claims[node] = self.claims.get(node, 0) + 1
             self.owner[node] = owner
         elif event == "Created":
             self.owner[node] = owner
@@ -366,6 +370,16 @@ class ObservedLedger(SQLiteLedger):
                 if self.checker.owner.get(node) == owner:
                     self.checker.owner[node] = None
         return released
+
+    def rebind_open(
+        self, protocol: str, from_version: str, *, decide: ClaimDecision
+    ) -> list[OperationRecord]:
+        rebound = super().rebind_open(protocol, from_version, decide=decide)
+        if self.checker is not None:
+            for record in rebound:
+                # A higher epoch, let go: the worker that then claims it is the claim.
+                self.checker.on_write(record, "ExecutionClaimed", None, owner=None, claim=False)
+        return rebound
 
     def retire_worker(self, owner: str) -> int:
         released = super().retire_worker(owner)

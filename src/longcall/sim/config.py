@@ -181,6 +181,8 @@ SKEW_MAX_S = 0.04
 """The most a worker's clock is off the world's, either way (docs/design/simulator.md
 says why: two workers disagree by at most 0.08 s, less than what the shared poll
 budget's spacing leaves over at the departure stamps)."""
+ROLLBACK_TO = "0"
+"""The adapter version a world's rollback goes back to (the sim's bindings write "1")."""
 LEASES_S = (6.0, 9.0, 15.0)
 """The lease lengths a multi-worker world draws (``LeasePolicy.of``; short, so that
 takeovers happen within a world's few minutes)."""
@@ -208,6 +210,10 @@ class Workers:
     send_lag_s: float = 0.0
     """The most an action waits between ``Engine.due`` and its adapter call (the event
     loop's lag): a read that misses its send slot goes back through ``slot_missed``."""
+    rollback: tuple[int, float] | None = None
+    """(server, at): an operator rolls the protocol of that server back (R3,
+    ``runtime.rollout.rollback``) from the version its operations are bound to to
+    :data:`ROLLBACK_TO`, while operations are in flight (None: no rollback)."""
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
@@ -319,7 +325,7 @@ class Config:
                 faults.zero_items = pick((0.4, (0.3, 1.0)))
         # D1: drawn last of all (from a separate draw of the same generator), so the
         # worlds of one executor keep the shape they had before workers existed.
-        workers = _workers(rng, profile, crash_on_action)
+        workers = _workers(rng, profile, crash_on_action, len(servers))
         if workers is not None:
             # Several workers replace the single-process faults: a whole-process crash
             # of every worker, and a racing stale executor, become kills and pauses of
@@ -349,9 +355,20 @@ class Config:
         )
 
 
-def _workers(rng: random.Random, profile: Profile, crash_on_action: int | None) -> Workers | None:
-    if rng.random() >= profile.workers_share:
+def _workers(
+    rng: random.Random, profile: Profile, crash_on_action: int | None, servers: int
+) -> Workers | None:
+    draw = rng.random()
+    if draw >= profile.workers_share:
         return None
+    # R3: the rollback comes from this draw (uniform below the share), not from a draw
+    # of its own, so every world keeps the draws it made before rollbacks existed.
+    within = draw / profile.workers_share
+    rollback: tuple[int, float] | None = None
+    if within < profile.worker_fault_share:
+        moment = within / profile.worker_fault_share
+        # Within the minute the calls start in, so that operations are in flight.
+        rollback = (int(moment * 1e6) % servers, round(10.0 + 60.0 * moment, 3))
     count = rng.randint(2, 4)
     lease_s = rng.choice(LEASES_S)
     share = profile.worker_fault_share
@@ -399,6 +416,7 @@ def _workers(rng: random.Random, profile: Profile, crash_on_action: int | None) 
         kills=kills,
         retires=retires,
         send_lag_s=send_lag_s,
+        rollback=rollback,
     )
 
 
@@ -438,6 +456,7 @@ __all__ = [
     "GENTLE",
     "HARSH",
     "PROFILES",
+    "ROLLBACK_TO",
     "SKEW_MAX_S",
     "Config",
     "NetFaults",

@@ -55,6 +55,7 @@ from longcall.core.keys import digest_bytes, digest_json
 from longcall.core.retry import FailureKind
 from longcall.errors import IllegalTransition, LongcallError, StaleEvent
 from longcall.ledger import WORKER
+from longcall.runtime import rollout
 from longcall.runtime.engine import Action, CallSpec, Engine, LeasePolicy
 from longcall.runtime.step import apply_event
 from longcall.sim import measures
@@ -62,7 +63,7 @@ from longcall.sim.adapter import Route, connect, exchange_for
 from longcall.sim.aip151 import Aip151Server
 from longcall.sim.apify import ApifyServer
 from longcall.sim.checks import Checker, ObservedLedger, Violation, audit
-from longcall.sim.config import DEFAULT, SKEW_MAX_S, Config, Profile
+from longcall.sim.config import DEFAULT, ROLLBACK_TO, SKEW_MAX_S, Config, Profile
 from longcall.sim.mcp import McpServer, Wire
 from longcall.sim.server import AIP151, APIFY, Hold, Hop, Served, SimServer
 from longcall.sim.truth import TERMINAL
@@ -97,10 +98,11 @@ FAULT_CLASSES: tuple[str, ...] = (
     "worker_retired",
     "clock_skew",
     "poll_slot_missed",
+    "adapter_rollback",
 )
 """Every fault class of SPEC F1, each with its own counter in the report (seven belong
-to the AIP-151 and Apify-style worlds, SPEC P3, P4; the last six to the worlds of
-several workers on one ledger, D1)."""
+to the AIP-151 and Apify-style worlds, SPEC P3, P4; the last seven to the worlds of
+several workers on one ledger, D1, R3)."""
 
 POLL_QPS_LIMIT = 2.0
 """The configured per-server poll QPS of every simulated executor (X3, F3)."""
@@ -113,8 +115,17 @@ ACTION_TIMEOUT_S = 60.0
 (``Executor(request_timeout_s=60)``): past it the action has failed with a timeout."""
 CLAIMS_SLACK = 2
 """Claims an operation may take beyond one per fault that took its worker away (D1)."""
-WORKER_STATS = ("claimed", "takeovers", "fenced", "lease_lapses", "slots_missed", "released")
-"""The engine counters a world of several workers adds up (``Engine.stats``)."""
+WORKER_STATS = (
+    "claimed",
+    "takeovers",
+    "fenced",
+    "lease_lapses",
+    "slots_missed",
+    "released",
+    "rebound",
+)
+"""The engine counters a world of several workers adds up (``Engine.stats``), and the
+operations a rollback rebound (R3, counted by the world)."""
 OPERATOR = "sim-operator"
 OPERATOR_NOTE = "resolved from the simulated server's truth"
 
@@ -427,6 +438,9 @@ class World:
                 self.at(t, "kill", worker, after, essential=False)
             for worker, t in self.workers.retires:
                 self.at(t, "retire", worker, essential=False)
+            if self.workers.rollback is not None:
+                server, t = self.workers.rollback
+                self.at(t, "rollback", server, essential=False)
         self.at(HEAL_AT_S, "heal", essential=False)
         self.at(cfg.operator_tick_s, "operator", essential=False)
         end = HEAL_AT_S + LIVENESS_BOUND_S
@@ -813,7 +827,17 @@ class World:
         )
         self.started.add(node)
         self.log("caller", f"start {node} on {server.name}")
-        self._call(eid, lambda en: en.start_call(spec, now=self.clock(eid)))
+        version: str | None = None
+        if self.workers is not None:
+            # As the executor does: the ledger's rollout plan routes a new call (R2);
+            # after a rollback, to the version rolled back to.
+            version = rollout.route(
+                self.ledger.rollout_plan(),
+                protocol=route.binding.protocol,
+                offered=route.binding.adapter_version,
+                call_node_id=node,
+            )
+        self._call(eid, lambda en: en.start_call(spec, now=self.clock(eid), version=version))
 
     def _on_cancel(self, node: str) -> None:
         if node not in self.started or self._terminal(node):
@@ -952,6 +976,36 @@ class World:
         self._retire_stats(engine)
         del self.engines[eid]
         self._replace(round(self.rng.uniform(1.0, 30.0), 3) if self.rng.random() < 0.5 else None)
+
+    def _on_rollback(self, index: int) -> None:
+        """An operator rolls back the protocol of one server (R3): the real
+        ``rollout.rollback`` on the world's ledger, from the version its calls are bound
+        to. Every open operation of it is rebound at a higher epoch and let go: whoever
+        drove it is fenced, a worker claims it afresh (one claim more, allowed)."""
+        name = self.config.servers[index].name
+        binding = next((r.binding for (_, s), r in self.routes.items() if s == name), None)
+        if binding is None:
+            if self.now < HEAL_AT_S:  # no call has reached that server yet
+                self.at(self.now + 5.0, "rollback", index, essential=False)
+            return
+        self.count("adapter_rollback")
+        rebound = rollout.rollback(
+            self.ledger,
+            protocol=binding.protocol,
+            from_version=binding.adapter_version,
+            to_version=ROLLBACK_TO,
+            now=self.now,
+            rng=self.rng,
+            note="simulated rollback",
+        )
+        nodes = [record.call_node_id for record in rebound]
+        self._take_away(nodes)
+        self.worker_stats["rebound"] += len(nodes)
+        self.log(
+            "operator",
+            f"rollback {binding.protocol} {binding.adapter_version} -> {ROLLBACK_TO}:"
+            f" rebound {nodes}",
+        )
 
     def _drop(self, eid: int) -> None:
         engine = self.engines.pop(eid)
