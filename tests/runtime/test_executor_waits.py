@@ -93,3 +93,21 @@ async def test_waiting_on_a_node_in_reconciliation_returns_at_once(tmp_path: Pat
         with anyio.fail_after(BOUND_S):
             settled = await fresh.wait_terminal("n")
         assert settled.state is State.RECONCILIATION_REQUIRED
+
+
+async def test_a_change_before_the_scheduled_wait_first_runs_still_wakes_it(
+    tmp_path: Path,
+) -> None:
+    """A caller that checks a condition, then schedules the wait (``Client.drive``
+    with ``until_idle``), is woken by a change the loop makes before the wait first
+    runs: once lost, a worker with ``--until-idle`` waited for ever after its last
+    operation was accepted."""
+    with SQLiteLedger(tmp_path / "l.db") as ledger:
+        executor = Executor(ledger, adapter_factory=_no_adapter)
+        try:
+            change = asyncio.ensure_future(executor.wait_change())
+            executor._signal_change(None)  # what the loop does when a step settles
+            with anyio.fail_after(BOUND_S):
+                await change
+        finally:
+            await executor.aclose()

@@ -455,11 +455,18 @@ class Executor:
                 return record
             await changed.wait()
 
-    async def wait_change(self) -> None:
+    def wait_change(self) -> Awaitable[None]:
         """Return after the next change this executor applies or notices (any node), or
-        after a request ends; raises ExecutorFailed once the loop has failed."""
+        after a request ends; raises ExecutorFailed once the loop has failed.
+
+        The change counted is the next one after this call, not after the awaitable
+        first runs: a caller that checks a condition and then schedules the wait
+        (``ensure_future``) loses no change made in between. (A worker with
+        ``--until-idle`` once missed the step that made it idle and waited for ever.)"""
+        return self._wait_for(self._changed)
+
+    async def _wait_for(self, changed: asyncio.Event) -> None:
         self._raise_if_failed()
-        changed = self._changed
         await changed.wait()
         self._raise_if_failed()
 
