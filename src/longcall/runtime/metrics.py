@@ -41,13 +41,72 @@ QPS_WINDOW_S = 10
 _BREAKER_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
 
-class ExecutorMetrics:
-    """The metrics of one executor; the executor feeds it, Prometheus scrapes it."""
+class Exposition:
+    """What the executor's and the server's metrics share: a registry of their own, the
+    readable median of recent durations, per-key rates over the last whole seconds,
+    and ``/metrics`` on a thread of its own."""
 
     def __init__(self, *, clock: Callable[[], float]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self._clock = clock
         self._lock = threading.Lock()
+        self._recent_durations: collections.deque[float] = collections.deque(maxlen=MEDIAN_WINDOW)
+        self._seconds: dict[str, collections.deque[tuple[int, int]]] = {}
+        self._http: Any = None
+
+    def _note_duration(self, seconds: float) -> None:
+        with self._lock:
+            self._recent_durations.append(seconds)
+
+    def _count_second(self, key: str, now: float) -> None:
+        """One event of ``key`` in the whole second of ``now``."""
+        second = int(now)
+        with self._lock:
+            ring = self._seconds.setdefault(key, collections.deque(maxlen=QPS_WINDOW_S + 1))
+            if ring and ring[-1][0] == second:
+                ring[-1] = (second, ring[-1][1] + 1)
+            else:
+                ring.append((second, 1))
+
+    def _rates(self) -> dict[str, float]:
+        """Events per second per key over the last ``QPS_WINDOW_S`` whole seconds."""
+        now = int(self._clock())
+        with self._lock:
+            return {
+                key: sum(n for second, n in ring if now - QPS_WINDOW_S <= second < now)
+                / QPS_WINDOW_S
+                for key, ring in self._seconds.items()
+            }
+
+    def median_duration_s(self) -> float | None:
+        with self._lock:
+            return statistics.median(self._recent_durations) if self._recent_durations else None
+
+    @property
+    def port(self) -> int | None:
+        """The port ``/metrics`` is served on, if it is."""
+        return None if self._http is None else int(self._http.server_port)
+
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """Expose ``/metrics`` on ``host:port`` (0: a free port); returns the port."""
+        if self._http is not None:
+            raise RuntimeError(f"metrics are already served on port {self.port}")
+        self._http, _thread = start_http_server(port, addr=host, registry=self.registry)
+        return int(self._http.server_port)
+
+    def close(self) -> None:
+        """Stop serving ``/metrics`` (if it was served); the counters stay readable."""
+        if self._http is not None:
+            self._http.shutdown()
+            self._http.server_close()
+            self._http = None
+
+
+class ExecutorMetrics(Exposition):
+    """The metrics of one executor; the executor feeds it, Prometheus scrapes it."""
+
+    def __init__(self, *, clock: Callable[[], float]) -> None:
+        super().__init__(clock=clock)
         self.accepted = Counter(
             "longcall_operations_accepted",
             "Operations accepted with a terminal receipt, by server status and result kind.",
@@ -71,11 +130,8 @@ class ExecutorMetrics:
             "Operations handed to an operator (UNKNOWN outcome, X7).",
             registry=self.registry,
         )
-        self._recent_durations: collections.deque[float] = collections.deque(maxlen=MEDIAN_WINDOW)
-        self._poll_seconds: dict[str, collections.deque[tuple[int, int]]] = {}
         self._engine: Engine | None = None
         self._engine_lock: AbstractContextManager[Any] | None = None
-        self._http: Any = None
         self.registry.register(_EngineCollector(self))
 
     def bind(self, engine: Engine, lock: AbstractContextManager[Any]) -> None:
@@ -90,21 +146,14 @@ class ExecutorMetrics:
         self.accepted.labels(status=status, result_kind=kind).inc()
         elapsed = max(0.0, record.updated_at - record.created_at)
         self.duration.observe(elapsed)
-        with self._lock:
-            self._recent_durations.append(elapsed)
+        self._note_duration(elapsed)
         self._observe_cancel(record)
 
     def observe_escalated(self, record: OperationRecord) -> None:
         self.escalated.inc()
 
     def observe_poll(self, server: str, now: float) -> None:
-        second = int(now)
-        with self._lock:
-            ring = self._poll_seconds.setdefault(server, collections.deque(maxlen=QPS_WINDOW_S + 1))
-            if ring and ring[-1][0] == second:
-                ring[-1] = (second, ring[-1][1] + 1)
-            else:
-                ring.append((second, 1))
+        self._count_second(server, now)
 
     def _observe_cancel(self, record: OperationRecord) -> None:
         if record.cancel_requested_at is None:
@@ -114,31 +163,9 @@ class ExecutorMetrics:
 
     # --- read at scrape time ------------------------------------------------------------
 
-    def median_duration_s(self) -> float | None:
-        with self._lock:
-            return statistics.median(self._recent_durations) if self._recent_durations else None
-
     def poll_qps(self) -> dict[str, float]:
         """Polls per second per server over the last ``QPS_WINDOW_S`` whole seconds."""
-        now = int(self._clock())
-        with self._lock:
-            return {
-                server: sum(n for second, n in ring if now - QPS_WINDOW_S <= second < now)
-                / QPS_WINDOW_S
-                for server, ring in self._poll_seconds.items()
-            }
-
-    def serve(self, port: int, host: str = "127.0.0.1") -> int:
-        """Expose ``/metrics`` on ``host:port`` (0: a free port); returns the port."""
-        self._http, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return int(self._http.server_port)
-
-    def close(self) -> None:
-        """Stop serving ``/metrics`` (if it was served)."""
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            self._http = None
+        return self._rates()
 
 
 class _EngineCollector(Collector):

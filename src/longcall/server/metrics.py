@@ -17,38 +17,37 @@ the store or read HTTP.
 from __future__ import annotations
 
 import collections
-import statistics
-import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from longcall.runtime.metrics import (
+    DURATION_BUCKETS_S,
+    MEDIAN_WINDOW,
+    QPS_WINDOW_S,
+    Exposition,
+)
 from longcall.server.model import ACTIVE_STATUSES, TaskRecord, TaskStatus
 
-DURATION_BUCKETS_S = (1, 5, 15, 30, 60, 120, 300, 600, 1800, 3600, 7200, 21600, 86400)
-"""Long calls: seconds to a day (the executor's buckets)."""
 CANCEL_BUCKETS_S = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 30)
 """A cancel is one compare-and-set in the store: milliseconds, seconds when it is busy."""
-MEDIAN_WINDOW = 1000
-"""The readable median duration is over the last this many ended tasks."""
-QPS_WINDOW_S = 10
-"""The status-read rate is averaged over this many whole seconds."""
+
+_STATUS_READS = "status reads"
+"""The one key of the status-read rate."""
 
 OpenTasks = Callable[[], Mapping[TaskStatus, int]]
 """This process's open tasks by status, read at scrape time."""
 
 
-class ServerMetrics:
+class ServerMetrics(Exposition):
     """The metrics of one server process; the server feeds it, Prometheus scrapes it."""
 
     def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
-        self._clock = clock
-        self._lock = threading.Lock()
+        super().__init__(clock=clock)
         self.created: collections.Counter[tuple[str, str]] = collections.Counter()
         """(tool, protocol) → tasks created."""
         self.ended: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -80,12 +79,7 @@ class ServerMetrics:
             buckets=CANCEL_BUCKETS_S,
             registry=self.registry,
         )
-        self._recent_durations: collections.deque[float] = collections.deque(maxlen=MEDIAN_WINDOW)
-        self._read_seconds: collections.deque[tuple[int, int]] = collections.deque(
-            maxlen=QPS_WINDOW_S + 1
-        )
         self._open_tasks: OpenTasks | None = None
-        self._http: Any = None
         self.registry.register(_ServerCollector(self))
 
     def bind(self, open_tasks: OpenTasks) -> None:
@@ -113,14 +107,9 @@ class ServerMetrics:
             self.cancel_ack.observe(max(0.0, seconds))
 
     def observe_status_read(self, protocol: str) -> None:
-        second = int(self._clock())
         with self._lock:
             self.status_reads[protocol] += 1
-            ring = self._read_seconds
-            if ring and ring[-1][0] == second:
-                ring[-1] = (second, ring[-1][1] + 1)
-            else:
-                ring.append((second, 1))
+        self._count_second(_STATUS_READS, self._clock())
 
     def observe_refused(self, reason: str) -> None:
         with self._lock:
@@ -144,16 +133,9 @@ class ServerMetrics:
 
     # --- read at scrape time ----------------------------------------------------------------
 
-    def median_duration_s(self) -> float | None:
-        with self._lock:
-            return statistics.median(self._recent_durations) if self._recent_durations else None
-
     def status_read_rate(self) -> float:
         """Status reads per second over the last ``QPS_WINDOW_S`` whole seconds."""
-        now = int(self._clock())
-        with self._lock:
-            reads = sum(n for second, n in self._read_seconds if now - QPS_WINDOW_S <= second < now)
-        return reads / QPS_WINDOW_S
+        return self._rates().get(_STATUS_READS, 0.0)
 
     def open_tasks(self) -> dict[TaskStatus, int]:
         counts = dict(self._open_tasks()) if self._open_tasks is not None else {}
@@ -173,27 +155,6 @@ class ServerMetrics:
                 "takeovers": dict(self.takeovers),
                 "completions_lost": self.completions_lost,
             }
-
-    # --- serving ------------------------------------------------------------------------------
-
-    @property
-    def port(self) -> int | None:
-        """The port ``/metrics`` is served on, if it is."""
-        return None if self._http is None else int(self._http.server_port)
-
-    def serve(self, port: int, host: str = "127.0.0.1") -> int:
-        """Expose ``/metrics`` on ``host:port`` (0: a free port); returns the port."""
-        if self._http is not None:
-            raise RuntimeError(f"metrics are already served on port {self.port}")
-        self._http, _thread = start_http_server(port, addr=host, registry=self.registry)
-        return int(self._http.server_port)
-
-    def close(self) -> None:
-        """Stop serving ``/metrics`` (if it was served); the counters stay readable."""
-        if self._http is not None:
-            self._http.shutdown()
-            self._http.server_close()
-            self._http = None
 
 
 def _counter(
