@@ -266,6 +266,8 @@ class Engine:
         self._last_poll_at: dict[str, float] = {}
         """When each operation's last poll left: a push never polls sooner than the
         server's interval after it (X3 rule 1)."""
+        self._let_go_polls: collections.deque[tuple[float, str]] = collections.deque()
+        """(last poll, node) of the operations let go, in the order they were let go."""
         self._told_when_fenced: dict[str, float] = {}
         """The poll interval of a reply whose write was refused as Fenced (the ledger
         never learnt it), for as long as :attr:`_last_poll_at` remembers the poll."""
@@ -435,10 +437,7 @@ class Engine:
             at = last + self._poll_floor_s(record, told=told)
             if planned[0] < at:
                 self._push(node, "Poll", planned[2], at)
-        for other in [n for n, t in self._last_poll_at.items() if n not in self.records]:
-            if now - self._last_poll_at[other] > FORGET_LET_GO_POLL_S:
-                del self._last_poll_at[other]
-                self._told_when_fenced.pop(other, None)
+        self._forget_old_let_go_polls(now)
         if proven_absent:
             resubmit = c.SendSubmit(
                 submission_key=record.submission_key, attempt=record.submit_attempts, at=now
@@ -512,6 +511,19 @@ class Engine:
         self._forget_timers(node)
         # Its last poll is kept: should this process claim it back, the server's
         # interval after that poll still floors the next one (:meth:`_taken_over`).
+        last = self._last_poll_at.get(node)
+        if last is not None:
+            self._let_go_polls.append((last, node))
+
+    def _forget_old_let_go_polls(self, now: float) -> None:
+        """Drop the kept last polls of let-go operations older than
+        ``FORGET_LET_GO_POLL_S``, oldest first (no scan of everything held)."""
+        kept = self._let_go_polls
+        while kept and now - kept[0][0] > FORGET_LET_GO_POLL_S:
+            at, node = kept.popleft()
+            if node not in self.records and self._last_poll_at.get(node) == at:
+                del self._last_poll_at[node]
+                self._told_when_fenced.pop(node, None)
 
     # --- leases (D1) -----------------------------------------------------------------
 
