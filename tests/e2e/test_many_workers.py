@@ -179,13 +179,16 @@ async def stop_all(
             await process.wait()
 
 
-async def start_worker(ledger_url: str) -> Worker:
+async def start_worker(ledger_url: str, spawned: list[asyncio.subprocess.Process]) -> Worker:
+    """A worker process, in ``spawned`` from the moment it exists: a start cancelled
+    half-way (chaos ends) still leaves it to be stopped with the others."""
     process = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "longcall", "worker", "--ledger", ledger_url),
         *("--lease", str(LEASE_S), "--qps", str(QPS_CAP), "--metrics-port", "0"),
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.PIPE,
     )
+    spawned.append(process)
     assert process.stderr is not None
     async with asyncio.timeout(30):
         while True:
@@ -217,6 +220,7 @@ async def chaos(
     ledger_url: str,
     rng: random.Random,
     client: httpx.AsyncClient,
+    spawned: list[asyncio.subprocess.Process],
 ) -> None:
     """One fault at a time, at seeded moments, until cancelled: SIGKILL a worker (and
     start a replacement) or SIGSTOP one for longer than the lease, then SIGCONT."""
@@ -229,7 +233,7 @@ async def chaos(
             worker.process.send_signal(signal.SIGKILL)
             await worker.process.wait()
             retired.append(worker)
-            workers[slot] = await start_worker(ledger_url)
+            workers[slot] = await start_worker(ledger_url, spawned)
             faults["sigkill"] += 1
         else:
             # Hold the server's answers a moment, so the worker stops with requests in
@@ -279,6 +283,7 @@ async def test_four_workers_share_one_postgres_ledger_under_kill_and_stop(tmp_pa
     door = FrontDoor(port)
     url = await door.start()
     workers: list[Worker] = []
+    spawned: list[asyncio.subprocess.Process] = []
     retired: list[Worker] = []
     try:
         with pg_schema() as (dsn, schema):
@@ -298,11 +303,11 @@ async def test_four_workers_share_one_postgres_ledger_under_kill_and_stop(tmp_pa
                     started = time.monotonic()
                     # Started together: they see each other at their first claim round.
                     workers += await asyncio.gather(
-                        *(start_worker(ledger_url) for _ in range(WORKERS))
+                        *(start_worker(ledger_url, spawned) for _ in range(WORKERS))
                     )
                     faults: Counter[str] = Counter()
                     chaos_task = asyncio.create_task(
-                        chaos(workers, retired, faults, door, ledger_url, rng, client)
+                        chaos(workers, retired, faults, door, ledger_url, rng, client, spawned)
                     )
                     try:
                         async with asyncio.timeout(RUN_TIMEOUT_S):
@@ -324,7 +329,7 @@ async def test_four_workers_share_one_postgres_ledger_under_kill_and_stop(tmp_pa
                     outbox = ledger.outbox()
                     histories = {r.call_node_id: ledger.history(r.call_node_id) for r in records}
     finally:
-        await stop_all([w.process for w in [*workers, *retired]], server)
+        await stop_all(spawned, server)
         await door.close()
 
     assert len(records) == OPERATIONS
