@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from longcall import walkthrough
-from longcall.ledger import SQLiteLedger, codec
+from longcall.core import ServerStatus, State
+from longcall.ledger import CorruptRow, SQLiteLedger, codec
 
 
 def test_dumps_is_the_sorted_canonical_json_and_round_trips() -> None:
@@ -20,3 +23,41 @@ def test_dumps_is_the_sorted_canonical_json_and_round_trips() -> None:
         assert codec.dumps(value) == expected
     assert codec.loads_record(codec.dumps(record)) == record
     assert codec.loads_receipt(codec.dumps(receipt)) == receipt
+
+
+def _stored(value: object) -> dict[str, object]:
+    return json.loads(codec.dumps(value))  # type: ignore[arg-type]
+
+
+def test_a_field_missing_from_an_older_row_reads_as_its_default() -> None:
+    """A row written before a field existed still decodes: the field takes its default."""
+    with SQLiteLedger(":memory:") as ledger:
+        record = walkthrough.start(ledger, "a", walkthrough.COMPLETED, now=0.0)
+    data = _stored(record)
+    for name in ("shadow_of", "warnings", "server_status", "resolved_by"):
+        del data[name]
+    decoded = codec.record_from_dict(data)
+    assert decoded == record
+    assert decoded.warnings == () and decoded.shadow_of is None
+
+
+def test_a_missing_required_field_is_a_corrupt_row_naming_it() -> None:
+    """A row without a field that has no default is damage, reported with the field."""
+    with SQLiteLedger(":memory:") as ledger:
+        record = walkthrough.start(ledger, "a", walkthrough.COMPLETED, now=0.0)
+    data = _stored(record)
+    del data["request_digest"]
+    with pytest.raises(CorruptRow, match="request_digest"):
+        codec.record_from_dict(data)
+
+
+def test_decoded_enums_and_tuples_have_their_types() -> None:
+    """Enum fields come back as enum members and list fields as tuples, equal to the
+    record that was stored (not merely equal-looking JSON)."""
+    with SQLiteLedger(":memory:") as ledger:
+        walkthrough.start(ledger, "a", walkthrough.COMPLETED, now=0.0)
+        record = walkthrough.drive(ledger, "a", walkthrough.COMPLETED, now=0.0)
+    decoded = codec.loads_record(codec.dumps(record))
+    assert isinstance(decoded.state, State) and isinstance(decoded.server_status, ServerStatus)
+    assert isinstance(decoded.input_keys_answered, tuple) and decoded.input_keys_answered
+    assert decoded == record
