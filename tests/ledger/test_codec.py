@@ -38,7 +38,8 @@ def test_a_field_missing_from_an_older_row_reads_as_its_default() -> None:
         del data[name]
     decoded = codec.record_from_dict(data)
     assert decoded == record
-    assert decoded.warnings == () and decoded.shadow_of is None
+    assert decoded.warnings == ()
+    assert decoded.shadow_of is None
 
 
 def test_a_missing_required_field_is_a_corrupt_row_naming_it() -> None:
@@ -58,6 +59,8 @@ def test_decoded_enums_and_tuples_have_their_types() -> None:
         walkthrough.start(ledger, "a", walkthrough.COMPLETED, now=0.0)
         record = walkthrough.drive(ledger, "a", walkthrough.COMPLETED, now=0.0)
     decoded = codec.loads_record(codec.dumps(record))
-    assert isinstance(decoded.state, State) and isinstance(decoded.server_status, ServerStatus)
-    assert isinstance(decoded.input_keys_answered, tuple) and decoded.input_keys_answered
+    assert isinstance(decoded.state, State)
+    assert isinstance(decoded.server_status, ServerStatus)
+    assert isinstance(decoded.input_keys_answered, tuple)
+    assert decoded.input_keys_answered
     assert decoded == record
