@@ -17,11 +17,13 @@ from longcall.core.retry import FailureKind, RequestKind
 from longcall.ledger import Ledger, SQLiteLedger
 from longcall.runtime.engine import Action, CallSpec, Engine
 from longcall.runtime.inputs import (
+    InputQuestion,
     InvalidAnswer,
     answer_blob,
     answer_from_fields,
     pending_request,
     read_answer,
+    validate_answer,
 )
 
 FORM = {
@@ -136,3 +138,28 @@ def test_a_refused_answer_leaves_the_round_answerable_again(ledger: Ledger) -> N
     (resend,) = [a for a in actions if a.kind == "SendInputResponse"]
     assert engine.input_answers(resend.record, ("elicit-1",)) == {"elicit-1": second}
     assert read_answer(ledger, ledger.get("n"), "elicit-1") == second
+
+
+@pytest.mark.parametrize(
+    "schema",
+    [
+        pytest.param({"type": "object", "properties": {"a": {"type": 7}}}, id="not-a-schema"),
+        pytest.param({"type": "object", "maximum": float("nan")}, id="nan"),
+    ],
+)
+def test_a_broken_form_schema_leaves_the_answer_to_the_server(schema: dict[str, object]) -> None:
+    """A form whose schema is invalid (or not even plain JSON) cannot judge an answer:
+    the answer passes the shape checks and the server decides; asking twice (the
+    checked validator is cached) gives the same verdict."""
+    question = InputQuestion(key="k", method="elicitation/create", message=None, schema=schema)
+    answer = {"action": "accept", "content": {"a": "x"}}
+    assert validate_answer(question, answer) == answer
+    assert validate_answer(question, answer) == answer
+
+
+def test_the_same_form_twice_judges_each_answer_on_its_own() -> None:
+    """The cached validator of a form still refuses a wrong answer after a right one."""
+    question = InputQuestion(key="k", method="elicitation/create", message=None, schema=FORM)
+    assert validate_answer(question, {"action": "accept", "content": {"approved": True}})
+    with pytest.raises(InvalidAnswer, match="size"):
+        validate_answer(question, {"action": "accept", "content": {"approved": True, "size": "x"}})
