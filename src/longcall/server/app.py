@@ -241,16 +241,19 @@ class LongcallServer:
         port: int = 8765,
         metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
+        sock: socket.socket | None = None,
     ) -> None:
         """Serve until cancelled or interrupted; with ``metrics_port`` (0: a free one) also
         Prometheus text at ``http://METRICS_HOST:PORT/metrics`` (``self.metrics.port``),
-        stopped with the server."""
+        stopped with the server. ``sock``, a socket already listening (from
+        :func:`listening_socket`, say, to learn the port 0 chose), replaces host and port
+        and is closed with the server."""
         config = uvicorn_config(self.asgi_app(), self.options, timeout_graceful_shutdown=2)
         try:
-            with listening_socket(host, port) as sock:
+            with sock if sock is not None else listening_socket(host, port) as listener:
                 if metrics_port is not None and self.metrics.port is None:
                     self.metrics.serve(metrics_port, host=metrics_host)
-                await uvicorn.Server(config).serve(sockets=[sock])
+                await uvicorn.Server(config).serve(sockets=[listener])
         finally:
             self.metrics.close()
 

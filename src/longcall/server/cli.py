@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
+from longcall.server.app import listening_socket
 from longcall.server.examples import build_reference_server
 from longcall.server.options import DEFAULT_LEASE_S, ServerOptions
 from longcall.server.store import DEFAULT_STORE_PATH
@@ -47,8 +48,10 @@ def run_reference_server(
         stateful=stateful,
     )
     server = build_reference_server(store=store_url, options=options)
+    # Bound before the announcement, so that it names the port (0 picks a free one).
+    sock = listening_socket(host, port)
     print(
-        f"longcall: serving MCP at http://{host}:{port}/mcp"
+        f"longcall: serving MCP at http://{host}:{sock.getsockname()[1]}/mcp"
         f" (task store {server.store.store_id}: {_without_password(store_url)})",
         flush=True,
     )
@@ -66,8 +69,9 @@ def run_reference_server(
                 file=sys.stderr,
                 flush=True,
             )
-        asyncio.run(server.serve(host=host, port=port))
+        asyncio.run(server.serve(sock=sock))
     finally:
+        sock.close()
         server.metrics.close()
 
 
