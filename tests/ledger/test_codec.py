@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from longcall import walkthrough
-from longcall.core import ServerStatus, State
+from longcall.core import OperationRecord, ResultKind, ServerStatus, State
+from longcall.core.record import evolve
 from longcall.ledger import CorruptRow, SQLiteLedger, codec
 
 
@@ -64,3 +68,41 @@ def test_decoded_enums_and_tuples_have_their_types() -> None:
     assert isinstance(decoded.input_keys_answered, tuple)
     assert decoded.input_keys_answered
     assert decoded == record
+
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(min_value=-(2**70), max_value=2**70),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(),
+)
+_ENUMS = {"state": State, "server_status": ServerStatus, "result_kind": ResultKind}
+
+
+def _field_values(name: str) -> st.SearchStrategy[object]:
+    if name in _ENUMS:
+        return st.one_of(st.none(), st.sampled_from(list(_ENUMS[name])))
+    if name in ("input_keys_pending", "input_keys_answered", "warnings"):
+        return st.one_of(
+            st.lists(st.text(), max_size=3).map(tuple), st.lists(_SCALARS, max_size=3).map(tuple)
+        )
+    return _SCALARS
+
+
+@st.composite
+def _records(draw: st.DrawFn) -> OperationRecord:
+    with SQLiteLedger(":memory:") as ledger:
+        record = walkthrough.start(ledger, "a", walkthrough.COMPLETED, now=0.0)
+    names = draw(st.sets(st.sampled_from([f.name for f in dataclasses.fields(record)])))
+    return evolve(record, **{name: draw(_field_values(name)) for name in names})
+
+
+@settings(max_examples=300, deadline=None)
+@given(_records())
+def test_dumps_equals_the_json_encoder_whatever_the_fields_hold(record: OperationRecord) -> None:
+    """The field-by-field writer gives the json module's text for any field values:
+    non-ASCII and lone surrogates, NaN and infinities, huge integers, a bool or a float
+    where an int belongs, None where a value belongs, tuples of anything."""
+    expected = json.dumps(codec.to_dict(record), sort_keys=True, separators=(",", ":"))
+    assert codec.dumps(record) == expected

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Callable
+from json.encoder import encode_basestring_ascii
 from typing import Any
 
 from longcall.core import OperationRecord, ResultKind, ServerStatus, State, TerminalReceipt
@@ -27,7 +29,47 @@ _ENUM_FIELDS: dict[str, type[Any]] = {
 _MISSING = object()
 
 
-def _compile(cls: type[Any]) -> tuple[Callable[[Any], dict[str, Any]], Callable[[Any], Any]]:
+_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
+_any = _ENCODER.encode
+"""The JSON text of any one value: the fallback of every generated field encoder, so
+the generated text equals this encoder's output whatever a field holds."""
+
+
+def _strings(value: Any) -> str:
+    """A tuple-of-strings field as a JSON array (the common case without the encoder)."""
+    if value.__class__ is tuple and all(item.__class__ is str for item in value):
+        return "[" + ",".join(map(encode_basestring_ascii, value)) + "]"
+    return _any(list(value))
+
+
+def _field_text(name: str, annotation: str, namespace: dict[str, Any]) -> str:
+    """One field's JSON text as an expression over ``value``: the annotated type's
+    fast path, and ``_any`` for anything else (a bool in an int field, a NaN…)."""
+    optional = annotation.endswith(" | None")
+    base = annotation.removesuffix(" | None")
+    if name in _ENUM_FIELDS:
+        texts = {member: encode_basestring_ascii(member.value) for member in _ENUM_FIELDS[name]}
+        texts[None] = "null"
+        namespace[f"_texts_{name}"] = texts
+        return f"(_texts_{name}.get(v := value.{name}) or _any(v.value))"
+    if name in _TUPLE_FIELDS:
+        return f"_strings(value.{name})"
+    fast = {  # {v} is where the value is first read: in the condition, evaluated first
+        "str": "_str(v) if {v}.__class__ is str",
+        "int": "_int(v) if {v}.__class__ is int",
+        "float": "_float(v) if {v}.__class__ is float and _finite(v)",
+        "bool": "'true' if {v} is True else 'false' if v is False",
+    }.get(base)
+    if fast is None:
+        return f"_any(value.{name})"
+    if optional:
+        return f"('null' if (v := value.{name}) is None else {fast.format(v='v')} else _any(v))"
+    return f"({fast.format(v=f'(v := value.{name})')} else _any(v))"
+
+
+def _compile(
+    cls: type[Any],
+) -> tuple[Callable[[Any], dict[str, Any]], Callable[[Any], str], Callable[[Any], Any]]:
     """The encoder and decoder of ``cls``, generated once as one straight line per field.
 
     Both run for every ledger write and read (the CPU path of L4, and the simulator);
@@ -38,9 +80,20 @@ def _compile(cls: type[Any]) -> tuple[Callable[[Any], dict[str, Any]], Callable[
     row written before the field existed still reads.
     """
     fields = {f.name: f for f in dataclasses.fields(cls)}
-    namespace: dict[str, Any] = {"_new": object.__new__, "_cls": cls, "_MISSING": _MISSING}
+    namespace: dict[str, Any] = {
+        "_new": object.__new__,
+        "_cls": cls,
+        "_MISSING": _MISSING,
+        "_any": _any,
+        "_strings": _strings,
+        "_str": encode_basestring_ascii,
+        "_int": int.__repr__,
+        "_float": float.__repr__,
+        "_finite": math.isfinite,
+    }
     encode = ["def encode(value):", "    return {"]
-    for name in sorted(fields):
+    text = ["def text(value):", "    return ''.join(("]
+    for index, name in enumerate(sorted(fields)):
         if name in _ENUM_FIELDS:
             item = f"None if value.{name} is None else value.{name}.value"
         elif name in _TUPLE_FIELDS:
@@ -48,7 +101,11 @@ def _compile(cls: type[Any]) -> tuple[Callable[[Any], dict[str, Any]], Callable[
         else:
             item = f"value.{name}"
         encode.append(f"        {name!r}: {item},")
+        key = ("{" if index == 0 else ",") + encode_basestring_ascii(name) + ":"
+        text.append(f"        {key!r}, {_field_text(name, str(fields[name].type), namespace)},")
     encode.append("    }")
+    text.append("        '}',")
+    text.append("    ))")
     decode = ["def decode(data):", "    get = data.get", "    new = _new(_cls)"]
     for index, (name, field) in enumerate(fields.items()):
         namespace[f"_set{index}"] = cls.__dict__[name].__set__
@@ -68,8 +125,8 @@ def _compile(cls: type[Any]) -> tuple[Callable[[Any], dict[str, Any]], Callable[
         decode.append(f"    _set{index}(new, {missing} if item is _MISSING else {present})")
     decode.append("    return new")
     namespace["_required"] = _required
-    exec("\n".join(encode + decode), namespace)  # the text names only the fields
-    return namespace["encode"], namespace["decode"]
+    exec("\n".join(encode + text + decode), namespace)  # the text names only the fields
+    return namespace["encode"], namespace["text"], namespace["decode"]
 
 
 def _required(name: str) -> Any:
@@ -81,7 +138,6 @@ _FIELD_NAMES: dict[type[Any], frozenset[str]] = {
     for cls in (OperationRecord, TerminalReceipt)
 }
 _CODECS = {cls: _compile(cls) for cls in (OperationRecord, TerminalReceipt)}
-_ENCODER = json.JSONEncoder(separators=(",", ":"), check_circular=False)
 
 
 def to_dict(value: OperationRecord | TerminalReceipt) -> dict[str, Any]:
@@ -96,7 +152,7 @@ def _from_dict(cls: type[Any], data: dict[str, Any]) -> Any:
     try:
         # A bad enum value, a non-list tuple field or a missing field is damage too,
         # not a ValueError or TypeError escaping from the middle of a read.
-        return _CODECS[cls][1](data)
+        return _CODECS[cls][2](data)
     except (TypeError, ValueError) as exc:
         raise CorruptRow(f"{cls.__name__} row does not decode: {exc}") from exc
 
@@ -112,8 +168,9 @@ def receipt_from_dict(data: dict[str, Any]) -> TerminalReceipt:
 
 
 def dumps(value: OperationRecord | TerminalReceipt) -> str:
-    """Compact JSON with sorted keys (the keys arrive sorted: no sort pass)."""
-    return _ENCODER.encode(to_dict(value))
+    """Compact JSON with sorted keys: exactly ``json.dumps(to_dict(value),
+    sort_keys=True, separators=(",", ":"))``, written field by field."""
+    return _CODECS[type(value)][1](value)
 
 
 def loads_record(text: str) -> OperationRecord:
