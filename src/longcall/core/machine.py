@@ -26,6 +26,7 @@ from longcall.core.record import (
     ServerStatus,
     TerminalReceipt,
     evolve,
+    stamp_unshared,
 )
 from longcall.core.retry import RequestKind, RetryPolicy, backoff_delay_s, is_retryable
 from longcall.core.schedule import PollPolicy, cap_at_limits, poll_delay_s
@@ -152,7 +153,12 @@ def handle(
             f"handler for {event.name} chose {updated.state} from {record.state}, "
             f"which the table does not allow"
         )
-    updated = evolve(updated, version=record.version + 1, updated_at=now)
+    if updated is record:
+        updated = evolve(record, version=record.version + 1, updated_at=now)
+    else:
+        # Any other record is the handler's own, made by evolve in this call (handlers
+        # are pure and commands hold no records): stamped without another copy.
+        stamp_unshared(updated, version=record.version + 1, updated_at=now)
     return Transition(record=updated, commands=tuple(_finish(updated, commands)))
 
 

@@ -166,6 +166,14 @@ def evolve(record: OperationRecord, **changes: object) -> OperationRecord:
     return new
 
 
+def stamp_unshared(record: OperationRecord, *, version: int, updated_at: float) -> None:
+    """Set the version and time of ``record`` in place. Only for a record that
+    :func:`evolve` made within the same call and that nothing else holds yet: the
+    machine stamps every new record this way, instead of copying it once more."""
+    _SETTER_BY_NAME["version"](record, version)
+    _SETTER_BY_NAME["updated_at"](record, updated_at)
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class TerminalReceipt:
     """The single acceptance of one call node's outcome (SPEC L5).

@@ -37,6 +37,8 @@ the generated text equals this encoder's output whatever a field holds."""
 
 def _strings(value: Any) -> str:
     """A tuple-of-strings field as a JSON array (the common case without the encoder)."""
+    if value == ():
+        return "[]"
     if value.__class__ is tuple and all(item.__class__ is str for item in value):
         return "[" + ",".join(map(encode_basestring_ascii, value)) + "]"
     return _any(list(value))
