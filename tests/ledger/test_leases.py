@@ -292,3 +292,38 @@ def test_grant_restarts_at_now_after_a_quiet_spell(twins: tuple[Ledger, Ledger])
     assert later.first_at == 500.0
     # One grant covers at most GRANT_HORIZON_S of the schedule, whatever was asked for.
     assert later.count == grant_size_max(4.0) == 1
+
+
+def test_census_counts_what_a_lapsed_worker_holds_as_claimable(
+    twins: tuple[Ledger, Ledger],
+) -> None:
+    """The census at one moment: open operations, live workers (a lapsed one and a
+    client are not), what the asking worker holds, and as claimable both the unowned
+    rows and those of a worker whose lease lapsed — accepted rows not counted."""
+    a, b = twins
+    for n in range(6):
+        a.create(fresh(f"node-{n}"))
+    a.register_worker("w1", kind=WORKER, now=100.0, lease_s=LEASE_S)
+    assert len(a.claim("w1", now=100.0, limit=3, decide=claimed)) == 3
+    b.register_worker("w2", kind=WORKER, now=105.0, lease_s=LEASE_S)
+    assert len(b.claim("w2", now=105.0, limit=1, decide=claimed)) == 1
+    b.register_worker("c", kind=CLIENT, now=105.0, lease_s=LEASE_S)
+    accepted, receipt = fetched(a.get("node-5"))
+    record = a.get("node-5")
+    a.accept_terminal(
+        accepted, receipt, expected_version=record.version, result_payload=PAYLOAD, event="x"
+    )
+    before = b.census("w2", now=109.0)  # w1's lease runs to 110
+    assert (before.open_operations, before.live_workers, before.held, before.claimable) == (
+        5,
+        2,
+        1,
+        1,
+    )
+    after = b.census("w2", now=111.0)
+    assert (after.open_operations, after.live_workers, after.held, after.claimable) == (
+        5,
+        1,
+        1,
+        4,
+    )

@@ -632,41 +632,30 @@ class SqlLedger(Ledger):
         return [worker_row(row) for row in rows]
 
     def census(self, owner: str, *, now: float, versions: VersionSet | None = None) -> Census:
-        lapsed = [str(r[0]) for r in self._read(_LAPSED_OWNERS, (now,))]
-        if versions is None:
-            live = int(
-                self._read(
-                    "SELECT count(*) FROM workers WHERE kind = ? AND lease_until > ?",
-                    (WORKER, now),
-                )[0][0]
-            )
-        else:
+        # One statement, so one consistent snapshot and one round trip per claim round
+        # (every worker runs one each claim interval). Live workers are counted in SQL
+        # unless a version set must be matched against each worker's stored set.
+        bound, bound_params = version_filter(versions)
+        live_sql = "(SELECT count(*) FROM workers WHERE kind = ? AND lease_until > ?)"
+        row = self._read(
+            f"SELECT {live_sql if versions is None else '0'}, count(*),"
+            " coalesce(sum(CASE WHEN owner = ? THEN 1 ELSE 0 END), 0),"
+            " coalesce(sum(CASE WHEN owner IS NULL THEN 1 ELSE 0 END), 0),"
+            f" coalesce(sum(CASE WHEN owner IN ({_LAPSED_OWNERS}) THEN 1 ELSE 0 END), 0)"
+            f" FROM operations WHERE open = 1{bound}",
+            ((WORKER, now) if versions is None else ()) + (owner, now, *bound_params),
+        )[0]
+        live, total, held, unowned, lapsed_held = (int(v) for v in row)
+        if versions is not None:
             rows = self._read(
                 "SELECT versions FROM workers WHERE kind = ? AND lease_until > ?", (WORKER, now)
             )
             live = sum(1 for (text,) in rows if runs_any(loads_versions(text), versions))
-        bound, bound_params = version_filter(versions)
-        counts = self._read(
-            "SELECT count(*), coalesce(sum(CASE WHEN owner = ? THEN 1 ELSE 0 END), 0),"
-            " coalesce(sum(CASE WHEN owner IS NULL THEN 1 ELSE 0 END), 0)"
-            f" FROM operations WHERE open = 1{bound}",
-            (owner, *bound_params),
-        )
-        lapsed_held = (
-            self._read(
-                "SELECT count(*) FROM operations WHERE open = 1"
-                f" AND owner IN ({marks(len(lapsed))}){bound}",
-                (*lapsed, *bound_params),
-            )[0][0]
-            if lapsed
-            else 0
-        )
-        total, held, unowned = (int(v) for v in counts[0])
         return Census(
             open_operations=total,
             live_workers=live,
             held=held,
-            claimable=unowned + int(lapsed_held),
+            claimable=unowned + lapsed_held,
         )
 
     def claim(
