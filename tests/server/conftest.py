@@ -7,7 +7,9 @@ import functools
 import itertools
 import json
 import os
+import re
 import secrets
+import subprocess
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
@@ -25,6 +27,42 @@ TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 ELICITATION = {"elicitation": {"form": {}}}
 HTTP_TIMEOUT_S = 10.0
+STARTUP_LIMIT_S = 20.0
+POLL_STEP_S = 0.05
+
+
+def start_logged(argv: list[str], log: Path, *, stream: str) -> subprocess.Popen[bytes]:
+    """A child process writing its ``stream`` ("stdout" or "stderr") to ``log``."""
+    with log.open("wb") as out:
+        streams = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL, stream: out}
+        return subprocess.Popen(argv, env={**os.environ, "PYTHONUNBUFFERED": "1"}, **streams)
+
+
+async def announced(process: subprocess.Popen[bytes], log: Path, pattern: str) -> str:
+    """The first group of ``pattern`` once the child has written it to ``log`` (a
+    bounded poll of another process's output: it gives no event to wait on)."""
+    deadline = time.monotonic() + STARTUP_LIMIT_S
+    while True:
+        text = await anyio.Path(log).read_text()
+        found = re.search(pattern, text)
+        if found:
+            return found.group(1)
+        assert process.poll() is None, text
+        assert time.monotonic() < deadline, f"nothing matching {pattern!r} announced"
+        await anyio.sleep(POLL_STEP_S)
+
+
+async def wait_ready(process: subprocess.Popen[bytes], client: ModernClient) -> None:
+    """Until the child server answers MCP (bounded; fails if it exits first)."""
+    deadline = time.monotonic() + STARTUP_LIMIT_S
+    while True:
+        try:
+            await client.result("server/discover")
+            return
+        except httpx.TransportError:
+            assert process.poll() is None, "server exited"
+            assert time.monotonic() < deadline, "server did not start"
+            await anyio.sleep(POLL_STEP_S)
 
 
 @pytest.fixture

@@ -7,13 +7,9 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import re
 import signal
 import socket
-import subprocess
 import sys
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -24,7 +20,16 @@ import pytest
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from conftest import LegacyClient, ManualClock, ModernClient
+from conftest import (
+    POLL_STEP_S,
+    STARTUP_LIMIT_S,
+    LegacyClient,
+    ManualClock,
+    ModernClient,
+    announced,
+    start_logged,
+    wait_ready,
+)
 from longcall.server import (
     LongcallServer,
     ServerOptions,
@@ -36,8 +41,6 @@ from longcall.server import (
 pytestmark = pytest.mark.anyio
 
 FORM = {"type": "object", "properties": {"ok": {"type": "boolean"}}, "required": ["ok"]}
-STARTUP_LIMIT_S = 20.0
-POLL_STEP_S = 0.05
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
 
@@ -336,39 +339,6 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start(argv: list[str], stderr: Path) -> subprocess.Popen[bytes]:
-    """A child process writing its stderr to ``stderr``."""
-    with stderr.open("wb") as err:
-        return subprocess.Popen(
-            argv, env={**os.environ, "PYTHONUNBUFFERED": "1"}, stdout=subprocess.DEVNULL, stderr=err
-        )
-
-
-async def announced_metrics_url(process: subprocess.Popen[bytes], stderr: Path) -> str:
-    """The URL ``longcall serve`` prints on stderr (bounded poll of a separate process)."""
-    deadline = time.monotonic() + STARTUP_LIMIT_S
-    while True:
-        text = await anyio.Path(stderr).read_text()
-        found = re.search(r"metrics at (http://\S+/metrics)", text)
-        if found:
-            return found.group(1)
-        assert process.poll() is None, text
-        assert time.monotonic() < deadline, "no metrics URL announced"
-        await anyio.sleep(POLL_STEP_S)
-
-
-async def wait_ready(process: subprocess.Popen[bytes], client: ModernClient) -> None:
-    deadline = time.monotonic() + STARTUP_LIMIT_S
-    while True:
-        try:
-            await client.result("server/discover")
-            return
-        except httpx.TransportError:
-            assert process.poll() is None, "server exited"
-            assert time.monotonic() < deadline, "server did not start"
-            await anyio.sleep(POLL_STEP_S)
-
-
 @pytest.mark.slow
 async def test_longcall_serve_metrics_port(tmp_path: Path, http: httpx.AsyncClient) -> None:
     """``longcall serve --metrics-port 0`` announces its metrics URL on stderr; both task
@@ -380,9 +350,9 @@ async def test_longcall_serve_metrics_port(tmp_path: Path, http: httpx.AsyncClie
     command = "from longcall.cli import main; main()"
     argv = [sys.executable, "-c", command, "serve", "--store", store, "--port", str(port)]
     argv += ["--metrics-port", "0"]
-    process = start(argv, stderr)
+    process = start_logged(argv, stderr, stream="stderr")
     try:
-        metrics_url = await announced_metrics_url(process, stderr)
+        metrics_url = await announced(process, stderr, r"metrics at (http://\S+/metrics)")
         assert metrics_url.startswith("http://127.0.0.1:")
         url = f"http://127.0.0.1:{port}/mcp"
         modern = ModernClient(http, url)
