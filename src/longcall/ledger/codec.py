@@ -12,7 +12,7 @@ import json
 import math
 from collections.abc import Callable
 from json.encoder import encode_basestring_ascii
-from typing import Any
+from typing import Any, NamedTuple
 
 from longcall.core import OperationRecord, ResultKind, ServerStatus, State, TerminalReceipt
 from longcall.errors import CorruptRow
@@ -69,17 +69,22 @@ def _field_text(name: str, annotation: str, namespace: dict[str, Any]) -> str:
     return f"({fast.format(v=f'(v := value.{name})')} else _any(v))"
 
 
-def _compile(
-    cls: type[Any],
-) -> tuple[Callable[[Any], dict[str, Any]], Callable[[Any], str], Callable[[Any], Any]]:
-    """The encoder and decoder of ``cls``, generated once as one straight line per field.
+class _Codec(NamedTuple):
+    to_dict: Callable[[Any], dict[str, Any]]
+    text: Callable[[Any], str]
+    decode: Callable[[dict[str, Any]], Any]
 
-    Both run for every ledger write and read (the CPU path of L4, and the simulator);
+
+def _compile(cls: type[Any]) -> _Codec:
+    """The codec of ``cls``, generated once as one straight line per field.
+
+    It runs for every ledger write and read (the CPU path of L4, and the simulator);
     a loop over the fields with a per-field type test costs two to three times as much.
-    The encoder builds the dict in sorted key order, so the C JSON encoder needs no sort
-    pass and the stored text is canonical (sorted keys, no spaces). The decoder writes
-    the slots directly, as ``evolve`` does, filling a missing field with its default: a
-    row written before the field existed still reads.
+    ``to_dict`` builds the dict in sorted key order; ``text`` writes the same JSON text
+    as the json module would for that dict (sorted keys, no spaces), each field by its
+    annotated type's fast path; ``decode`` writes the slots directly, as ``evolve``
+    does, filling a missing field with its default: a row written before the field
+    existed still reads.
     """
     fields = {f.name: f for f in dataclasses.fields(cls)}
     namespace: dict[str, Any] = {
@@ -114,6 +119,9 @@ def _compile(
         if field.default is not dataclasses.MISSING:
             namespace[f"_default{index}"] = field.default
             missing = f"_default{index}"
+        elif field.default_factory is not dataclasses.MISSING:
+            namespace[f"_factory{index}"] = field.default_factory
+            missing = f"_factory{index}()"
         else:
             missing = f"_required({name!r})"
         if name in _ENUM_FIELDS:
@@ -128,7 +136,7 @@ def _compile(
     decode.append("    return new")
     namespace["_required"] = _required
     exec("\n".join(encode + text + decode), namespace)  # the text names only the fields
-    return namespace["encode"], namespace["text"], namespace["decode"]
+    return _Codec(namespace["encode"], namespace["text"], namespace["decode"])
 
 
 def _required(name: str) -> Any:
@@ -144,7 +152,7 @@ _CODECS = {cls: _compile(cls) for cls in (OperationRecord, TerminalReceipt)}
 
 def to_dict(value: OperationRecord | TerminalReceipt) -> dict[str, Any]:
     """Plain JSON types: enums by value, tuples as lists; keys in sorted order."""
-    return _CODECS[type(value)][0](value)
+    return _CODECS[type(value)].to_dict(value)
 
 
 def _from_dict(cls: type[Any], data: dict[str, Any]) -> Any:
@@ -154,7 +162,7 @@ def _from_dict(cls: type[Any], data: dict[str, Any]) -> Any:
     try:
         # A bad enum value, a non-list tuple field or a missing field is damage too,
         # not a ValueError or TypeError escaping from the middle of a read.
-        return _CODECS[cls][2](data)
+        return _CODECS[cls].decode(data)
     except (TypeError, ValueError) as exc:
         raise CorruptRow(f"{cls.__name__} row does not decode: {exc}") from exc
 
@@ -172,7 +180,7 @@ def receipt_from_dict(data: dict[str, Any]) -> TerminalReceipt:
 def dumps(value: OperationRecord | TerminalReceipt) -> str:
     """Compact JSON with sorted keys: exactly ``json.dumps(to_dict(value),
     sort_keys=True, separators=(",", ":"))``, written field by field."""
-    return _CODECS[type(value)][1](value)
+    return _CODECS[type(value)].text(value)
 
 
 def loads_record(text: str) -> OperationRecord:
