@@ -13,12 +13,14 @@ import contextlib
 import functools
 import os
 import secrets
+import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from longcall.ledger import Ledger, SQLiteLedger
+from longcall.core import OperationRecord
+from longcall.ledger import Ledger, SQLiteLedger, codec
 
 BACKENDS = ["sqlite", "postgres"]
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -95,3 +97,49 @@ def ledger(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Ledger]:
             yield store
     else:  # pragma: no cover - other backends register themselves here
         raise AssertionError(request.param)
+
+
+def insert_old_row(
+    target: Path | tuple[str, str], record: OperationRecord, **columns: object
+) -> None:
+    """Write ``record`` by hand as the bare operations row of an older schema: the
+    columns every version had, the identity digests where SQLite keeps them, and
+    ``columns`` on top (``open=1``, say). ``target`` is a SQLite file or PostgreSQL's
+    ``(dsn, schema)``."""
+    values: dict[str, object] = {
+        "call_node_id": record.call_node_id,
+        "version": 1,
+        "state": record.state.value,
+        "server": "s",
+        "operation_id": None,
+        "submission_key": record.submission_key,
+        "record_json": codec.dumps(record),
+        "created_at_utc": "t",
+        "updated_at_utc": "t",
+    }
+    if isinstance(target, Path):
+        values |= {"request_digest": record.request_digest}
+        values |= {"tool_digest": record.tool_descriptor_digest}
+    values |= columns
+    names = ", ".join(values)
+    if isinstance(target, Path):
+        conn = sqlite3.connect(target, isolation_level=None)
+        try:
+            marks = ", ".join("?" * len(values))
+            conn.execute(
+                f"INSERT INTO operations ({names}) VALUES ({marks})", tuple(values.values())
+            )
+        finally:
+            conn.close()
+        return
+    import psycopg
+    from psycopg import sql
+
+    dsn, schema = target
+    with psycopg.connect(dsn, autocommit=True) as pg_conn:
+        pg_conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
+        marks = ", ".join(["%s"] * len(values))
+        pg_conn.execute(
+            f"INSERT INTO operations ({names}) VALUES ({marks})",  # type: ignore[arg-type]
+            tuple(values.values()),
+        )

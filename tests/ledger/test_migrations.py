@@ -16,7 +16,7 @@ from longcall.ledger import CorruptRow, Ledger, SchemaTooNew, open_ledger
 from longcall.ledger import postgres as pg_backend
 from longcall.ledger import sqlite as sqlite_backend
 
-from .conftest import pg_schema
+from .conftest import insert_old_row, pg_schema
 from .test_contract import PAYLOAD, fetched, fresh, to_fetching
 
 
@@ -192,48 +192,21 @@ def test_migration_4_fills_lease_columns_sqlite(tmp_path: Path) -> None:
     V3(path).close()
 
     def insert(record: Any) -> None:
-        from longcall.ledger import codec
-
-        conn = sqlite3.connect(path, isolation_level=None)
-        try:
-            conn.execute(
-                "INSERT INTO operations (call_node_id, version, state, server, operation_id,"
-                " submission_key, request_digest, tool_digest, record_json, created_at_utc,"
-                " updated_at_utc) VALUES (?, 1, ?, 's', NULL, ?, ?, ?, ?, 't', 't')",
-                (
-                    record.call_node_id,
-                    record.state.value,
-                    record.submission_key,
-                    record.request_digest,
-                    record.tool_descriptor_digest,
-                    codec.dumps(record),
-                ),
-            )
-        finally:
-            conn.close()
+        insert_old_row(path, record)
 
     _older_rows(lambda: sqlite_backend.SQLiteLedger(path), insert)
 
 
 def test_migration_4_fills_lease_columns_postgres() -> None:
     """PostgreSQL: the same upgrade of rows written before leases existed."""
-    from longcall.ledger import codec
-
     with pg_schema() as (dsn, schema):
 
         class V3(pg_backend.PostgresLedger):
             migrations = pg_backend.MIGRATIONS[:3]
 
         V3(dsn, schema=schema).close()
-        store = _pg_store(dsn, schema)
 
         def insert(record: Any) -> None:
-            text = codec.dumps(record).replace("'", "''")
-            store.sql(
-                "INSERT INTO operations (call_node_id, version, state, server, operation_id,"
-                " submission_key, record_json, created_at_utc, updated_at_utc) VALUES"
-                f" ('{record.call_node_id}', 1, '{record.state.value}', 's', NULL,"
-                f" '{record.submission_key}', '{text}', 't', 't')"
-            )
+            insert_old_row((dsn, schema), record)
 
         _older_rows(lambda: pg_backend.PostgresLedger(dsn, schema=schema), insert)

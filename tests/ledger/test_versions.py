@@ -6,18 +6,17 @@ and migration 6 filling the version columns of older rows."""
 from __future__ import annotations
 
 import dataclasses
-import sqlite3
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from longcall.core import OperationRecord, ServerStatus
 from longcall.core import events as e
-from longcall.ledger import WORKER, Ledger, ShadowComparison, codec
+from longcall.ledger import WORKER, Ledger, ShadowComparison
 from longcall.ledger import postgres as pg_backend
 from longcall.ledger import sqlite as sqlite_backend
 
-from .conftest import pg_schema
+from .conftest import insert_old_row, pg_schema
 from .test_contract import PAYLOAD, fetched, fresh, step, to_fetching
 
 V1 = frozenset({("test", "1")})
@@ -126,31 +125,12 @@ def test_migration_6_fills_version_columns_sqlite(tmp_path: Path) -> None:
     V5(path).close()
 
     def insert(record: Any) -> None:
-        conn = sqlite3.connect(path, isolation_level=None)
-        try:
-            conn.execute(
-                "INSERT INTO operations (call_node_id, version, state, server, operation_id,"
-                " submission_key, request_digest, tool_digest, record_json, created_at_utc,"
-                " updated_at_utc, open) VALUES (?, 1, ?, 's', NULL, ?, ?, ?, ?, 't', 't', 1)",
-                (
-                    record.call_node_id,
-                    record.state.value,
-                    record.submission_key,
-                    record.request_digest,
-                    record.tool_descriptor_digest,
-                    codec.dumps(record),
-                ),
-            )
-        finally:
-            conn.close()
+        insert_old_row(path, record, open=1)
 
     _filled_from_records(lambda: sqlite_backend.SQLiteLedger(path), insert)
 
 
 def test_migration_6_fills_version_columns_postgres() -> None:
-    import psycopg
-    from psycopg import sql
-
     with pg_schema() as (dsn, schema):
 
         class V5(pg_backend.PostgresLedger):
@@ -159,18 +139,6 @@ def test_migration_6_fills_version_columns_postgres() -> None:
         V5(dsn, schema=schema).close()
 
         def insert(record: Any) -> None:
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(sql.SQL("SET search_path TO {}").format(sql.Identifier(schema)))
-                conn.execute(
-                    "INSERT INTO operations (call_node_id, version, state, server, operation_id,"
-                    " submission_key, record_json, created_at_utc, updated_at_utc, open)"
-                    " VALUES (%s, 1, %s, 's', NULL, %s, %s, 't', 't', 1)",
-                    (
-                        record.call_node_id,
-                        record.state.value,
-                        record.submission_key,
-                        codec.dumps(record),
-                    ),
-                )
+            insert_old_row((dsn, schema), record, open=1)
 
         _filled_from_records(lambda: pg_backend.PostgresLedger(dsn, schema=schema), insert)
