@@ -143,3 +143,21 @@ def insert_old_row(
             f"INSERT INTO operations ({names}) VALUES ({marks})",  # type: ignore[arg-type]
             tuple(values.values()),
         )
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def twins(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Ledger, Ledger]]:
+    """Two ledgers (two connections: two workers) on one empty store of each backend."""
+    if request.param == "sqlite":
+        path = tmp_path / "ledger.db"
+        with SQLiteLedger(path, synchronous="off") as a, SQLiteLedger(path, synchronous="off") as b:
+            yield a, b
+    else:
+        from longcall.ledger.postgres import PostgresLedger
+
+        with (
+            pg_schema() as (dsn, schema),
+            PostgresLedger(dsn, schema=schema) as a,
+            PostgresLedger(dsn, schema=schema) as b,
+        ):
+            yield a, b

@@ -10,19 +10,16 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from longcall.core import ConflictError, OperationRecord, handle
 from longcall.core import events as e
-from longcall.ledger import Ledger, SQLiteLedger
+from longcall.ledger import Ledger
 from longcall.ledger.base import CLIENT, WORKER, Fence, Fenced
 from longcall.ledger.budget import SLOT_VALID_S, grant_size_max, slot_spacing_s
 from longcall.runtime.step import commit
 
-from .conftest import pg_schema
 from .test_contract import PAYLOAD, fetched, fresh
 
 LEASE_S = 10.0
@@ -38,24 +35,6 @@ def acked(record: OperationRecord) -> OperationRecord:
     return handle(
         record, e.SubmitAcknowledged(operation_id="op-1"), now=record.updated_at + 1, jitter=0.5
     ).record
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def twins(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Ledger, Ledger]]:
-    """Two connections (two workers) on one empty store of each backend."""
-    if request.param == "sqlite":
-        path = tmp_path / "ledger.db"
-        with SQLiteLedger(path, synchronous="off") as a, SQLiteLedger(path, synchronous="off") as b:
-            yield a, b
-    else:
-        from longcall.ledger.postgres import PostgresLedger
-
-        with (
-            pg_schema() as (dsn, schema),
-            PostgresLedger(dsn, schema=schema) as a,
-            PostgresLedger(dsn, schema=schema) as b,
-        ):
-            yield a, b
 
 
 def test_claim_takes_unowned_and_raises_the_epoch(twins: tuple[Ledger, Ledger]) -> None:

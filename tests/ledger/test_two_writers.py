@@ -4,37 +4,15 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable, Iterator
-from pathlib import Path
-
-import pytest
+from collections.abc import Callable
 
 from longcall.core import ConflictError, handle
 from longcall.core import events as e
-from longcall.ledger import Ledger, SQLiteLedger
+from longcall.ledger import Ledger
 
-from .conftest import pg_schema
 from .test_contract import PAYLOAD, fetched, fresh, to_fetching
 
 ROUNDS = 10
-
-
-@pytest.fixture(params=["sqlite", "postgres"])
-def twins(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[tuple[Ledger, Ledger]]:
-    """Two ledgers (two connections) on one empty store of each backend."""
-    if request.param == "sqlite":
-        path = tmp_path / "ledger.db"
-        with SQLiteLedger(path, synchronous="off") as a, SQLiteLedger(path, synchronous="off") as b:
-            yield a, b
-    else:
-        from longcall.ledger.postgres import PostgresLedger
-
-        with (
-            pg_schema() as (dsn, schema),
-            PostgresLedger(dsn, schema=schema) as a,
-            PostgresLedger(dsn, schema=schema) as b,
-        ):
-            yield a, b
 
 
 def race(*attempts: Callable[[], object]) -> list[object]:
