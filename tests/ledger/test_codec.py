@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from longcall import walkthrough
-from longcall.core import OperationRecord, ResultKind, ServerStatus, State
+from longcall.core import OperationRecord, ResultKind, ServerStatus, State, TerminalReceipt
 from longcall.core.record import evolve
 from longcall.ledger import CorruptRow, SQLiteLedger, codec
 
@@ -106,3 +106,28 @@ def test_dumps_equals_the_json_encoder_whatever_the_fields_hold(record: Operatio
     where an int belongs, None where a value belongs, tuples of anything."""
     expected = json.dumps(codec.to_dict(record), sort_keys=True, separators=(",", ":"))
     assert codec.dumps(record) == expected
+
+
+@st.composite
+def _receipts(draw: st.DrawFn) -> TerminalReceipt:
+    with SQLiteLedger(":memory:") as ledger:
+        walkthrough.start(ledger, "a", walkthrough.COMPLETED, now=0.0)
+        walkthrough.drive(ledger, "a", walkthrough.COMPLETED, now=0.0)
+        receipt = ledger.receipt("a")
+    assert receipt is not None
+    enums = {"terminal_status": ServerStatus, "result_kind": ResultKind}
+    changes: dict[str, object] = {}
+    for name in draw(st.sets(st.sampled_from([f.name for f in dataclasses.fields(receipt)]))):
+        values = st.sampled_from(list(enums[name])) if name in enums else _field_values(name)
+        changes[name] = draw(values)
+    return dataclasses.replace(receipt, **changes)  # type: ignore[arg-type]
+
+
+@settings(max_examples=150, deadline=None)
+@given(_receipts())
+def test_receipt_text_equals_the_json_encoder_whatever_the_fields_hold(
+    receipt: TerminalReceipt,
+) -> None:
+    """The same for receipts, whose enum fields are never None."""
+    expected = json.dumps(codec.to_dict(receipt), sort_keys=True, separators=(",", ":"))
+    assert codec.dumps(receipt) == expected
