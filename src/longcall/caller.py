@@ -764,8 +764,8 @@ def worker(
             versions=versions,
         ) as client:
             if metrics_port is not None:
-                port = client.executor.metrics.serve(metrics_port, host=metrics_host)
-                console.print(f"worker: metrics at http://{metrics_host}:{port}/metrics")
+                client.executor.metrics.serve(metrics_port, host=metrics_host)
+                console.print(f"worker: metrics at {client.executor.metrics.url}")
             if not quiet:
                 where = ledger_url or default_ledger_url()
                 console.print(

@@ -9,7 +9,7 @@ from pathlib import Path
 import httpx
 from prometheus_client import generate_latest
 
-from longcall.runtime.metrics import ExecutorMetrics
+from longcall.runtime.metrics import ExecutorMetrics, http_url
 
 from .test_leases import World
 
@@ -50,12 +50,21 @@ def test_metrics_describe_a_workers_work(tmp_path: Path) -> None:
 
 
 def test_metrics_are_served_over_http() -> None:
-    """serve(0) exposes /metrics on a free 127.0.0.1 port."""
+    """serve(0) exposes /metrics on a free 127.0.0.1 port, at the URL it tells."""
     metrics = ExecutorMetrics(clock=lambda: 0.0)
+    assert metrics.url is None
     port = metrics.serve(0)
     try:
-        reply = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5.0)
+        assert metrics.url == f"http://127.0.0.1:{port}/metrics"
+        reply = httpx.get(metrics.url, timeout=5.0)
     finally:
         metrics.close()
     assert reply.status_code == 200
     assert "longcall_operation_duration_seconds_count 0.0" in reply.text
+
+
+def test_urls_name_an_ipv6_host_in_brackets() -> None:
+    """A URL printed for a user is one a client can open: ``[::1]``, not ``::1``."""
+    assert http_url("::1", 9464, "/metrics") == "http://[::1]:9464/metrics"
+    assert http_url("[::1]", 80, "/mcp") == "http://[::1]:80/mcp"
+    assert http_url("127.0.0.1", 8765, "/mcp") == "http://127.0.0.1:8765/mcp"

@@ -41,6 +41,12 @@ QPS_WINDOW_S = 10
 _BREAKER_VALUE = {BreakerState.CLOSED: 0, BreakerState.HALF_OPEN: 1, BreakerState.OPEN: 2}
 
 
+def http_url(host: str, port: int, path: str) -> str:
+    """``http://HOST:PORT/PATH`` as a client types it: an IPv6 address in brackets."""
+    shown = f"[{host}]" if ":" in host and not host.startswith("[") else host
+    return f"http://{shown}:{port}{path}"
+
+
 class Exposition:
     """What the executor's and the server's metrics share: a registry of their own, the
     readable median of recent durations, per-key rates over the last whole seconds,
@@ -53,6 +59,7 @@ class Exposition:
         self._recent_durations: collections.deque[float] = collections.deque(maxlen=MEDIAN_WINDOW)
         self._seconds: dict[str, collections.deque[tuple[int, int]]] = {}
         self._http: Any = None
+        self._host = "127.0.0.1"
 
     def _note_duration(self, seconds: float) -> None:
         with self._lock:
@@ -92,7 +99,14 @@ class Exposition:
         if self._http is not None:
             raise RuntimeError(f"metrics are already served on port {self.port}")
         self._http, _thread = start_http_server(port, addr=host, registry=self.registry)
+        self._host = host
         return int(self._http.server_port)
+
+    @property
+    def url(self) -> str | None:
+        """Where ``/metrics`` is served (None when it is not)."""
+        port = self.port
+        return None if port is None else http_url(self._host, port, "/metrics")
 
     def close(self) -> None:
         """Stop serving ``/metrics`` (if it was served); the counters stay readable."""

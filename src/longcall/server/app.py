@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import Receive, Scope, Send
 
+from longcall.runtime.metrics import http_url
 from longcall.server import legacy, modern
 from longcall.server.auth import Authenticator, BearerAuth, token_principal
 from longcall.server.errors import (
@@ -287,7 +288,7 @@ async def running_server(server: LongcallServer, *, host: str = "127.0.0.1") -> 
     uv = uvicorn.Server(config)
     serving = asyncio.get_running_loop().create_task(uv.serve(sockets=[sock]))
     try:
-        yield f"http://{host}:{port}{MCP_PATH}"
+        yield http_url(host, port, MCP_PATH)
     finally:
         uv.should_exit = True
         with contextlib.suppress(asyncio.CancelledError):

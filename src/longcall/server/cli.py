@@ -12,7 +12,8 @@ import sys
 from collections.abc import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
-from longcall.server.app import listening_socket
+from longcall.runtime.metrics import http_url
+from longcall.server.app import MCP_PATH, listening_socket
 from longcall.server.examples import build_reference_server
 from longcall.server.options import DEFAULT_LEASE_S, ServerOptions
 from longcall.server.store import DEFAULT_STORE_PATH
@@ -51,21 +52,21 @@ def run_reference_server(
     # Bound before the announcement, so that it names the port (0 picks a free one).
     sock = listening_socket(host, port)
     print(
-        f"longcall: serving MCP at http://{host}:{sock.getsockname()[1]}/mcp"
+        f"longcall: serving MCP at {http_url(host, sock.getsockname()[1], MCP_PATH)}"
         f" (task store {server.store.store_id}: {_without_password(store_url)})",
         flush=True,
     )
     try:
         if metrics_port is not None:
             try:
-                served = server.metrics.serve(metrics_port, host=metrics_host)
+                server.metrics.serve(metrics_port, host=metrics_host)
             except OSError as exc:
                 reason = exc.strerror or str(exc)
                 raise MetricsPortUnavailable(
                     f"cannot serve metrics on {metrics_host}:{metrics_port}: {reason}"
                 ) from None
             print(
-                f"longcall: metrics at http://{metrics_host}:{served}/metrics",
+                f"longcall: metrics at {server.metrics.url}",
                 file=sys.stderr,
                 flush=True,
             )
