@@ -706,8 +706,9 @@ def metrics_options(command: Callable[..., Any]) -> Callable[..., Any]:
     "runs",
     multiple=True,
     metavar="PROTOCOL=VERSION",
-    help="Drive only operations bound to this adapter version (repeatable), so that "
-    "workers of two builds share one ledger; by default every version.",
+    help="Drive only operations bound to this adapter version (repeatable); by default "
+    "the versions this build's adapters bind, so that workers of two builds share one "
+    "ledger. 'any': every version, whatever build bound it.",
 )
 @quiet_option
 @servers_option
@@ -745,7 +746,7 @@ def worker(
                 console.print(escape(line), soft_wrap=True)
 
     ctx.meta[RESUME_KEY] = f"longcall worker{ledger_shown(ledger_url)}"
-    versions = [_version_pair(item) for item in runs] or None
+    versions = _versions_run(runs)
 
     async def main() -> list[CallResult]:
         stop = asyncio.Event()
@@ -788,6 +789,20 @@ def worker(
         console.print(f"worker: stopped; {len(waiting)} operation(s) wait for a person")
     if until_idle and waiting:
         raise click.exceptions.Exit(int(ExitCode.NEEDS_PERSON))
+
+
+def _versions_run(runs: tuple[str, ...]) -> frozenset[tuple[str, str]] | None:
+    """The versions a worker drives: those of ``--runs``, every one for ``any`` (None),
+    or by default those this build's adapters bind (R2)."""
+    if not runs:
+        from longcall.adapters.routing import carried_versions  # not at start-up: slow
+
+        return carried_versions()
+    if "any" in runs:
+        if len(runs) > 1:
+            raise click.BadParameter("'any' stands alone", param_hint="--runs")
+        return None
+    return frozenset(_version_pair(item) for item in runs)
 
 
 def _version_pair(item: str) -> tuple[str, str]:

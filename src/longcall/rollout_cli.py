@@ -80,6 +80,23 @@ def _write(ledger_url: str, plan: AdapterPlan) -> None:
     with open_ledger(ledger_url) as ledger:
         ledger.set_rollout(plan)
     click.echo(f"{plan.protocol} {plan.adapter_version}: {plan.state}")
+    if plan.state not in ("draining", "disabled"):
+        _note_if_not_carried(plan.protocol, plan.adapter_version)
+
+
+def _note_if_not_carried(protocol: str, version: str) -> None:
+    """Operations bound to a version this build's adapters do not bind are driven only
+    by a worker that names it: say so where the plan sends work there."""
+    from longcall.adapters.routing import carried_versions  # not at start-up: slow
+
+    if (protocol, version) in carried_versions():
+        return
+    click.echo(
+        f"note: this build's workers do not run {protocol} {version}; its operations wait"
+        f" for a worker that does (longcall worker --runs {protocol}={version}, or"
+        " --runs any to drive every version with this build's code)",
+        err=True,
+    )
 
 
 @rollout.command("set")
@@ -206,3 +223,4 @@ def rollout_rollback(
         f"{protocol}: {from_version} disabled, {to_version} enabled; "
         f"{len(rebound)} in-flight operations handed to {to_version}"
     )
+    _note_if_not_carried(protocol, to_version)

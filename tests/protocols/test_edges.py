@@ -160,3 +160,30 @@ async def test_apify_resend_with_the_same_key_returns_the_same_run(base: str) ->
     assert isinstance(first.event, e.SubmitAcknowledged)
     assert isinstance(second.event, e.SubmitAcknowledged)
     assert first.event.operation_id == second.event.operation_id
+
+
+@pytest.mark.parametrize(
+    ("path", "prefer", "tool"),
+    [
+        ("/mcp", "2026-07-28", "sleep_report"),
+        ("/mcp", "2025-11-25", "sleep_report"),
+        ("/mcp", "2025-11-25/sync", "sleep_report"),
+        ("/v1", None, "sleep_report"),
+        ("/apify/mcp", None, "longcall--sleep-report"),
+    ],
+    ids=["mcp-2026", "mcp-2025", "mcp-sync", "aip-151", "apify"],
+)
+async def test_every_binding_names_a_version_the_build_carries(
+    base: str, path: str, prefer: str | None, tool: str
+) -> None:
+    """What a real adapter binds a tool to is among ``carried_versions()``: the set a
+    worker of this build drives when it names none (else its own operations would be
+    left to nobody)."""
+    from longcall.adapters.routing import carried_versions, connect_any
+
+    adapter = await connect_any(base + path, prefer)
+    try:
+        binding = await adapter.bind(tool)
+    finally:
+        await adapter.aclose()
+    assert (binding.protocol, binding.adapter_version) in carried_versions()

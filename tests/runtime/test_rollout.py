@@ -133,6 +133,25 @@ def test_rollout_commands(tmp_path: Path) -> None:
     assert bad.exit_code != 0
 
 
+def test_rollout_notes_a_version_no_worker_of_this_build_runs(tmp_path: Path) -> None:
+    """Sending calls (a canary) or in-flight operations (a rollback) to a version this
+    build's adapters do not bind says which worker will drive them; this build's own
+    version, or taking a version out, says nothing more."""
+    ledger = f"sqlite:///{tmp_path / 'l.db'}"
+    runner = CliRunner()
+
+    def run(*args: str) -> str:
+        done = runner.invoke(main, ["rollout", *args, "--ledger", ledger])
+        assert done.exit_code == 0, done.output
+        return done.output
+
+    assert "note:" not in run("set", "2026-07-28", "1", "enabled")
+    assert "--runs 2026-07-28=2" in run("canary", "2026-07-28", "2", "5")
+    assert "note:" not in run("set", "2026-07-28", "2", "draining")
+    assert "note:" not in run("rollback", "2026-07-28", "--from", "2", "--to", "1")
+    assert "--runs 2026-07-28=0" in run("rollback", "2026-07-28", "--from", "1", "--to", "0")
+
+
 # --- claims filtered by adapter version (two builds side by side) ---------------------
 
 V1 = frozenset({("test", "1")})
@@ -278,3 +297,66 @@ def test_worker_runs_takes_protocol_version_pairs(tmp_path: Path) -> None:
     )
     assert done.exit_code == 2
     assert "PROTOCOL=VERSION" in done.output
+
+
+def _waiting_for_a_person(path: Path, *, adapter_version: str) -> None:
+    """One open operation of the 2026-07-28 adapter at ``adapter_version``, waiting for
+    an answer: a worker that takes it has nothing to send (no server is needed)."""
+    from longcall.core import events as e
+    from longcall.core.machine import new_operation
+    from longcall.runtime.step import apply_event
+
+    with SQLiteLedger(path) as ledger:
+        record = ledger.create(
+            new_operation(
+                call_node_id="v-node",
+                request_digest="sha256:" + "r" * 64,
+                tool_name="t",
+                tool_descriptor_digest="sha256:" + "d" * 64,
+                principal="p",
+                server="http://127.0.0.1:9/mcp",
+                protocol="2026-07-28",
+                adapter_version=adapter_version,
+                now=0.0,
+            ).record
+        )
+        for event in (
+            e.SubmitAcknowledged(operation_id="op-1", poll_interval_s=1.0),
+            e.InputRequestObserved(keys=("k",), server_status_raw="input_required"),
+        ):
+            record = apply_event(ledger, record, event, now=1.0, jitter=0.5).record
+        assert record.state is State.INPUT_REQUIRED
+
+
+@pytest.mark.parametrize(
+    ("adapter_version", "runs", "taken"),
+    [
+        pytest.param("1", (), True, id="this-builds-version"),
+        pytest.param("2", (), False, id="another-builds-version"),
+        pytest.param("2", ("--runs", "any"), True, id="any"),
+        pytest.param("2", ("--runs", "2026-07-28=2"), True, id="named"),
+    ],
+)
+def test_a_worker_runs_the_versions_its_build_carries_by_default(
+    tmp_path: Path, adapter_version: str, runs: tuple[str, ...], taken: bool
+) -> None:
+    """Without --runs a worker drives only what this build's adapters bind: an
+    operation bound to another build's adapter version is never claimed (its epoch
+    stays 0); ``--runs any`` or the named version takes it. Either way the worker
+    exits 4 once idle, since the ledger holds an operation waiting for a person."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "l.db"
+    _waiting_for_a_person(path, adapter_version=adapter_version)
+    argv = [sys.executable, "-m", "longcall", "worker", "--until-idle", "--quiet"]
+    done = subprocess.run(
+        [*argv, *runs, "--ledger", f"sqlite:///{path}"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 4, done.stderr
+    with SQLiteLedger(path) as ledger:
+        assert (ledger.get("v-node").execution_epoch > 0) is taken

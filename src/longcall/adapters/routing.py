@@ -166,3 +166,28 @@ class Connector:
         for authorizer in self._authorizers:
             await authorizer.aclose()
         self._authorizers.clear()
+
+
+def carried_versions() -> frozenset[tuple[str, str]]:
+    """The (protocol, adapter version) pairs the adapters of this build bind new
+    operations to: what a worker of this build can drive (R2, P6). A worker that names
+    no versions runs these, so a worker of an older build never drives an operation
+    that a newer build's adapter version owns. MCP's plain-tools path binds the
+    negotiated version (``2025-06-18/sync``), so every version it accepts appears with
+    ``/sync``."""
+    from longcall.adapters.aip151 import mapping as aip151
+    from longcall.adapters.apify import mapping as apify
+    from longcall.adapters.mcp import legacy, modern, sync
+    from longcall.adapters.mcp.negotiate import OLDER_VERSIONS
+
+    tasks = {
+        (aip151.PROTOCOL, aip151.ADAPTER_VERSION),
+        (apify.PROTOCOL, apify.ADAPTER_VERSION),
+        (modern.PROTOCOL, modern.ADAPTER_VERSION),
+        (legacy.PROTOCOL, legacy.ADAPTER_VERSION),
+    }
+    plain = {
+        (f"{version}/sync", sync.ADAPTER_VERSION)
+        for version in (modern.PROTOCOL, legacy.PROTOCOL, *OLDER_VERSIONS)
+    }
+    return frozenset(tasks | plain)
