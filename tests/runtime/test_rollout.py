@@ -302,23 +302,20 @@ def test_worker_runs_takes_protocol_version_pairs(tmp_path: Path) -> None:
 def _waiting_for_a_person(path: Path, *, adapter_version: str) -> None:
     """One open operation of the 2026-07-28 adapter at ``adapter_version``, waiting for
     an answer: a worker that takes it has nothing to send (no server is needed)."""
+    from tests.core.builders import new_record
+
     from longcall.core import events as e
-    from longcall.core.machine import new_operation
+    from longcall.core.record import evolve
     from longcall.runtime.step import apply_event
 
     with SQLiteLedger(path) as ledger:
         record = ledger.create(
-            new_operation(
-                call_node_id="v-node",
-                request_digest="sha256:" + "r" * 64,
-                tool_name="t",
-                tool_descriptor_digest="sha256:" + "d" * 64,
-                principal="p",
+            evolve(
+                new_record(call_node_id="v-node", now=0.0),
                 server="http://127.0.0.1:9/mcp",
                 protocol="2026-07-28",
                 adapter_version=adapter_version,
-                now=0.0,
-            ).record
+            )
         )
         for event in (
             e.SubmitAcknowledged(operation_id="op-1", poll_interval_s=1.0),
