@@ -301,3 +301,23 @@ def test_refused_answer_stores_nothing(ledger: Ledger) -> None:
     with pytest.raises(IllegalTransition):
         record_answers(ledger, escalated, {"k": 1}, now=12.0, jitter=0.5)
     assert ledger.blob("n", answer_blob(1, "k")) is None
+
+
+def test_the_last_poll_of_an_operation_let_go_is_forgotten_in_time(ledger: Ledger) -> None:
+    """A process keeps the last poll of an operation it let go (a claim back still waits
+    the server's interval), but not for ever: an engine that lets go of operations
+    accepted elsewhere, turn after turn, does not grow without bound."""
+    from longcall.runtime.engine import FORGET_LET_GO_POLL_S
+
+    first = Engine(ledger, rng=random.Random(1))
+    first.start_call(CallSpec(call_node_id="n", binding=binding(), arguments={}), now=0.0)
+    now = run(first, ScriptedServer(polls_until_done=1_000), until=3.0)
+    second = Engine(ledger, rng=random.Random(2))  # another process finishes it
+    second.resume_all(now=now)
+    now = run(second, ScriptedServer(polls_until_done=1), now=now)
+    assert ledger.get("n").state is State.ACCEPTED
+    first.refresh(now=now)  # accepted elsewhere: let go
+    first.housekeep(now=now + 1.0)
+    assert "n" in first._last_poll_at  # kept for a claim back
+    first.housekeep(now=now + FORGET_LET_GO_POLL_S + 10.0)
+    assert "n" not in first._last_poll_at

@@ -437,7 +437,6 @@ class Engine:
             at = last + self._poll_floor_s(record, told=told)
             if planned[0] < at:
                 self._push(node, "Poll", planned[2], at)
-        self._forget_old_let_go_polls(now)
         if proven_absent:
             resubmit = c.SendSubmit(
                 submission_key=record.submission_key, attempt=record.submit_attempts, at=now
@@ -531,7 +530,8 @@ class Engine:
         """What keeps a worker's leases: renew when due; at each claim round, take a
         fair share of what nobody live holds (a caller: only its wanted call nodes),
         shed a surplus, and re-plan what an operator changed. Single-process mode has
-        nothing to keep."""
+        no lease to keep; both forget the last polls of operations let go long ago."""
+        self._forget_old_let_go_polls(now)
         if self.owner is None:
             return
         self._ensure_registered(now)
