@@ -97,7 +97,7 @@ class ServerMetrics(Exposition):
         elapsed = max(0.0, record.last_updated_at - record.created_at)
         with self._lock:
             self.ended[(record.tool_name, record.status.value)] += 1
-            self._recent_durations.append(elapsed)
+        self._note_duration(elapsed)
         self.duration.labels(tool=record.tool_name).observe(elapsed)
 
     def observe_cancel(self, *, cancelled: bool, seconds: float) -> None:

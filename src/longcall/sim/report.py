@@ -37,7 +37,6 @@ from longcall.sim.world import (
     run_one,
 )
 
-CANCEL_ACK_P99_LIMIT_S = 60.0
 UNKNOWN_RECONCILE_LIMIT_S = 15 * 60.0
 FAILURES_LISTED_MAX = 20
 CHUNK = 100
@@ -89,7 +88,8 @@ class Report:
     cancels_operator_resolved: int = 0
     """Cancels settled by the simulated operator (their latency includes its delay)."""
     cancel_ack_p99_s_without_operator: float = 0.0
-    cancel_ack_p99_limit_s: float = CANCEL_ACK_P99_LIMIT_S
+    cancel_ack_p99_limit_s: float = DEFAULT.cancel_ack_p99_limit_s
+    """The profile's limit (the run sets it from the profile it ran)."""
     unknown_reconcile_max_s: float = 0.0
     unknowns: int = 0
     receipts_per_node_max: int = 0
