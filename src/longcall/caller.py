@@ -675,7 +675,8 @@ def metrics_options(command: Callable[..., Any]) -> Callable[..., Any]:
         "--metrics-port",
         type=click.IntRange(min=0, max=65535),
         default=None,
-        help="Serve Prometheus metrics at http://127.0.0.1:PORT/metrics (0: any free port).",
+        help="Serve Prometheus metrics at http://HOST:PORT/metrics, HOST being --metrics-host "
+        "(0: any free port).",
     )(command)
 
 

@@ -166,7 +166,8 @@ def serve(
       longcall serve --store sqlite:///tasks.db --host 0.0.0.0 --allowed-host tools.example
       longcall serve --metrics-port 9464
     """
-    from longcall.server.cli import MetricsPortUnavailable, run_reference_server
+    from longcall.errors import MetricsPortUnavailable
+    from longcall.server.cli import run_reference_server
 
     try:
         run_reference_server(

@@ -236,6 +236,10 @@ class ServerUnreachable(UnavailableError):
     """The server could not be reached (connection refused, no route, DNS)."""
 
 
+class MetricsPortUnavailable(UnavailableError):
+    """``/metrics`` could not be served on the port asked for (taken, or not allowed)."""
+
+
 class DriverStopped(UnavailableError):
     """The driver stopped (an error, or its client was closed) while a caller waited.
 
@@ -320,6 +324,7 @@ __all__ = [
     "LedgerUnavailable",
     "LocalProtocolError",
     "LongcallError",
+    "MetricsPortUnavailable",
     "MissingPayload",
     "NegotiationFailed",
     "NotFoundError",

@@ -284,3 +284,31 @@ def test_json_errors_keep_stdout_clean(tmp_path: Path) -> None:
     assert out == ""
     assert_one_line(err)
     json.dumps(err)
+
+
+@pytest.mark.parametrize("command", ["worker", "serve"])
+def test_a_taken_metrics_port_is_one_line_for_worker_and_serve(
+    tmp_path: Path, command: str
+) -> None:
+    """``--metrics-port`` on a port another process holds: the same one line from both
+    commands (exit 1), naming the address and why."""
+    where = (
+        ["--ledger", f"sqlite:///{tmp_path / 'l.db'}", "--until-idle"]
+        if command == "worker"
+        else ["--port", "0", "--store", f"sqlite:///{tmp_path / 'tasks.db'}"]
+    )
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "longcall", command, *where, "--metrics-port", str(port)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+    assert done.returncode == ExitCode.ERROR
+    # serve logs first (a new task store is a warning of its own); the error is one line.
+    error = done.stderr if command == "worker" else done.stderr.splitlines()[-1] + "\n"
+    assert_one_line(error, f"cannot serve metrics on 127.0.0.1:{port}", "in use")

@@ -27,6 +27,7 @@ from prometheus_client.registry import Collector
 
 from longcall.core import OperationRecord, State
 from longcall.core.retry import BreakerState
+from longcall.errors import MetricsPortUnavailable
 
 if TYPE_CHECKING:
     from longcall.runtime.engine import Engine
@@ -95,10 +96,16 @@ class Exposition:
         return None if self._http is None else int(self._http.server_port)
 
     def serve(self, port: int, host: str = "127.0.0.1") -> int:
-        """Expose ``/metrics`` on ``host:port`` (0: a free port); returns the port."""
+        """Expose ``/metrics`` on ``host:port`` (0: a free port); returns the port.
+        Raises MetricsPortUnavailable when the port cannot be bound."""
         if self._http is not None:
             raise RuntimeError(f"metrics are already served on port {self.port}")
-        self._http, _thread = start_http_server(port, addr=host, registry=self.registry)
+        try:
+            self._http, _thread = start_http_server(port, addr=host, registry=self.registry)
+        except OSError as exc:
+            raise MetricsPortUnavailable(
+                f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}"
+            ) from None
         self._host = host
         return int(self._http.server_port)
 

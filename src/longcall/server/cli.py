@@ -19,10 +19,6 @@ from longcall.server.options import DEFAULT_LEASE_S, ServerOptions
 from longcall.server.store import DEFAULT_STORE_PATH
 
 
-class MetricsPortUnavailable(Exception):
-    """The metrics port could not be bound (the message names it and why)."""
-
-
 def run_reference_server(
     *,
     store_url: str | None,
@@ -58,13 +54,7 @@ def run_reference_server(
     )
     try:
         if metrics_port is not None:
-            try:
-                server.metrics.serve(metrics_port, host=metrics_host)
-            except OSError as exc:
-                reason = exc.strerror or str(exc)
-                raise MetricsPortUnavailable(
-                    f"cannot serve metrics on {metrics_host}:{metrics_port}: {reason}"
-                ) from None
+            server.metrics.serve(metrics_port, host=metrics_host)
             print(
                 f"longcall: metrics at {server.metrics.url}",
                 file=sys.stderr,
