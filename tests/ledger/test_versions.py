@@ -49,6 +49,29 @@ def test_claims_and_census_take_only_the_versions_asked_for(ledger: Ledger) -> N
     assert ledger.census("w1", now=100.0, versions=V1).held == 2
 
 
+def test_census_by_version_is_each_versions_census_read_at_once(ledger: Ledger) -> None:
+    """One read gives, per version, what ``census`` gives for that version alone: its
+    open operations, the live workers that run it (a worker naming none runs all), what
+    the asker holds, and as claimable the unowned and a lapsed worker's; a version with
+    nothing open counts zero."""
+    for node, version in (("a", "1"), ("b", "2"), ("c", "1"), ("d", "2"), ("e", "3")):
+        ledger.create(fresh(node, adapter_version=version))
+    ledger.register_worker("gone", kind=WORKER, now=90.0, lease_s=5.0, versions=V2)
+    assert len(ledger.claim("gone", now=90.0, limit=1, decide=claimed, versions=V2)) == 1
+    ledger.register_worker("w1", kind=WORKER, now=100.0, lease_s=30.0, versions=V1)
+    assert len(ledger.claim("w1", now=100.0, limit=1, decide=claimed, versions=V1)) == 1
+    ledger.register_worker("any", kind=WORKER, now=100.0, lease_s=30.0)
+    wanted = V1 | V2 | frozenset({("test", "9")})
+    by_version = ledger.census_by_version("w1", now=100.0, versions=wanted)
+    assert set(by_version) == wanted
+    for pair in wanted:
+        assert by_version[pair] == ledger.census("w1", now=100.0, versions=frozenset({pair}))
+    one, two = by_version[("test", "1")], by_version[("test", "2")]
+    assert (one.open_operations, one.live_workers, one.held, one.claimable) == (2, 2, 1, 1)
+    assert (two.open_operations, two.live_workers, two.held, two.claimable) == (2, 1, 0, 2)
+    assert by_version[("test", "9")].open_operations == 0
+
+
 def test_a_rebound_operation_is_claimable_only_by_its_new_version(ledger: Ledger) -> None:
     """R3: after rebinding 2 -> 1, the filter follows the record's adapter version."""
     ledger.create(fresh("r", adapter_version="2"))

@@ -356,6 +356,14 @@ class Ledger(abc.ABC):
         that run at least one of them (a worker's share of what it can drive)."""
 
     @abc.abstractmethod
+    def census_by_version(
+        self, owner: str, *, now: float, versions: VersionSet
+    ) -> dict[tuple[str, str], Census]:
+        """:meth:`census` for each of ``versions`` on its own, read at once: a worker
+        that runs several versions takes its share of each (one read per claim round,
+        not one per version)."""
+
+    @abc.abstractmethod
     def claim(
         self,
         owner: str,

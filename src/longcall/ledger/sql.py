@@ -134,6 +134,20 @@ WORKER_COLUMNS = "owner, kind, lease_until, started_at_utc, renewed_at_utc"
 # and a lapsed worker is forgotten only once it holds nothing), so "lapsed" is a
 # short list of owners, and the claim walks the (owner, creation) index.
 _LAPSED_OWNERS = "SELECT owner FROM workers WHERE lease_until <= ?"
+
+
+def _census_counts() -> str:
+    """A census's counts over the open rows it reads (parameters: the asking owner, now):
+    all, the asker's, unowned, and held by a worker whose lease lapsed (claimable). Built
+    at each read from :data:`_LAPSED_OWNERS`, the one definition of a lapsed holder that
+    claims use too."""
+    return (
+        "count(*), coalesce(sum(CASE WHEN owner = ? THEN 1 ELSE 0 END), 0),"
+        " coalesce(sum(CASE WHEN owner IS NULL THEN 1 ELSE 0 END), 0),"
+        f" coalesce(sum(CASE WHEN owner IN ({_LAPSED_OWNERS}) THEN 1 ELSE 0 END), 0)"
+    )
+
+
 _CLAIMED_UPDATE = (
     "UPDATE operations SET owner = ?, execution_epoch = ?, version = ?, state = ?,"
     " record_json = ?, updated_at_utc = ? WHERE call_node_id = ? AND version = ?"
@@ -638,25 +652,48 @@ class SqlLedger(Ledger):
         bound, bound_params = version_filter(versions)
         live_sql = "(SELECT count(*) FROM workers WHERE kind = ? AND lease_until > ?)"
         row = self._read(
-            f"SELECT {live_sql if versions is None else '0'}, count(*),"
-            " coalesce(sum(CASE WHEN owner = ? THEN 1 ELSE 0 END), 0),"
-            " coalesce(sum(CASE WHEN owner IS NULL THEN 1 ELSE 0 END), 0),"
-            f" coalesce(sum(CASE WHEN owner IN ({_LAPSED_OWNERS}) THEN 1 ELSE 0 END), 0)"
+            f"SELECT {live_sql if versions is None else '0'}, {_census_counts()}"
             f" FROM operations WHERE open = 1{bound}",
             ((WORKER, now) if versions is None else ()) + (owner, now, *bound_params),
         )[0]
         live, total, held, unowned, lapsed_held = (int(v) for v in row)
         if versions is not None:
-            rows = self._read(
-                "SELECT versions FROM workers WHERE kind = ? AND lease_until > ?", (WORKER, now)
-            )
-            live = sum(1 for (text,) in rows if runs_any(loads_versions(text), versions))
+            live = sum(1 for runs in self._live_worker_versions(now) if runs_any(runs, versions))
         return Census(
             open_operations=total,
             live_workers=live,
             held=held,
             claimable=unowned + lapsed_held,
         )
+
+    def census_by_version(
+        self, owner: str, *, now: float, versions: VersionSet
+    ) -> dict[tuple[str, str], Census]:
+        bound, bound_params = version_filter(versions)
+        rows = self._read(
+            f"SELECT protocol, adapter_version, {_census_counts()}"
+            f" FROM operations WHERE open = 1{bound} GROUP BY protocol, adapter_version",
+            (owner, now, *bound_params),
+        )
+        counts = {(str(r[0]), str(r[1])): tuple(int(v) for v in r[2:]) for r in rows}
+        live_runs = self._live_worker_versions(now)
+        out: dict[tuple[str, str], Census] = {}
+        for pair in versions:
+            total, held, unowned, lapsed_held = counts.get(pair, (0, 0, 0, 0))
+            out[pair] = Census(
+                open_operations=total,
+                live_workers=sum(1 for runs in live_runs if runs_any(runs, frozenset({pair}))),
+                held=held,
+                claimable=unowned + lapsed_held,
+            )
+        return out
+
+    def _live_worker_versions(self, now: float) -> list[VersionSet | None]:
+        """What each live worker runs (None: every version)."""
+        rows = self._read(
+            "SELECT versions FROM workers WHERE kind = ? AND lease_until > ?", (WORKER, now)
+        )
+        return [loads_versions(text) for (text,) in rows]
 
     def claim(
         self,

@@ -643,11 +643,21 @@ class Engine:
         """Hold about ``open / live workers`` operations: claim up to that, shed above
         it (plus the slack) what has no request in flight. With :attr:`versions`, the
         share is taken per (protocol, adapter version) this engine runs, among the
-        workers that run it: a version only some workers run is shared by those."""
+        workers that run it: a version only some workers run is shared by those. One
+        census read serves every version."""
+        assert self.owner is not None
         if self.versions is None:
-            self.last_census = self._share_of(None, now=now)
+            census = self.ledger.census(self.owner, now=now)
+            self._take_share(census, list(self.records), None, now=now)
+            self.last_census = census
             return
-        censuses = [self._share_of(frozenset({pair}), now=now) for pair in sorted(self.versions)]
+        by_version = self.ledger.census_by_version(self.owner, now=now, versions=self.versions)
+        held: dict[tuple[str, str], list[str]] = {}
+        for node, record in self.records.items():
+            held.setdefault((record.protocol, record.adapter_version), []).append(node)
+        for pair in sorted(self.versions):
+            self._take_share(by_version[pair], held.get(pair, []), frozenset({pair}), now=now)
+        censuses = by_version.values()
         self.last_census = Census(
             open_operations=sum(c.open_operations for c in censuses),
             live_workers=max((c.live_workers for c in censuses), default=0),
@@ -655,38 +665,33 @@ class Engine:
             claimable=sum(c.claimable for c in censuses),
         )
 
-    def _share_of(self, versions: VersionSet | None, *, now: float) -> Census:
+    def _take_share(
+        self, census: Census, held: list[str], versions: VersionSet | None, *, now: float
+    ) -> None:
+        """Claim up to the share ``census`` gives of ``versions`` (None: every version),
+        or shed above it; ``held``: the nodes of those versions held now, oldest first."""
         assert self.owner is not None
-        census = self.ledger.census(self.owner, now=now, versions=versions)
         share = math.ceil(census.open_operations / max(1, census.live_workers))
-
-        def mine() -> list[str]:
-            if versions is None:
-                return list(self.records)
-            return [
-                node
-                for node, r in self.records.items()
-                if (r.protocol, r.adapter_version) in versions
-            ]
-
-        held = len(mine())
-        if census.claimable and held < share:
-            limit = min(self.lease.claim_batch, share - held)
-            self._claim(now=now, limit=limit, versions=versions)
+        if census.claimable and len(held) < share:
+            limit = min(self.lease.claim_batch, share - len(held))
+            if self._claim(now=now, limit=limit, versions=versions):
+                held = [
+                    node
+                    for node, r in self.records.items()
+                    if versions is None or (r.protocol, r.adapter_version) in versions
+                ]
         slack = max(SURPLUS_MIN, math.ceil(share * self.lease.surplus_slack))
-        held_now = mine()
-        surplus = len(held_now) - share - slack
+        surplus = len(held) - share - slack
         if surplus > 0:
             # The most recently taken go first: claims take the oldest, so shedding the
             # oldest would hand the same operations back and forth at every change.
             busy = {node for node, _kind in self._in_flight}
-            idle = [n for n in reversed(held_now) if n not in busy and n not in self.wanted]
+            idle = [n for n in reversed(held) if n not in busy and n not in self.wanted]
             release = idle[:surplus]
             self.ledger.release(self.owner, release)
             self.stats["released"] += len(release)
             for node in release:
                 self._let_go(node)
-        return census
 
     def _claim_nodes(self, nodes: list[str], *, now: float) -> None:
         self._ensure_registered(now)
@@ -699,9 +704,11 @@ class Engine:
         limit: int,
         nodes: list[str] | None = None,
         versions: VersionSet | None = None,
-    ) -> None:
+    ) -> int:
+        """Claim up to ``limit`` operations (of ``nodes``, or any due); how many it took."""
         assert self.owner is not None
         versions = self.versions if versions is None else versions
+        taken = 0
 
         def decide(record: OperationRecord) -> OperationRecord:
             claim = e.ExecutionClaimed(new_epoch=record.execution_epoch + 1)
@@ -720,6 +727,8 @@ class Engine:
                 self.stats["recoveries"] += 1  # driven before, by a process now gone
             proven_absent = self._proven_absent(record, claimed=True)
             self._taken_over(record, proven_absent=proven_absent, now=now)
+            taken += 1
+        return taken
 
     # --- local intents (X4, X5, X7) --------------------------------------------------
 
