@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import dataclasses
 import enum
+import functools
 import inspect
 import json
 import logging
@@ -395,6 +396,8 @@ class Client:
         """Per call node: the input round handed to ``on_input``."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._callbacks: asyncio.Queue[Coroutine[Any, Any, None]] | None = None
+        self._observations: asyncio.Queue[str] | None = None
+        """Call nodes the driver changed, handled in order by the observer task."""
 
     # --- the ledger -------------------------------------------------------------------
 
@@ -447,10 +450,13 @@ class Client:
 
     async def __aenter__(self) -> Self:
         try:
+            await asyncio.to_thread(lambda: self.ledger)  # opened (and migrated) off the loop
             executor = self.executor
             self._stop.clear()
             self._callbacks = asyncio.Queue()
+            self._observations = asyncio.Queue()
             self._spawn(self._run_callbacks())
+            self._spawn(self._run_observations())
             if self.drive_all:
                 await executor.aresume_all()
                 for node in list(executor.engine.records):
@@ -477,11 +483,12 @@ class Client:
             if self._runner is not None:
                 runner, self._runner = self._runner, None
                 await asyncio.gather(runner, return_exceptions=True)
-            if self._callbacks is not None:
+            if self._callbacks is not None and self._observations is not None:
                 # Every change already seen reaches the callbacks (a worker's last log
                 # line), within a bound: a callback that hangs cannot hold the exit.
                 with contextlib.suppress(TimeoutError):
                     async with asyncio.timeout(CALLBACK_FLUSH_S):
+                        await self._observations.join()
                         await self._callbacks.join()
             for task in list(self._tasks):
                 task.cancel()
@@ -540,7 +547,7 @@ class Client:
         target = self.servers.resolve(server)
         server, protocol = target.url, protocol or target.protocol
         node = node or default_node_id(tool, args)
-        existing = self.ledger.find(node)
+        existing = await self._on_ledger(self.ledger.find, node)
         if existing is not None:
             _check_same_target(existing, server, protocol)
             await executor.aattach(node, tool, args)
@@ -552,7 +559,7 @@ class Client:
         if wait:
             return await self.wait(node, timeout_s=timeout_s, through_input=through_input)
         await self._until(node, _submitted, SUBMIT_WAIT_S if timeout_s is None else timeout_s)
-        return self.result(node)
+        return await self._on_ledger(self.result, node)
 
     async def wait(
         self, node: str, *, timeout_s: float | None = None, through_input: bool = False
@@ -566,7 +573,7 @@ class Client:
         await executor.aadopt(node)
         settled = _settled_for_an_operator if through_input else self._settled
         await self._until(node, settled, timeout_s)
-        return self.result(node)
+        return await self._on_ledger(self.result, node)
 
     async def drive(self, *, until_idle: bool = False) -> None:
         """Drive until cancelled (a worker), or with ``until_idle`` until nothing is left
@@ -586,7 +593,8 @@ class Client:
                 raise _stopped(runner)
 
     def result(self, node: str) -> CallResult:
-        """The call node as it stands now (no waiting); raises UnknownCallNode."""
+        """The call node as it stands now (no waiting); raises UnknownCallNode. It reads
+        the ledger on the calling thread: the client's own async methods never do."""
         return result_of(self.ledger, self.ledger.get(node))
 
     def results(self, *states: State) -> list[CallResult]:
@@ -613,7 +621,7 @@ class Client:
             outcome, _ = request_cancel(self.ledger, record, now=time.time(), jitter=0.5)
             return outcome
 
-        return await _retrying(_now(as_operator))
+        return await _retrying(lambda: self._on_ledger(as_operator))
 
     async def answer(
         self,
@@ -628,8 +636,8 @@ class Client:
         (``{"approved": "true"}``) for the one pending form (or ``key``'s). Each answer is
         checked against its form before it is stored (InvalidAnswer); the driver sends
         it (this client's, or a worker's on its next refresh)."""
-        record = self.ledger.get(node)
-        request = pending_request(self.ledger, record)
+        record = await self._on_ledger(self.ledger.get, node)
+        request = await self._on_ledger(pending_request, self.ledger, record)
         if request is None:
             raise NotWaitingForInput(f"{node!r} waits for no input (it is {record.state.value})")
         if fields is not None:
@@ -648,15 +656,15 @@ class Client:
         if self._runner is not None and not self._runner.done():
             executor = self.executor
             await _retrying(lambda: executor.aanswer(node, checked))
-            return self.result(node)
+            return await self._on_ledger(self.result, node)
         from longcall.runtime.engine import record_answers
 
         def as_operator() -> None:
             record = self.ledger.get(node)
             record_answers(self.ledger, record, checked, now=time.time(), jitter=0.5)
 
-        await _retrying(_now(as_operator))
-        return self.result(node)
+        await _retrying(lambda: self._on_ledger(as_operator))
+        return await self._on_ledger(self.result, node)
 
     async def reconcile(
         self,
@@ -671,7 +679,7 @@ class Client:
         """Resolve a node waiting for an operator (X7), recorded with who and why:
         ``resume`` (polling goes on), ``never_created`` (resubmit with the same key), or
         ``completed`` / ``failed`` / ``cancelled`` with ``result`` as the outcome."""
-        record = self.ledger.get(node)
+        record = await self._on_ledger(self.ledger.get, node)
         if record.state is not State.RECONCILIATION_REQUIRED:
             raise NotReconcilable(
                 f"{node!r} is {record.state.value}: only an operation waiting for an"
@@ -699,20 +707,37 @@ class Client:
         except ValueError as exc:
             raise NotReconcilable(str(exc)) from None
         try:
-            apply_event(
-                self.ledger, record, event, now=time.time(), jitter=0.5, result_payload=payload
+            await self._on_ledger(
+                functools.partial(
+                    apply_event,
+                    self.ledger,
+                    record,
+                    event,
+                    now=time.time(),
+                    jitter=0.5,
+                    result_payload=payload,
+                )
             )
         except StaleEvent as exc:
             raise NotReconcilable(f"{node!r}: {exc}") from None
         if self._runner is not None and not self._runner.done():
             await self.executor.aadopt(node)  # drive it on from here (resume, resubmit)
-        return self.result(node)
+        return await self._on_ledger(self.result, node)
 
     def input_request(self, node: str) -> InputRequest | None:
         """The questions the node waits for, or None."""
         return pending_request(self.ledger, self.ledger.get(node))
 
     # --- internals ----------------------------------------------------------------------
+
+    async def _on_ledger(self, fn: Callable[..., _T], *args: Any) -> _T:
+        """Run a ledger read (or an operator's write) beside the event loop: on the
+        driver's ledger thread while it drives, else on a worker thread. The loop never
+        waits for the ledger — a commit's fsync, or the lock the driver's write holds —
+        so the driver's other requests leave on time (D1)."""
+        if self._executor is not None:
+            return await self._executor.on_ledger_thread(fn, *args)
+        return await asyncio.to_thread(fn, *args)
 
     async def _bind(
         self, executor: Executor, server: str, tool: str, protocol: str | None
@@ -741,13 +766,14 @@ class Client:
     ) -> None:
         """Wait until the node's record satisfies ``predicate`` (re-checked after each
         change the driver reports), up to ``timeout_s``."""
-        if predicate(self._current(node)):
-            return
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         waiters = self._waiters.setdefault(node, [])
         entry = (predicate, future)
+        # Waiting before reading: a change handled while the read runs finds the waiter.
         waiters.append(entry)
         try:
+            if predicate(await self._current(node)):
+                return
             async with asyncio.timeout(timeout_s):
                 await future
         except TimeoutError:
@@ -756,15 +782,32 @@ class Client:
             if entry in waiters:
                 waiters.remove(entry)
 
-    def _current(self, node: str) -> OperationRecord:
+    async def _current(self, node: str) -> OperationRecord:
         held = self._executor.engine.records.get(node) if self._executor else None
-        return held if held is not None else self.ledger.get(node)
+        return held if held is not None else await self._on_ledger(self.ledger.get, node)
 
     def _observe(self, node: str) -> None:
-        """The driver changed (or noticed a change of) ``node``: wake its waiters, hand a
-        new input round to the callback, report state changes and unreachability."""
-        record = self._current(node)
-        self._handle_input(record)
+        """From the driver, on the loop: ``node`` changed (or a change was noticed). The
+        observer task handles it in order, reading the ledger beside the loop."""
+        if self._observations is not None:
+            self._observations.put_nowait(node)
+
+    async def _run_observations(self) -> None:
+        assert self._observations is not None
+        while True:
+            node = await self._observations.get()
+            try:
+                await self._handle_change(node)
+            except Exception:  # one node's read must not end the others' reports
+                log.exception("%s: the change could not be reported", node)
+            finally:
+                self._observations.task_done()
+
+    async def _handle_change(self, node: str) -> None:
+        """Wake the node's waiters, hand a new input round to the callback, report
+        state changes and unreachability."""
+        record = await self._current(node)
+        await self._handle_input(record)
         waiters = self._waiters.get(node)
         if waiters:
             for predicate, future in list(waiters):
@@ -780,9 +823,11 @@ class Client:
         else:
             self._seen[node] = now
         if self.on_change is not None and (before is None or before[:2] != now[:2]):
-            self._emit(
-                self.on_change, result_of(self.ledger, record), before[0] if before else None
-            )
+            if record.is_terminal or record.input_keys_pending:
+                result = await self._on_ledger(result_of, self.ledger, record)
+            else:
+                result = result_of(self.ledger, record)  # nothing stored to read yet
+            self._emit(self.on_change, result, before[0] if before else None)
         if self.on_progress is not None and (before is not None and before[2] != unreachable):
             self._emit(
                 self.on_progress,
@@ -794,7 +839,7 @@ class Client:
                 ),
             )
 
-    def _handle_input(self, record: OperationRecord) -> None:
+    async def _handle_input(self, record: OperationRecord) -> None:
         node = record.call_node_id
         if record.state is not State.INPUT_REQUIRED or not record.input_keys_pending:
             return
@@ -804,7 +849,7 @@ class Client:
         if self.on_input is None:
             self._left_to_person[node] = round_
             return
-        request = pending_request(self.ledger, record)
+        request = await self._on_ledger(pending_request, self.ledger, record)
         if request is None:  # pragma: no cover - pending keys always make a request
             return
         self._asked[node] = round_
@@ -882,15 +927,6 @@ async def _retrying(intent: Callable[[], Awaitable[_T]]) -> _T:
         except VersionConflict:  # only the lost compare-and-set race
             continue
     return await intent()
-
-
-def _now(work: Callable[[], _T]) -> Callable[[], Awaitable[_T]]:
-    """``work`` (a short ledger write of an operator's intent) as an awaitable."""
-
-    async def run() -> _T:
-        return work()
-
-    return run
 
 
 def _stopped(runner: asyncio.Task[None]) -> DriverStopped:

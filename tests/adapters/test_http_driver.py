@@ -1,4 +1,5 @@
-"""The I/O shell's bounds and translations (C1, C4, X9): served by httpx's mock transport.
+"""The I/O shell's bounds and translations (C1, C4, X9): served by httpx's mock transport;
+the send window (X3) by a real socket on 127.0.0.1, where httpcore traces a connection.
 
 Regressions: a 100 MB ``tasks/get`` answer was read whole (545 MB peak) and stored; one
 endless event-stream line cost 427 MB; a stream cut after the input requests arrived
@@ -7,13 +8,16 @@ lost them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import re
 from collections.abc import AsyncIterator, Callable
 
 import httpx
 import pytest
 
 from longcall.adapters.exchange import HttpReply, HttpRequest, StreamWatch, TransportFailure
-from longcall.adapters.http import HttpDriver
+from longcall.adapters.http import HttpDriver, SendWindowPassed, send_window
 from longcall.core.retry import FailureKind
 
 pytestmark = pytest.mark.anyio
@@ -154,3 +158,69 @@ async def test_a_401_asking_for_a_bearer_token_logs_in_once() -> None:
     assert isinstance(refused, HttpReply)
     assert refused.status == 401
     assert len(logins) == 1
+
+
+class CountingServer:
+    """An HTTP/1.1 server on 127.0.0.1 that answers ``{}`` and counts the requests whose
+    bytes reached it (a real socket: the send window lives in the connection's trace)."""
+
+    def __init__(self) -> None:
+        self.requests = 0
+        self.url = ""
+        self._server: asyncio.Server | None = None
+
+    async def __aenter__(self) -> CountingServer:
+        self._server = await asyncio.start_server(self._answer, "127.0.0.1", 0)
+        self.url = f"http://127.0.0.1:{self._server.sockets[0].getsockname()[1]}/mcp"
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._server is not None
+        self._server.close()
+
+    async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
+            while head := await reader.readuntil(b"\r\n\r\n"):
+                self.requests += 1
+                length = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
+                await reader.readexactly(int(length.group(1)) if length else 0)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
+                writer.write(b"content-length: 2\r\n\r\n{}")
+                await writer.drain()
+        writer.close()
+
+
+async def test_a_request_whose_send_window_has_passed_is_never_written() -> None:
+    """The window is asked when the connection is ready and the headers are about to be
+    written: a closed one stops the request there, and the server sees nothing (X3)."""
+    async with CountingServer() as server:
+        d = HttpDriver(server.url)
+        asked: list[bool] = []
+
+        def closed() -> bool:
+            asked.append(True)
+            return False
+
+        with send_window(closed), pytest.raises(SendWindowPassed):
+            await d.send(HttpRequest(body=b"{}"))
+        reply = await d.send(HttpRequest(body=b"{}"))  # outside the window: it leaves
+        await d.aclose()
+    assert asked == [True]
+    assert isinstance(reply, HttpReply)
+    assert reply.status == 200
+    assert server.requests == 1
+
+
+async def test_the_send_window_holds_the_first_request_of_the_block_only() -> None:
+    """A poll is one request: a second request in the same block is not held back."""
+    async with CountingServer() as server:
+        d = HttpDriver(server.url)
+        asked: list[bool] = []
+        with send_window(lambda: asked.append(True) or True):
+            first = await d.send(HttpRequest(body=b"{}"))
+            second = await d.send(HttpRequest(body=b"{}"))
+        await d.aclose()
+    assert asked == [True]
+    assert isinstance(first, HttpReply)
+    assert isinstance(second, HttpReply)
+    assert server.requests == 2

@@ -1,11 +1,12 @@
 """Four ``longcall worker`` processes on one PostgreSQL ledger, under SIGKILL and SIGSTOP (D1).
 
 The reference server is ``longcall serve``, a process of its own; in front of it a TCP
-relay in this process logs the moment each ``tasks/get`` reaches the server's door (the
-poll cap is measured there, not inside a server whose own pauses would bunch the
-arrivals up). Operations are created unowned; four real worker processes share them
-through leases with a 3 s lease. A seeded chaos loop SIGKILLs workers (and starts
-replacements) and SIGSTOPs workers for longer than the lease before SIGCONT. At the end:
+relay in this process notes the moment the kernel received each ``tasks/get`` at the
+server's door (the poll cap is measured there, not inside a server whose own pauses
+would bunch the arrivals up, nor by a relay thread that waited for a core). Operations
+are created unowned; four real worker processes share them through leases with a 3 s
+lease. A seeded chaos loop SIGKILLs workers (and starts replacements) and SIGSTOPs
+workers for longer than the lease before SIGCONT. At the end:
 
 - every call node has exactly one receipt and one outbox row, and the server holds
   exactly one task per call node (no second remote operation);
@@ -34,7 +35,9 @@ import re
 import signal
 import socket
 import sqlite3
+import struct
 import sys
+import threading
 import time
 from collections import Counter, defaultdict
 from pathlib import Path
@@ -86,55 +89,96 @@ class Worker:
 
 
 class FrontDoor:
-    """A TCP relay to the server that stamps each status read as it arrives."""
+    """A TCP relay to the server that stamps each status read with the moment the
+    kernel received it (``SO_TIMESTAMPNS``), not the moment a thread got to it.
+
+    The relay runs on threads of this process, and this process shares two cores with
+    four workers, the server and PostgreSQL: a stamp taken when the relay's turn came
+    would bunch arrivals up whenever the relay waited for a core (a worker starting up
+    imports for a second of CPU), and measure the relay, not the workers."""
 
     PATTERN = re.compile(rb'"method"\s*:\s*"tasks/get"')
 
     def __init__(self, upstream_port: int) -> None:
         self.upstream_port = upstream_port
         self.reads: list[float] = []
-        self.answering = asyncio.Event()
+        """Kernel receive stamps (seconds), in arrival order per connection."""
+        self.answering = threading.Event()
         """Cleared: the server's answers wait at the door (requests still go in)."""
         self.answering.set()
-        self._server: asyncio.Server | None = None
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._sockets: list[socket.socket] = []
+        self._lock = threading.Lock()
 
     async def start(self) -> str:
-        self._server = await asyncio.start_server(self._relay, "127.0.0.1", 0)
-        port = self._server.sockets[0].getsockname()[1]
-        return f"http://127.0.0.1:{port}/mcp"
+        threading.Thread(target=self._accept, name="door", daemon=True).start()
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}/mcp"
 
     async def close(self) -> None:
-        if self._server is not None:
-            self._server.close()
+        """Every socket closes: the relay threads end with them."""
+        self._listener.close()
+        with self._lock:
+            for sock in self._sockets:
+                with contextlib.suppress(OSError):
+                    sock.shutdown(socket.SHUT_RDWR)
+                sock.close()
 
-    async def _relay(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.upstream_port)
-        except OSError:
-            writer.close()
-            return
-        loop = asyncio.get_running_loop()
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _address = self._listener.accept()
+            except OSError:
+                return  # closed
+            try:
+                upstream = socket.create_connection(("127.0.0.1", self.upstream_port))
+            except OSError:
+                client.close()  # the server is away: the worker sees a reset
+                continue
+            client.setsockopt(socket.SOL_SOCKET, SO_TIMESTAMPNS, 1)
+            with self._lock:
+                self._sockets += [client, upstream]
+            threading.Thread(target=self._inbound, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._outbound, args=(upstream, client), daemon=True).start()
 
-        async def inbound() -> None:
-            tail = b""
-            while chunk := await reader.read(65536):
+    def _inbound(self, client: socket.socket, upstream: socket.socket) -> None:
+        tail = b""
+        with contextlib.suppress(OSError):
+            while True:
+                chunk, ancillary, _flags, _address = client.recvmsg(65536, STAMP_SPACE)
+                if not chunk:
+                    break
                 seen = tail + chunk
-                for _ in self.PATTERN.finditer(seen, max(0, len(tail) - 40)):
-                    self.reads.append(loop.time())
+                reads = len(list(self.PATTERN.finditer(seen, max(0, len(tail) - 40))))
+                if reads:
+                    at = _kernel_stamp(ancillary)
+                    with self._lock:
+                        self.reads += [at] * reads
                 tail = seen[-40:]
-                up_writer.write(chunk)
-                await up_writer.drain()
-            up_writer.close()
+                upstream.sendall(chunk)
+        with contextlib.suppress(OSError):
+            upstream.shutdown(socket.SHUT_WR)
 
-        async def outbound() -> None:
-            while chunk := await up_reader.read(65536):
-                await self.answering.wait()
-                writer.write(chunk)
-                await writer.drain()
-            writer.close()
+    def _outbound(self, upstream: socket.socket, client: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while chunk := upstream.recv(65536):
+                self.answering.wait()
+                client.sendall(chunk)
+        with contextlib.suppress(OSError):
+            client.shutdown(socket.SHUT_WR)
 
-        with contextlib.suppress(OSError, asyncio.CancelledError):
-            await asyncio.gather(inbound(), outbound())
+
+SO_TIMESTAMPNS = getattr(socket, "SO_TIMESTAMPNS", 35)
+"""Linux's option (and control message type) for a receive stamp in nanoseconds."""
+STAMP_SPACE = socket.CMSG_SPACE(16)
+
+
+def _kernel_stamp(ancillary: list[tuple[int, int, bytes]]) -> float:
+    """The receive stamp of the data just read (a ``struct timespec``)."""
+    for level, kind, data in ancillary:
+        if level == socket.SOL_SOCKET and kind == SO_TIMESTAMPNS:
+            seconds, nanoseconds = struct.unpack("qq", data[:16])
+            return seconds + nanoseconds / 1e9
+    raise AssertionError("the kernel gave no receive stamp (SO_TIMESTAMPNS, Linux)")
 
 
 async def start_server(store: Path) -> tuple[asyncio.subprocess.Process, int]:

@@ -2,8 +2,9 @@
 
 Owns: :func:`binding_of`, the binding a mapping made earlier in this process or one it
 makes now (a restarted process has none, and its result fetch must still check the
-output schema), and :func:`schema_violation`, the check of a result value against the
-output schema a tool declares.
+output schema), :func:`schema_violation`, the check of a result value against the
+output schema a tool declares, and :func:`checked_validator`, the one cache of checked
+JSON Schemas (output schemas here, input forms in the runtime).
 
 Must not: perform I/O (the binding is made by the mapping's own ``bind`` exchange), or
 read protocol bodies.
@@ -11,6 +12,8 @@ read protocol bodies.
 
 from __future__ import annotations
 
+import functools
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -18,6 +21,7 @@ import jsonschema
 
 from longcall.adapters.base import ToolBinding
 from longcall.adapters.exchange import Exchange
+from longcall.core.keys import canonical_json
 from longcall.errors import AdapterError
 
 
@@ -39,15 +43,27 @@ def binding_of(
 def schema_violation(value: Any, schema: Mapping[str, Any], *, subject: str) -> str | None:
     """Why ``value`` (named ``subject`` in the reason) breaks ``schema``, or None (X6)."""
     try:
-        validator_class = jsonschema.validators.validator_for(schema)
-        validator_class.check_schema(schema)
-        error = jsonschema.exceptions.best_match(validator_class(schema).iter_errors(value))
+        validator = checked_validator(canonical_json(schema))
     except jsonschema.exceptions.SchemaError as exc:
         return f"the tool's output schema is invalid: {exc.message}"
+    except (ValueError, TypeError) as exc:  # not plain JSON (a NaN): no schema either
+        return f"the tool's output schema is invalid: {exc}"
+    error = jsonschema.exceptions.best_match(validator.iter_errors(value))
     if error is None:
         return None
     where = "/".join(str(part) for part in error.absolute_path) or "(root)"
     return f"{subject} violates the output schema at {where}: {error.message}"
 
 
-__all__ = ["binding_of", "schema_violation"]
+@functools.lru_cache(maxsize=256)
+def checked_validator(schema_json: bytes) -> Any:
+    """A validator for one schema (its canonical JSON), checked against its meta-schema
+    once: that check costs tens of times a validation, and a server's schemas repeat
+    with every result and form. Raises ``jsonschema.exceptions.SchemaError``."""
+    schema = json.loads(schema_json)
+    validator_class = jsonschema.validators.validator_for(schema)
+    validator_class.check_schema(schema)
+    return validator_class(schema)
+
+
+__all__ = ["binding_of", "checked_validator", "schema_violation"]

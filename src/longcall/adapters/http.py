@@ -7,6 +7,9 @@ when the request's :class:`~longcall.adapters.exchange.StreamWatch` says so, han
 each event to an observer as it arrives (progress, X11), adds the configured headers
 (credentials: C1), and translates httpx's exceptions into
 :class:`~longcall.adapters.exchange.TransportFailure` once, here, where they enter.
+It also owns the *send window* (:data:`SEND_WINDOW`): a poll that holds a send slot of
+its server's shared budget is checked once more at the last moment before its bytes
+are written, and does not leave if the slot has passed (X3, D1).
 
 Must not: read protocol bodies (the mappings do), decide what a reply means, or let a
 credential reach a failure's text.
@@ -15,9 +18,10 @@ credential reach a failure's text.
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import json
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -44,6 +48,45 @@ _T = TypeVar("_T")
 
 EventObserver = Callable[[SseEvent], None]
 """Sees each event-stream event as it arrives (the adapter surfaces progress, X11)."""
+
+SEND_WINDOW: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
+    "longcall_send_window", default=None
+)
+"""Set by the executor around one adapter call whose first request holds a send slot:
+"may it still leave now?". The driver asks it when the connection is ready and the
+request's headers are about to be written, after everything that can make a request
+late in this process (the adapter's own work, the connection pool, a new connection,
+other tasks of the event loop). The slot was checked before the adapter was called; a
+check that early let polls leave long after their slot whenever the event loop was
+held up, and the polls of several workers then bunched up at the server beyond the
+cap. Asked for the first request only: a poll is one request."""
+
+
+class SendWindowPassed(Exception):
+    """The request's send slot passed before it could leave: nothing was sent (the
+    executor plans the poll again, with a new slot). Not a failure of the server."""
+
+
+@contextlib.contextmanager
+def send_window(may_leave: Callable[[], bool]) -> Iterator[None]:
+    """Within this block, the next request an adapter sends leaves only if
+    ``may_leave()`` says so at the moment it is written (see :data:`SEND_WINDOW`)."""
+    token = SEND_WINDOW.set(may_leave)
+    try:
+        yield
+    finally:
+        SEND_WINDOW.reset(token)
+
+
+def _window_trace(may_leave: Callable[[], bool]) -> Callable[[str, object], Awaitable[None]]:
+    """An httpcore trace hook that stops the request just before its headers are
+    written when its send slot has passed."""
+
+    async def trace(event: str, _info: object) -> None:
+        if event.endswith(".send_request_headers.started") and not may_leave():
+            raise SendWindowPassed("the send slot passed before the request could leave")
+
+    return trace
 
 
 def failure_of_exception(exc: BaseException) -> TransportFailure:
@@ -130,6 +173,11 @@ class HttpDriver:
         self, request: HttpRequest, on_event: EventObserver | None, scope: anyio.CancelScope
     ) -> Reply:
         headers = {**self.headers, **request.headers}
+        may_leave = SEND_WINDOW.get()
+        extensions = None
+        if may_leave is not None:
+            SEND_WINDOW.set(None)  # the first request only (this task's own context)
+            extensions = {"trace": _window_trace(may_leave)}
         try:
             async with self.http.stream(
                 request.method,
@@ -138,6 +186,7 @@ class HttpDriver:
                 content=request.body,
                 headers=headers,
                 auth=self.auth if self.auth is not None else httpx.USE_CLIENT_DEFAULT,
+                extensions=extensions,
             ) as response:
                 reply_headers = {k.lower(): v for k, v in response.headers.items()}
                 _normalise_retry_after(reply_headers)
@@ -314,4 +363,12 @@ def _normalise_retry_after(headers: dict[str, str]) -> None:
         headers["retry-after"] = str(math.ceil(seconds))
 
 
-__all__ = ["DEFAULT_CONNECT_TIMEOUT_S", "EventObserver", "HttpDriver", "failure_of_exception"]
+__all__ = [
+    "DEFAULT_CONNECT_TIMEOUT_S",
+    "SEND_WINDOW",
+    "EventObserver",
+    "HttpDriver",
+    "SendWindowPassed",
+    "failure_of_exception",
+    "send_window",
+]

@@ -11,7 +11,10 @@ Must not: negotiate MCP itself (``mcp.negotiate`` does), import ``ledger``/``run
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import Awaitable, Callable, Mapping
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Protocol
 from urllib.parse import urlsplit
@@ -35,6 +38,8 @@ ALIASES = {
 }
 """``--protocol`` spellings; MCP version names (2026-07-28, 2025-11-25) pass through."""
 
+log = logging.getLogger("longcall.adapters")
+
 
 def protocol_of_url(url: str) -> str:
     """The protocol family a URL's path names: ``aip-151``, ``apify`` or ``mcp``."""
@@ -53,14 +58,15 @@ async def connect_any(
     *,
     headers: Mapping[str, str] | None = None,
     auth: httpx.Auth | None = None,
-    sessions: SessionStore | None = None,
+    session: Mapping[str, Any] | None = None,
+    on_session: Callable[[Mapping[str, Any] | None], None] | None = None,
     login: Callable[[], Awaitable[httpx.Auth]] | None = None,
 ) -> Adapter:
     """A connected adapter for ``url``: ``prefer`` (a family or an MCP version) if given,
     else the family its path names. MCP goes through ``mcp.client.connect``.
     ``headers`` and ``auth`` (credentials, C1) go on every request of the adapter;
-    ``sessions`` keeps the session a stateful MCP server issues, for every process of
-    this caller."""
+    ``session`` is the one a stateful MCP server issued this caller before, and
+    ``on_session`` hears of every change to it (kept for every process of the caller)."""
     family = ALIASES.get(prefer.lower()) if prefer else None
     if prefer and family is None and not prefer[:4].isdigit():
         raise AdapterError(
@@ -79,14 +85,13 @@ async def connect_any(
     from longcall.adapters.mcp.client import connect
 
     mcp_version = None if prefer is None or prefer.lower() == MCP else prefer
-    kept = sessions.server_session(url) if sessions is not None else None
     adapter_: Adapter = await connect(
         url,
         prefer=mcp_version,
         headers=headers,
         auth=auth,
-        session=kept,
-        on_session=(lambda s: sessions.put_server_session(url, s)) if sessions else None,
+        session=session,
+        on_session=on_session,
         login=login,
     )
     return adapter_
@@ -124,6 +129,7 @@ class Connector:
         self.token_dir = token_dir
         self.announce = announce
         self._authorizers: list[Any] = []
+        self._session_writes: ThreadPoolExecutor | None = None
 
     def config_for(self, server: str) -> ServerConfig:
         return self.servers.find(server) or ServerConfig(name=server, url=server)
@@ -142,14 +148,31 @@ class Connector:
         # A server with no configured credentials that asks for a bearer token gets an
         # OAuth login (the MCP SDK's), wherever in the conversation it asks.
         may_log_in = config.auth == "none" and self.token_dir is not None
+        kept = None
+        if self.sessions is not None:
+            # Beside the loop: the store is the ledger, and the loop never waits for it.
+            kept = await asyncio.to_thread(self.sessions.server_session, config.url)
         return await connect_any(
             config.url,
             protocol or config.protocol,
             headers=config.credential_headers(),
             auth=auth,
-            sessions=self.sessions,
+            session=kept,
+            on_session=(lambda s: self._keep_session(config.url, s)) if self.sessions else None,
             login=(lambda: self._oauth(config)) if may_log_in else None,
         )
+
+    def _keep_session(self, url: str, session: Mapping[str, Any] | None) -> None:
+        """Store a server's session for the caller's other processes, on a thread of its
+        own in the order they came, without waiting: a session that was not stored
+        costs the next process a new one, nothing more (the loop never waits for a
+        ledger write's fsync)."""
+        sessions = self.sessions
+        assert sessions is not None
+        if self._session_writes is None:
+            self._session_writes = ThreadPoolExecutor(1, thread_name_prefix="longcall-sessions")
+        write = self._session_writes.submit(sessions.put_server_session, url, session)
+        write.add_done_callback(_log_failed_write)
 
     async def _oauth(self, config: ServerConfig) -> httpx.Auth:
         from longcall.adapters.oauth import oauth_auth
@@ -163,9 +186,20 @@ class Connector:
         return auth
 
     async def aclose(self) -> None:
+        """End the OAuth logins, and let every session write land (the ledger closes
+        after this)."""
         for authorizer in self._authorizers:
             await authorizer.aclose()
         self._authorizers.clear()
+        if self._session_writes is not None:
+            writes, self._session_writes = self._session_writes, None
+            await asyncio.to_thread(writes.shutdown, wait=True)
+
+
+def _log_failed_write(write: Future[None]) -> None:
+    error = write.exception()
+    if error is not None:
+        log.warning("a server session could not be stored: %s", error)
 
 
 def carried_versions() -> frozenset[tuple[str, str]]:

@@ -50,6 +50,7 @@ from typing import Any, TypeVar
 
 from longcall.adapters.base import Adapter, AdapterError, Outcome, ToolBinding
 from longcall.adapters.exchange import TransportFailure
+from longcall.adapters.http import SendWindowPassed, send_window
 from longcall.adapters.mcp.client import McpAdapter
 from longcall.adapters.oauth import default_token_dir
 from longcall.adapters.outcomes import failure_outcome
@@ -256,6 +257,12 @@ class Executor:
         loop = self._bind_loop()
         job = functools.partial(self._locked, fn, *args, **kwargs)
         return await loop.run_in_executor(self._io, job)
+
+    async def on_ledger_thread(self, fn: Callable[..., T], *args: Any) -> T:
+        """Run ``fn`` (a ledger read, an operator's write) on the ledger thread, in turn
+        with the engine's work: what drives this executor never reads the ledger on
+        the event loop (D1)."""
+        return await self._off_loop(fn, *args)
 
     # --- the API callers use ---------------------------------------------------------
 
@@ -769,6 +776,8 @@ class Executor:
             # Stopped mid-request: plan it again for whoever runs this engine next.
             self._io.submit(self._locked, self.engine.requeue, action, now=self.clock())
             raise
+        except SendWindowPassed:
+            outcome = _SLOT_MISSED  # stopped before its bytes were written: never late
         except TimeoutError:
             outcome = failure_outcome(
                 action.kind, _failure(FailureKind.TIMEOUT, "no reply in time")
@@ -817,21 +826,44 @@ class Executor:
             case LookupSubmission():
                 return await adapter.lookup(record)
             case Poll():
-                now = self.clock()
-                if action.not_after is not None and now > action.not_after:
+                if action.not_after is None:
+                    self.metrics.observe_poll(action.server, self.clock())
+                    return await adapter.poll(record)
+                if not self._may_leave(action):
                     return _SLOT_MISSED  # the shared budget's slot passed: never late (X3)
-                self.metrics.observe_poll(action.server, now)
-                return await adapter.poll(record)
+                # Checked again as the request is written (after the adapter's own work
+                # and whatever else the loop ran meanwhile): only then it counts.
+                asked: list[bool] = []
+                with send_window(lambda: self._may_leave(action, asked=asked)):
+                    outcome = await adapter.poll(record)
+                if not asked:  # an adapter that sends without the HTTP driver: it left
+                    self.metrics.observe_poll(action.server, self.clock())
+                return outcome
             case FetchResult():
-                if action.not_after is not None and self.clock() > action.not_after:
+                if action.not_after is None:
+                    return await adapter.fetch_result(record)
+                if not self._may_leave(action):
                     return _SLOT_MISSED
-                return await adapter.fetch_result(record)
+                with send_window(lambda: self._may_leave(action)):
+                    return await adapter.fetch_result(record)
             case SendCancel():
                 return await adapter.cancel(record)
             case SendInputResponse(keys=keys):
                 answers = await self._off_loop(self.engine.input_answers, record, keys)
                 return await adapter.send_input(record, answers)
         raise AssertionError(f"no adapter call for {action.kind}")
+
+    def _may_leave(self, action: Action, *, asked: list[bool] | None = None) -> bool:
+        """Whether the action's send slot still stands now (X3: a slot is used at its
+        moment or up to its validity later, never after). ``asked``: the poll's own
+        request asks as it is written; one that leaves is counted then."""
+        now = self.clock()
+        if action.not_after is not None and now > action.not_after:
+            return False
+        if asked is not None:
+            asked.append(True)
+            self.metrics.observe_poll(action.server, now)
+        return True
 
     async def _adapter(self, server: str, protocol: str) -> Adapter:
         key = (server, protocol)

@@ -20,7 +20,6 @@ or ``decline`` / ``cancel``).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import json
 import logging
 import math
@@ -303,10 +302,13 @@ def _read_field(field: InputField, text: str) -> Any:
 
 
 def _check_schema(question: InputQuestion, content: Mapping[str, Any]) -> None:
-    import jsonschema  # on first use: an engine that never meets a form never pays for it
+    # On first use: an engine that never meets a form never pays for jsonschema.
+    import jsonschema
+
+    from longcall.adapters.binding import checked_validator
 
     try:
-        validator = _validator(canonical_json(question.schema or {}))
+        validator = checked_validator(canonical_json(question.schema or {}))
         error = jsonschema.exceptions.best_match(validator.iter_errors(dict(content)))
     except jsonschema.exceptions.SchemaError as exc:
         # The server's form is broken; the server is the judge of the answer then.
@@ -319,18 +321,6 @@ def _check_schema(question: InputQuestion, content: Mapping[str, Any]) -> None:
         where = ".".join(str(p) for p in error.absolute_path)
         prefix = f"field {where!r}: " if where else ""
         raise InvalidAnswer(f"{prefix}{error.message} ({_hint(question)})")
-
-
-@functools.lru_cache(maxsize=256)
-def _validator(schema_json: bytes) -> Any:
-    """A validator for one form schema, checked against its meta-schema once: the check
-    costs tens of times the validation itself, and the forms of a server repeat."""
-    import jsonschema
-
-    schema = json.loads(schema_json)
-    validator_class = jsonschema.validators.validator_for(schema)
-    validator_class.check_schema(schema)
-    return validator_class(schema)
 
 
 def _check_json(answer: Any) -> None:
