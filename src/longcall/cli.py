@@ -145,6 +145,14 @@ def demo(walkthrough: bool) -> None:
     is_flag=True,
     help="Issue 2025-11-25 sessions (Mcp-Session-Id); stateless by default.",
 )
+@click.option(
+    "--max-open-tasks",
+    default=1000,  # the server's own default, written here so the CLI starts without it
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Tasks one caller may hold open at once; past it a new task is refused (429)"
+    " until some end.",
+)
 @metrics_options
 def serve(
     store_url: str | None,
@@ -154,6 +162,7 @@ def serve(
     allowed_origin: tuple[str, ...],
     allowed_host: tuple[str, ...],
     stateful: bool,
+    max_open_tasks: int,
     metrics_port: int | None,
     metrics_host: str,
 ) -> None:
@@ -180,6 +189,7 @@ def serve(
             stateful=stateful,
             metrics_port=metrics_port,
             metrics_host=metrics_host,
+            max_open_tasks=max_open_tasks,
         )
     except MetricsPortUnavailable as exc:
         raise click.ClickException(str(exc)) from None

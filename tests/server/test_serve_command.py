@@ -1,4 +1,5 @@
-"""``longcall serve`` as a user runs it: the address it announces is the one it serves."""
+"""``longcall serve`` as a user runs it: the address it announces is the one it serves,
+and the open-task limit it is given is the one it keeps."""
 
 from __future__ import annotations
 
@@ -34,3 +35,29 @@ async def test_port_zero_announces_the_port_it_chose(
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
             process.wait(timeout=20)
+
+
+async def test_max_open_tasks_is_the_limit_the_server_keeps(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    """``--max-open-tasks 2``: a caller's third open task is refused with 429 naming
+    the limit (the default of 1,000 once stopped a 10,000-operation benchmark)."""
+    stdout = tmp_path / "stdout.txt"
+    store = f"sqlite:///{tmp_path / 'serve.db'}"
+    argv = [sys.executable, "-m", "longcall", "serve", "--store", store, "--port", "0"]
+    process = start_logged([*argv, "--max-open-tasks", "2"], stdout, stream="stdout")
+    try:
+        url = await announced(process, stdout, r"serving MCP at (http://\S+/mcp)")
+        client = ModernClient(http, url)
+        await wait_ready(process, client)
+        for _ in range(2):
+            await client.create("sleep_report", {"seconds": 60, "rows": 0})
+        refused = await client.post(
+            "tools/call", {"name": "sleep_report", "arguments": {"seconds": 60, "rows": 0}}
+        )
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGINT)
+            process.wait(timeout=20)
+    assert refused.status_code == 429
+    assert refused.json()["error"]["data"] == {"limit": 2}

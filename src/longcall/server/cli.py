@@ -15,7 +15,11 @@ from urllib.parse import urlsplit, urlunsplit
 from longcall.runtime.metrics import http_url
 from longcall.server.app import MCP_PATH, listening_socket
 from longcall.server.examples import build_reference_server
-from longcall.server.options import DEFAULT_LEASE_S, ServerOptions
+from longcall.server.options import (
+    DEFAULT_LEASE_S,
+    DEFAULT_MAX_OPEN_TASKS_PER_PRINCIPAL,
+    ServerOptions,
+)
 from longcall.server.store import DEFAULT_STORE_PATH
 
 
@@ -31,9 +35,12 @@ def run_reference_server(
     stateful: bool = False,
     metrics_port: int | None = None,
     metrics_host: str = "127.0.0.1",
+    max_open_tasks: int = DEFAULT_MAX_OPEN_TASKS_PER_PRINCIPAL,
 ) -> None:
     """Serve the reference tools at ``http://HOST:PORT/mcp`` until interrupted; with
-    ``metrics_port`` (0: a free one) Prometheus text too, announced on stderr."""
+    ``metrics_port`` (0: a free one) Prometheus text too, announced on stderr.
+    ``max_open_tasks``: the tasks one caller may hold open at once (more are refused
+    with 429 until some end)."""
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
@@ -43,6 +50,7 @@ def run_reference_server(
         allowed_origins=frozenset(allowed_origins),
         allowed_hosts=frozenset(host.lower() for host in allowed_hosts),
         stateful=stateful,
+        max_open_tasks_per_principal=max_open_tasks,
     )
     server = build_reference_server(store=store_url, options=options)
     # Bound before the announcement, so that it names the port (0 picks a free one).
