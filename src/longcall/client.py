@@ -582,6 +582,10 @@ class Client:
         runner = self._runner
         assert runner is not None
         while True:
+            if until_idle and self._observations is not None:
+                # Every change seen so far handled first: a new input round reaches the
+                # callback before "nothing left to do" is judged.
+                await self._observations.join()
             if until_idle and executor.is_idle() and not self._busy_with_input():
                 return
             change = asyncio.ensure_future(executor.wait_change())

@@ -124,24 +124,52 @@ async def test_a_caller_never_waits_for_the_ledger_on_the_loop(
 async def test_a_worker_never_waits_for_the_ledger_on_the_loop(
     peer: Peer, ledger_url: str, on_loop: list[str]
 ) -> None:
-    """A worker (every open operation, change reports) drives a batch to the end."""
+    """A worker (every open operation, change reports, input by callback) drives a batch
+    to the end."""
     accepted: list[str] = []
 
     def on_change(result: CallResult, _previous: State | None) -> None:
         if result.state is State.ACCEPTED:
             accepted.append(result.call_node_id)
 
+    async def on_input(request: InputRequest) -> dict[str, Any]:
+        return request.accept(approved=True)
+
     with anyio.fail_after(BOUND_S):
         async with Client(ledger_url) as caller:
             for i in range(6):
                 args = {"seconds": 0.5 + 0.1 * i, "rows": 1}  # still running at the handover
                 await caller.call(peer.url, "sleep_report", args, node=f"job-{i}", wait=False)
-        async with Client(ledger_url, drive_all=True, on_change=on_change) as worker:
+            await caller.call(peer.url, "approve", {"change": "c"}, node="ask", wait=False)
+        options: dict[str, Any] = {"on_change": on_change, "on_input": on_input}
+        async with Client(ledger_url, drive_all=True, **options) as worker:
             await worker.drive(until_idle=True)
         found = list(on_loop)
 
     assert found == []
-    assert sorted(accepted) == [f"job-{i}" for i in range(6)]
+    assert sorted(accepted) == ["ask", *(f"job-{i}" for i in range(6))]
+
+
+async def test_a_worker_until_idle_answers_the_last_input_round_first(
+    peer: Peer, tmp_path: Path
+) -> None:
+    """``drive(until_idle=True)`` returns only once the input round it was handed is
+    answered. Changes are handled by a task of their own (it reads the ledger beside
+    the loop), so "idle" is judged only after that task has handled every change seen
+    so far."""
+    ledger_url = f"sqlite:///{tmp_path / 'ledger.db'}"
+
+    async def on_input(request: InputRequest) -> dict[str, Any]:
+        return request.accept(approved=True)
+
+    with anyio.fail_after(BOUND_S):
+        async with Client(ledger_url) as caller:
+            await caller.call(peer.url, "approve", {"change": "d"}, node="ask", wait=False)
+        async with Client(ledger_url, drive_all=True, on_input=on_input) as worker:
+            await worker.drive(until_idle=True)
+            done = await asyncio.to_thread(worker.result, "ask")
+    assert done.state is State.ACCEPTED
+    assert done.result["structuredContent"]["approved"] is True
 
 
 def _escalate(ledger_url: str, node: str) -> None:
