@@ -827,10 +827,7 @@ class Client:
         else:
             self._seen[node] = now
         if self.on_change is not None and (before is None or before[:2] != now[:2]):
-            if record.is_terminal or record.input_keys_pending:
-                result = await self._on_ledger(result_of, self.ledger, record)
-            else:
-                result = result_of(self.ledger, record)  # nothing stored to read yet
+            result = await self._on_ledger(result_of, self.ledger, record)
             self._emit(self.on_change, result, before[0] if before else None)
         if self.on_progress is not None and (before is not None and before[2] != unreachable):
             self._emit(

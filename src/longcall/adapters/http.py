@@ -7,7 +7,7 @@ when the request's :class:`~longcall.adapters.exchange.StreamWatch` says so, han
 each event to an observer as it arrives (progress, X11), adds the configured headers
 (credentials: C1), and translates httpx's exceptions into
 :class:`~longcall.adapters.exchange.TransportFailure` once, here, where they enter.
-It also owns the *send window* (:data:`SEND_WINDOW`): a poll that holds a send slot of
+It also owns the *send window* (:class:`SendWindow`): a poll that holds a send slot of
 its server's shared budget is checked once more at the last moment before its bytes
 are written, and does not leave if the slot has passed (X3, D1).
 
@@ -49,17 +49,30 @@ _T = TypeVar("_T")
 EventObserver = Callable[[SseEvent], None]
 """Sees each event-stream event as it arrives (the adapter surfaces progress, X11)."""
 
-SEND_WINDOW: contextvars.ContextVar[Callable[[], bool] | None] = contextvars.ContextVar(
+
+class SendWindow:
+    """ "May the request still leave now?", asked by the driver when the connection is
+    ready and the request's headers are about to be written: after everything that
+    can make a request late in this process (the adapter's own work, the connection
+    pool, a new connection, other tasks of the event loop). The executor checks a
+    poll's send slot before it calls the adapter too; a check that early alone let
+    polls leave long after their slot whenever the event loop was held up, and the
+    polls of several workers then bunched up at the server beyond the cap (X3, D1).
+    Asked for the first request of the block only: a poll is one request."""
+
+    def __init__(self, may_leave: Callable[[], bool]) -> None:
+        self._may_leave = may_leave
+        self.asked = False
+        """Whether a request asked (an adapter that sends without this driver never does)."""
+
+    def may_leave(self) -> bool:
+        self.asked = True
+        return self._may_leave()
+
+
+_SEND_WINDOW: contextvars.ContextVar[SendWindow | None] = contextvars.ContextVar(
     "longcall_send_window", default=None
 )
-"""Set by the executor around one adapter call whose first request holds a send slot:
-"may it still leave now?". The driver asks it when the connection is ready and the
-request's headers are about to be written, after everything that can make a request
-late in this process (the adapter's own work, the connection pool, a new connection,
-other tasks of the event loop). The slot was checked before the adapter was called; a
-check that early let polls leave long after their slot whenever the event loop was
-held up, and the polls of several workers then bunched up at the server beyond the
-cap. Asked for the first request only: a poll is one request."""
 
 
 class SendWindowPassed(Exception):
@@ -68,22 +81,23 @@ class SendWindowPassed(Exception):
 
 
 @contextlib.contextmanager
-def send_window(may_leave: Callable[[], bool]) -> Iterator[None]:
-    """Within this block, the next request an adapter sends leaves only if
-    ``may_leave()`` says so at the moment it is written (see :data:`SEND_WINDOW`)."""
-    token = SEND_WINDOW.set(may_leave)
+def send_window(may_leave: Callable[[], bool]) -> Iterator[SendWindow]:
+    """Within this block (this task), the next request the driver sends leaves only if
+    ``may_leave()`` says so at the moment it is written (see :class:`SendWindow`)."""
+    window = SendWindow(may_leave)
+    token = _SEND_WINDOW.set(window)
     try:
-        yield
+        yield window
     finally:
-        SEND_WINDOW.reset(token)
+        _SEND_WINDOW.reset(token)
 
 
-def _window_trace(may_leave: Callable[[], bool]) -> Callable[[str, object], Awaitable[None]]:
+def _window_trace(window: SendWindow) -> Callable[[str, object], Awaitable[None]]:
     """An httpcore trace hook that stops the request just before its headers are
     written when its send slot has passed."""
 
     async def trace(event: str, _info: object) -> None:
-        if event.endswith(".send_request_headers.started") and not may_leave():
+        if event.endswith(".send_request_headers.started") and not window.may_leave():
             raise SendWindowPassed("the send slot passed before the request could leave")
 
     return trace
@@ -173,11 +187,11 @@ class HttpDriver:
         self, request: HttpRequest, on_event: EventObserver | None, scope: anyio.CancelScope
     ) -> Reply:
         headers = {**self.headers, **request.headers}
-        may_leave = SEND_WINDOW.get()
+        window = _SEND_WINDOW.get()
         extensions = None
-        if may_leave is not None:
-            SEND_WINDOW.set(None)  # the first request only (this task's own context)
-            extensions = {"trace": _window_trace(may_leave)}
+        if window is not None:
+            _SEND_WINDOW.set(None)  # the first request only (this task's own context)
+            extensions = {"trace": _window_trace(window)}
         try:
             async with self.http.stream(
                 request.method,
@@ -365,9 +379,9 @@ def _normalise_retry_after(headers: dict[str, str]) -> None:
 
 __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
-    "SEND_WINDOW",
     "EventObserver",
     "HttpDriver",
+    "SendWindow",
     "SendWindowPassed",
     "failure_of_exception",
     "send_window",

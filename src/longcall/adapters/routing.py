@@ -129,7 +129,7 @@ class Connector:
         self.token_dir = token_dir
         self.announce = announce
         self._authorizers: list[Any] = []
-        self._session_writes: ThreadPoolExecutor | None = None
+        self._session_thread: ThreadPoolExecutor | None = None
 
     def config_for(self, server: str) -> ServerConfig:
         return self.servers.find(server) or ServerConfig(name=server, url=server)
@@ -150,8 +150,9 @@ class Connector:
         may_log_in = config.auth == "none" and self.token_dir is not None
         kept = None
         if self.sessions is not None:
-            # Beside the loop: the store is the ledger, and the loop never waits for it.
-            kept = await asyncio.to_thread(self.sessions.server_session, config.url)
+            kept = await asyncio.get_running_loop().run_in_executor(
+                self._sessions_io(), self.sessions.server_session, config.url
+            )
         return await connect_any(
             config.url,
             protocol or config.protocol,
@@ -162,16 +163,19 @@ class Connector:
             login=(lambda: self._oauth(config)) if may_log_in else None,
         )
 
+    def _sessions_io(self) -> ThreadPoolExecutor:
+        """The one thread that reads and writes the session store (the ledger): beside
+        the event loop, which never waits for a ledger commit, and in order, so a read
+        sees every write asked for before it."""
+        if self._session_thread is None:
+            self._session_thread = ThreadPoolExecutor(1, thread_name_prefix="longcall-sessions")
+        return self._session_thread
+
     def _keep_session(self, url: str, session: Mapping[str, Any] | None) -> None:
-        """Store a server's session for the caller's other processes, on a thread of its
-        own in the order they came, without waiting: a session that was not stored
-        costs the next process a new one, nothing more (the loop never waits for a
-        ledger write's fsync)."""
-        sessions = self.sessions
-        assert sessions is not None
-        if self._session_writes is None:
-            self._session_writes = ThreadPoolExecutor(1, thread_name_prefix="longcall-sessions")
-        write = self._session_writes.submit(sessions.put_server_session, url, session)
+        """Store a server's session for the caller's other processes, without waiting:
+        a session that was not stored costs the next process a new one, nothing more."""
+        assert self.sessions is not None
+        write = self._sessions_io().submit(self.sessions.put_server_session, url, session)
         write.add_done_callback(_log_failed_write)
 
     async def _oauth(self, config: ServerConfig) -> httpx.Auth:
@@ -191,9 +195,9 @@ class Connector:
         for authorizer in self._authorizers:
             await authorizer.aclose()
         self._authorizers.clear()
-        if self._session_writes is not None:
-            writes, self._session_writes = self._session_writes, None
-            await asyncio.to_thread(writes.shutdown, wait=True)
+        if self._session_thread is not None:
+            thread, self._session_thread = self._session_thread, None
+            await asyncio.to_thread(thread.shutdown, wait=True)
 
 
 def _log_failed_write(write: Future[None]) -> None:

@@ -826,26 +826,9 @@ class Executor:
             case LookupSubmission():
                 return await adapter.lookup(record)
             case Poll():
-                if action.not_after is None:
-                    self.metrics.observe_poll(action.server, self.clock())
-                    return await adapter.poll(record)
-                if not self._may_leave(action):
-                    return _SLOT_MISSED  # the shared budget's slot passed: never late (X3)
-                # Checked again as the request is written (after the adapter's own work
-                # and whatever else the loop ran meanwhile): only then it counts.
-                asked: list[bool] = []
-                with send_window(lambda: self._may_leave(action, asked=asked)):
-                    outcome = await adapter.poll(record)
-                if not asked:  # an adapter that sends without the HTTP driver: it left
-                    self.metrics.observe_poll(action.server, self.clock())
-                return outcome
+                return await self._within_slot(action, lambda: adapter.poll(record), poll=True)
             case FetchResult():
-                if action.not_after is None:
-                    return await adapter.fetch_result(record)
-                if not self._may_leave(action):
-                    return _SLOT_MISSED
-                with send_window(lambda: self._may_leave(action)):
-                    return await adapter.fetch_result(record)
+                return await self._within_slot(action, lambda: adapter.fetch_result(record))
             case SendCancel():
                 return await adapter.cancel(record)
             case SendInputResponse(keys=keys):
@@ -853,17 +836,34 @@ class Executor:
                 return await adapter.send_input(record, answers)
         raise AssertionError(f"no adapter call for {action.kind}")
 
-    def _may_leave(self, action: Action, *, asked: list[bool] | None = None) -> bool:
-        """Whether the action's send slot still stands now (X3: a slot is used at its
-        moment or up to its validity later, never after). ``asked``: the poll's own
-        request asks as it is written; one that leaves is counted then."""
-        now = self.clock()
-        if action.not_after is not None and now > action.not_after:
-            return False
-        if asked is not None:
-            asked.append(True)
-            self.metrics.observe_poll(action.server, now)
-        return True
+    async def _within_slot(
+        self, action: Action, send: Callable[[], Awaitable[Outcome]], *, poll: bool = False
+    ) -> Outcome | object:
+        """Send a read that may hold a send slot of its server's shared budget (X3): a
+        slot is used at its moment or up to its validity later, never after. Checked
+        before the adapter call and again by the HTTP driver as the request is written
+        (``send_window``); a poll is counted when it leaves."""
+        if action.not_after is None:
+            if poll:
+                self.metrics.observe_poll(action.server, self.clock())
+            return await send()
+        not_after = action.not_after
+        if self.clock() > not_after:
+            return _SLOT_MISSED
+
+        def may_leave() -> bool:
+            now = self.clock()
+            if now > not_after:
+                return False
+            if poll:
+                self.metrics.observe_poll(action.server, now)
+            return True
+
+        with send_window(may_leave) as window:
+            outcome = await send()
+        if poll and not window.asked:  # an adapter that sends without the HTTP driver
+            self.metrics.observe_poll(action.server, self.clock())
+        return outcome
 
     async def _adapter(self, server: str, protocol: str) -> Adapter:
         key = (server, protocol)
