@@ -29,6 +29,8 @@ class ServerStatus(enum.Enum):
     FAILED = "failed"
     CANCELLED = "cancelled"
 
+    __hash__ = object.__hash__  # identity, as for State: a member is a singleton
+
     def __repr__(self) -> str:
         return f"ServerStatus.{self.name}"
 
@@ -44,6 +46,8 @@ class ResultKind(enum.Enum):
     TOOL_ERROR = "tool_error"
     PROTOCOL_ERROR = "protocol_error"
     CANCELLED = "cancelled"
+
+    __hash__ = object.__hash__  # identity, as for State: a member is a singleton
 
     def __repr__(self) -> str:
         return f"ResultKind.{self.name}"

@@ -46,6 +46,11 @@ class State(enum.Enum):
     CANCELLED_ACCEPTED = "cancelled_accepted"
     """Terminal: cancellation won and is proven, and its receipt written (L5, X5)."""
 
+    # Members are singletons, so the identity hash agrees with equality. Enum's own
+    # hash is a Python-level method, and states are looked up in sets and tables at
+    # every event the machine handles.
+    __hash__ = object.__hash__
+
     def __repr__(self) -> str:
         return f"State.{self.name}"
 
