@@ -29,7 +29,7 @@ from longcall.adapters.aip151.mapping import (
     TOOL_ERROR_REASON,
 )
 from longcall.adapters.exchange import HttpReply, HttpRequest
-from longcall.core.keys import canonical_json, digest_bytes, digest_json
+from longcall.core.keys import canonical_json, digest_json
 from longcall.sim.mcp import TOOL
 from longcall.sim.server import Hop, Served, SimServer
 from longcall.sim.truth import CANCELLED, FAILED, PROTOCOL_ERROR, TERMINAL, Task
@@ -68,7 +68,7 @@ class Aip151Server(SimServer):
         super().__init__(name, **kwargs)
         self.by_request_id: dict[str, Task] = {}
 
-    def truth_payload(self, task: Task) -> bytes:
+    def _payload(self, task: Task) -> bytes:
         return canonical_json(operation_result(task))
 
     def retry_after_s(self) -> float | None:
@@ -103,7 +103,7 @@ class Aip151Server(SimServer):
         body = self._operation(task)
         digest = None
         if task.status in TERMINAL and task.status != CANCELLED:
-            digest = digest_bytes(self.truth_payload(task))
+            digest = self.truth_digest(task)
         return Served(
             reply=self._json(200, body),
             what=what,

@@ -29,7 +29,7 @@ from longcall.adapters.apify.mapping import (
     SUBMISSION_KEY_META_KEY,
 )
 from longcall.adapters.exchange import HttpRequest
-from longcall.core.keys import canonical_json, digest_bytes, digest_json
+from longcall.core.keys import canonical_json, digest_json
 from longcall.sim.mcp import TOOL, Call, McpServer
 from longcall.sim.server import LEGACY, Hold, Served
 from longcall.sim.truth import (
@@ -98,7 +98,7 @@ class ApifyServer(McpServer):
     def terminal_status(self, outcome: str) -> str:
         return COMPLETED if outcome == VALUE else FAILED
 
-    def truth_payload(self, task: Task) -> bytes:
+    def _payload(self, task: Task) -> bytes:
         """``{run, items, usage}``, what the mapping accepts for a finished run (X6)."""
         if task.status == CANCELLED:
             return canonical_json(stable(run_view(task)))
@@ -253,7 +253,7 @@ class ApifyServer(McpServer):
             self._count("apify_page_contradicts")
             page["itemCount"] = len(chunk) + 1
         elif task.status in (COMPLETED, FAILED):
-            digest = digest_bytes(self.truth_payload(task))
+            digest = self.truth_digest(task)
         content = [{"type": "text", "text": f"{len(chunk)} items"}]
         result = {"content": content, "structuredContent": page}
         return self._answer(call.rid, result, what="result", result_digest=digest)

@@ -44,7 +44,7 @@ from longcall.adapters.mcp.rpc import (
     TASKS_EXTENSION,
 )
 from longcall.adapters.sse import encode_event
-from longcall.core.keys import canonical_json, digest_bytes, digest_json
+from longcall.core.keys import canonical_json, digest_json
 from longcall.sim.server import LEGACY, MODERN, Hold, Hop, Served, SimServer
 from longcall.sim.truth import (
     CANCELLED,
@@ -158,7 +158,7 @@ class McpServer(SimServer):
         # isError; 2025-11-25 as a failed task (wire reference §1).
         return COMPLETED if self.modern or outcome != TOOL_ERROR else FAILED
 
-    def truth_payload(self, task: Task) -> bytes:
+    def _payload(self, task: Task) -> bytes:
         if task.status == CANCELLED:
             return canonical_json({"taskId": task.task_id, "status": CANCELLED})
         if task.outcome == PROTOCOL_ERROR:
@@ -495,7 +495,7 @@ class McpServer(SimServer):
         body = self._detailed(task, status, call.now, replayed=replayed)
         digest = None
         if self.modern and status in (COMPLETED, FAILED):
-            digest = digest_bytes(self.truth_payload(task))
+            digest = self.truth_digest(task)
         return self._answer(
             call.rid,
             body,
@@ -583,7 +583,7 @@ class McpServer(SimServer):
         the related-task ``_meta`` (``notes``: it answers the task asked about)."""
         digest = None
         if notes and task.status != CANCELLED:
-            digest = digest_bytes(self.truth_payload(task))
+            digest = self.truth_digest(task)
         task_id = task.task_id if notes else None
         if task.status == FAILED and task.outcome == PROTOCOL_ERROR:
             error = tool_error(task)

@@ -51,7 +51,7 @@ from longcall.adapters.sse import SseDecoder
 from longcall.core import DEFAULT_POLICY, OperationRecord, State, TerminalReceipt
 from longcall.core import commands as c
 from longcall.core import events as e
-from longcall.core.keys import digest_bytes, digest_json
+from longcall.core.keys import digest_json
 from longcall.core.retry import FailureKind
 from longcall.errors import IllegalTransition, LongcallError, StaleEvent
 from longcall.ledger import WORKER
@@ -1122,7 +1122,7 @@ class World:
                 e.ReconciledManually(
                     resolution=resolution,
                     operation_id=task.task_id,
-                    result_digest=digest_bytes(payload),
+                    result_digest=server.truth_digest(task),
                     actor=OPERATOR,
                     note=OPERATOR_NOTE,
                 ),
@@ -1242,8 +1242,7 @@ class World:
                 continue
             result.receipts_compared += 1
             same = receipt.terminal_status.value == task.status and (
-                task.status == "cancelled"
-                or receipt.result_digest == digest_bytes(server.truth_payload(task))
+                task.status == "cancelled" or receipt.result_digest == server.truth_digest(task)
             )
             if not same:
                 result.divergence += 1
