@@ -16,7 +16,6 @@ Must not: read a clock or draw from any generator but the world's.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
@@ -30,7 +29,7 @@ from longcall.adapters.aip151.mapping import (
 )
 from longcall.adapters.exchange import HttpReply, HttpRequest
 from longcall.core.keys import canonical_json, digest_json
-from longcall.sim.mcp import TOOL
+from longcall.sim.mcp import TOOL, WIRE_JSON
 from longcall.sim.server import Hop, Served, SimServer
 from longcall.sim.truth import CANCELLED, FAILED, PROTOCOL_ERROR, TERMINAL, Task
 
@@ -77,7 +76,7 @@ class Aip151Server(SimServer):
     # --- the wire -------------------------------------------------------------------------
 
     def _json(self, status: int, body: Mapping[str, Any], **headers: str) -> HttpReply:
-        encoded = json.dumps(body, separators=(",", ":")).encode()
+        encoded = WIRE_JSON.encode(body).encode()
         return HttpReply(status=status, headers={**JSON_TYPE, **headers}, body=encoded)
 
     def _error(self, status: int, message: str, *, what: str, **notes: Any) -> Served:

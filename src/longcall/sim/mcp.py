@@ -74,6 +74,9 @@ WHAT = {
     "tasks/update": "input",
     "tasks/cancel": "cancel",
 }
+WIRE_JSON = json.JSONEncoder(separators=(",", ":"))
+"""The compact encoding of every JSON body and event the simulated servers send: one
+encoder for all (``json.dumps`` with these separators builds a new one per call)."""
 APPROVAL_SCHEMA = {
     "type": "object",
     "properties": {"approved": {"type": "boolean"}, "for": {"type": "string"}},
@@ -215,14 +218,14 @@ class McpServer(SimServer):
     def _json(
         self, status: int, message: Mapping[str, Any], headers: Mapping[str, str] | None = None
     ) -> HttpReply:
-        body = json.dumps(message, separators=(",", ":")).encode()
+        body = WIRE_JSON.encode(message).encode()
         return HttpReply(status=status, headers={**JSON_TYPE, **(headers or {})}, body=body)
 
     def _stream(self, *messages: Mapping[str, Any]) -> bytes:
         """An event stream: a priming event (an id, no data, SEP-1699), then the messages."""
         parts = [f"id: {next(self._event_ids)}\ndata: \n\n".encode()]
         for message in messages:
-            data = json.dumps(message, separators=(",", ":"))
+            data = WIRE_JSON.encode(message)
             parts.append(encode_event(data, id=str(next(self._event_ids))))
         return b"".join(parts)
 
@@ -670,4 +673,4 @@ class McpServer(SimServer):
         return self._error(call.rid, -32602, text, what="cancel", data={"status": task.status})
 
 
-__all__ = ["TOOL", "Call", "McpServer", "Wire", "tool_error", "tool_result"]
+__all__ = ["TOOL", "WIRE_JSON", "Call", "McpServer", "Wire", "tool_error", "tool_result"]
