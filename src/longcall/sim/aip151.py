@@ -16,7 +16,6 @@ Must not: read a clock or draw from any generator but the world's.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 from urllib.parse import unquote
@@ -29,8 +28,8 @@ from longcall.adapters.aip151.mapping import (
     TOOL_ERROR_REASON,
 )
 from longcall.adapters.exchange import HttpReply, HttpRequest
-from longcall.core.keys import canonical_json, digest_bytes, digest_json
-from longcall.sim.mcp import TOOL
+from longcall.core.keys import canonical_json, digest_json
+from longcall.sim.mcp import TOOL, WIRE_JSON
 from longcall.sim.server import Hop, Served, SimServer
 from longcall.sim.truth import CANCELLED, FAILED, PROTOCOL_ERROR, TERMINAL, Task
 
@@ -68,7 +67,7 @@ class Aip151Server(SimServer):
         super().__init__(name, **kwargs)
         self.by_request_id: dict[str, Task] = {}
 
-    def truth_payload(self, task: Task) -> bytes:
+    def _payload(self, task: Task) -> bytes:
         return canonical_json(operation_result(task))
 
     def retry_after_s(self) -> float | None:
@@ -77,7 +76,7 @@ class Aip151Server(SimServer):
     # --- the wire -------------------------------------------------------------------------
 
     def _json(self, status: int, body: Mapping[str, Any], **headers: str) -> HttpReply:
-        encoded = json.dumps(body, separators=(",", ":")).encode()
+        encoded = WIRE_JSON.encode(body).encode()
         return HttpReply(status=status, headers={**JSON_TYPE, **headers}, body=encoded)
 
     def _error(self, status: int, message: str, *, what: str, **notes: Any) -> Served:
@@ -103,7 +102,7 @@ class Aip151Server(SimServer):
         body = self._operation(task)
         digest = None
         if task.status in TERMINAL and task.status != CANCELLED:
-            digest = digest_bytes(self.truth_payload(task))
+            digest = self.truth_digest(task)
         return Served(
             reply=self._json(200, body),
             what=what,

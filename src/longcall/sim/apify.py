@@ -29,7 +29,7 @@ from longcall.adapters.apify.mapping import (
     SUBMISSION_KEY_META_KEY,
 )
 from longcall.adapters.exchange import HttpRequest
-from longcall.core.keys import canonical_json, digest_bytes, digest_json
+from longcall.core.keys import canonical_json, digest_json
 from longcall.sim.mcp import TOOL, Call, McpServer
 from longcall.sim.server import LEGACY, Hold, Served
 from longcall.sim.truth import (
@@ -68,9 +68,17 @@ def stable(run: Mapping[str, Any]) -> dict[str, Any]:
     return {key: value for key, value in run.items() if key != "summary"}
 
 
-def run_items(task: Task) -> list[dict[str, Any]]:
-    count = task.items if task.status == COMPLETED else 0
-    return [{"request": task.request, "run": task.task_id, "n": n} for n in range(count)]
+def item_count(task: Task) -> int:
+    """The items of the run's default dataset (none unless it succeeded)."""
+    return task.items if task.status == COMPLETED else 0
+
+
+def run_items(task: Task, window: slice = slice(None)) -> list[dict[str, Any]]:
+    """The run's items, or the ``window`` of them a page shows (made for that page only)."""
+    return [
+        {"request": task.request, "run": task.task_id, "n": n}
+        for n in range(item_count(task))[window]
+    ]
 
 
 class ApifyServer(McpServer):
@@ -98,7 +106,7 @@ class ApifyServer(McpServer):
     def terminal_status(self, outcome: str) -> str:
         return COMPLETED if outcome == VALUE else FAILED
 
-    def truth_payload(self, task: Task) -> bytes:
+    def _payload(self, task: Task) -> bytes:
         """``{run, items, usage}``, what the mapping accepts for a finished run (X6)."""
         if task.status == CANCELLED:
             return canonical_json(stable(run_view(task)))
@@ -234,13 +242,12 @@ class ApifyServer(McpServer):
             return self._tool_error(call, f"Dataset {dataset} not found", what="result")
         offset = int(arguments.get("offset") or 0)
         limit = int(arguments.get("limit") or PAGE_LIMIT_DEFAULT)
-        items = run_items(task)
-        chunk = items[offset : offset + limit]
+        chunk = run_items(task, slice(offset, offset + limit))
         page = {
             "items": chunk,
             "offset": offset,
             "itemCount": len(chunk),
-            "totalItemCount": len(items),
+            "totalItemCount": item_count(task),
         }
         digest = None
         if self.rng.random() < self.faults.page_loss:
@@ -253,7 +260,7 @@ class ApifyServer(McpServer):
             self._count("apify_page_contradicts")
             page["itemCount"] = len(chunk) + 1
         elif task.status in (COMPLETED, FAILED):
-            digest = digest_bytes(self.truth_payload(task))
+            digest = self.truth_digest(task)
         content = [{"type": "text", "text": f"{len(chunk)} items"}]
         result = {"content": content, "structuredContent": page}
         return self._answer(call.rid, result, what="result", result_digest=digest)

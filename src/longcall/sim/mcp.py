@@ -44,7 +44,7 @@ from longcall.adapters.mcp.rpc import (
     TASKS_EXTENSION,
 )
 from longcall.adapters.sse import encode_event
-from longcall.core.keys import canonical_json, digest_bytes, digest_json
+from longcall.core.keys import canonical_json, digest_json
 from longcall.sim.server import LEGACY, MODERN, Hold, Hop, Served, SimServer
 from longcall.sim.truth import (
     CANCELLED,
@@ -74,6 +74,9 @@ WHAT = {
     "tasks/update": "input",
     "tasks/cancel": "cancel",
 }
+WIRE_JSON = json.JSONEncoder(separators=(",", ":"))
+"""The compact encoding of every JSON body and event the simulated servers send: one
+encoder for all (``json.dumps`` with these separators builds a new one per call)."""
 APPROVAL_SCHEMA = {
     "type": "object",
     "properties": {"approved": {"type": "boolean"}, "for": {"type": "string"}},
@@ -158,7 +161,7 @@ class McpServer(SimServer):
         # isError; 2025-11-25 as a failed task (wire reference §1).
         return COMPLETED if self.modern or outcome != TOOL_ERROR else FAILED
 
-    def truth_payload(self, task: Task) -> bytes:
+    def _payload(self, task: Task) -> bytes:
         if task.status == CANCELLED:
             return canonical_json({"taskId": task.task_id, "status": CANCELLED})
         if task.outcome == PROTOCOL_ERROR:
@@ -215,14 +218,14 @@ class McpServer(SimServer):
     def _json(
         self, status: int, message: Mapping[str, Any], headers: Mapping[str, str] | None = None
     ) -> HttpReply:
-        body = json.dumps(message, separators=(",", ":")).encode()
+        body = WIRE_JSON.encode(message).encode()
         return HttpReply(status=status, headers={**JSON_TYPE, **(headers or {})}, body=body)
 
     def _stream(self, *messages: Mapping[str, Any]) -> bytes:
         """An event stream: a priming event (an id, no data, SEP-1699), then the messages."""
         parts = [f"id: {next(self._event_ids)}\ndata: \n\n".encode()]
         for message in messages:
-            data = json.dumps(message, separators=(",", ":"))
+            data = WIRE_JSON.encode(message)
             parts.append(encode_event(data, id=str(next(self._event_ids))))
         return b"".join(parts)
 
@@ -495,7 +498,7 @@ class McpServer(SimServer):
         body = self._detailed(task, status, call.now, replayed=replayed)
         digest = None
         if self.modern and status in (COMPLETED, FAILED):
-            digest = digest_bytes(self.truth_payload(task))
+            digest = self.truth_digest(task)
         return self._answer(
             call.rid,
             body,
@@ -583,7 +586,7 @@ class McpServer(SimServer):
         the related-task ``_meta`` (``notes``: it answers the task asked about)."""
         digest = None
         if notes and task.status != CANCELLED:
-            digest = digest_bytes(self.truth_payload(task))
+            digest = self.truth_digest(task)
         task_id = task.task_id if notes else None
         if task.status == FAILED and task.outcome == PROTOCOL_ERROR:
             error = tool_error(task)
@@ -670,4 +673,4 @@ class McpServer(SimServer):
         return self._error(call.rid, -32602, text, what="cancel", data={"status": task.status})
 
 
-__all__ = ["TOOL", "Call", "McpServer", "Wire", "tool_error", "tool_result"]
+__all__ = ["TOOL", "WIRE_JSON", "Call", "McpServer", "Wire", "tool_error", "tool_result"]

@@ -27,7 +27,8 @@ from typing import Any
 from longcall.adapters.aip151.mapping import PROTOCOL as AIP151
 from longcall.adapters.apify.mapping import PROTOCOL as APIFY
 from longcall.adapters.exchange import HttpReply
-from longcall.sim.truth import COMPLETED, FAILED, VALUE, Plan, ServerFaults, Task
+from longcall.core.keys import digest_bytes
+from longcall.sim.truth import COMPLETED, FAILED, TERMINAL, VALUE, Plan, ServerFaults, Task
 
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
@@ -136,6 +137,10 @@ class SimServer:
         when no task was ever created)."""
         self.cancels_received: dict[str, int] = {}
         """call node -> the highest cancel generation whose request arrived (X5)."""
+        self._truths: dict[int, tuple[Task, bytes, str]] = {}
+        """id(task) -> (task, payload, digest) of a terminal task, made once: a terminal
+        never changes (S4), so neither do the bytes it stands for. The entry holds the
+        task itself, and the id is only trusted while it names that very task."""
 
     # --- truth -----------------------------------------------------------------------
 
@@ -159,6 +164,24 @@ class SimServer:
 
     def truth_payload(self, task: Task) -> bytes:
         """The bytes a client must accept for ``task``'s terminal (its digest is compared)."""
+        return self._truth(task)[0]
+
+    def truth_digest(self, task: Task) -> str:
+        """The digest of :meth:`truth_payload`, as a receipt or a result body carries it."""
+        return self._truth(task)[1]
+
+    def _truth(self, task: Task) -> tuple[bytes, str]:
+        known = self._truths.get(id(task))
+        if known is not None and known[0] is task:
+            return known[1], known[2]
+        payload = self._payload(task)
+        digest = digest_bytes(payload)
+        if task.status in TERMINAL:
+            self._truths[id(task)] = (task, payload, digest)
+        return payload, digest
+
+    def _payload(self, task: Task) -> bytes:
+        """What :meth:`truth_payload` returns, made anew (each protocol's own bytes)."""
         raise NotImplementedError
 
     def terminal_status(self, outcome: str) -> str:

@@ -51,7 +51,7 @@ from longcall.adapters.sse import SseDecoder
 from longcall.core import DEFAULT_POLICY, OperationRecord, State, TerminalReceipt
 from longcall.core import commands as c
 from longcall.core import events as e
-from longcall.core.keys import digest_bytes, digest_json
+from longcall.core.keys import digest_json
 from longcall.core.retry import FailureKind
 from longcall.errors import IllegalTransition, LongcallError, StaleEvent
 from longcall.ledger import WORKER
@@ -221,7 +221,8 @@ class World:
         self.node_server = {node: server for node, server, _ in self.config.nodes}
         self.request_of: dict[str, str] = {}
         self.now = 0.0
-        self._queue: list[tuple[float, int, str, tuple[Any, ...]]] = []
+        self._queue: list[tuple[float, int, str, bool, tuple[Any, ...]]] = []
+        """(when, order of scheduling, kind, essential, arguments of ``_on_<kind>``)."""
         self._seq = itertools.count()
         self._engine_ids = itertools.count()
         self.engines: dict[int, Engine] = {}
@@ -382,7 +383,7 @@ class World:
     def at(self, t: float, kind: str, *args: Any, essential: bool = True) -> None:
         if essential:
             self._essential += 1
-        heapq.heappush(self._queue, (t, next(self._seq), kind, (essential, *args)))
+        heapq.heappush(self._queue, (t, next(self._seq), kind, essential, args))
 
     def _intent_eid(self, node: str) -> int | None:
         """The process a caller's intent for ``node`` goes through: the single executor,
@@ -502,14 +503,13 @@ class World:
             if t_queue is None and t_engine is None:
                 break
             if t_queue is not None and (t_engine is None or t_queue <= t_engine):
-                t, _, kind, args = heapq.heappop(self._queue)
+                t, _, kind, essential, args = heapq.heappop(self._queue)
                 self._advance(t)
                 if self.now > end:
                     break
-                essential, *rest = args
                 if essential:
                     self._essential -= 1
-                getattr(self, "_on_" + kind)(*rest)
+                getattr(self, "_on_" + kind)(*args)
             else:
                 assert t_engine is not None
                 self._advance(t_engine)
@@ -1122,7 +1122,7 @@ class World:
                 e.ReconciledManually(
                     resolution=resolution,
                     operation_id=task.task_id,
-                    result_digest=digest_bytes(payload),
+                    result_digest=server.truth_digest(task),
                     actor=OPERATOR,
                     note=OPERATOR_NOTE,
                 ),
@@ -1242,8 +1242,7 @@ class World:
                 continue
             result.receipts_compared += 1
             same = receipt.terminal_status.value == task.status and (
-                task.status == "cancelled"
-                or receipt.result_digest == digest_bytes(server.truth_payload(task))
+                task.status == "cancelled" or receipt.result_digest == server.truth_digest(task)
             )
             if not same:
                 result.divergence += 1
