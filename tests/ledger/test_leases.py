@@ -186,6 +186,22 @@ def test_claim_only_named_nodes_and_release(twins: tuple[Ledger, Ledger]) -> Non
     assert b.get("node-2").execution_epoch == 2
 
 
+def test_renewal_in_time_at_the_deadline_and_forgotten(twins: tuple[Ledger, Ledger]) -> None:
+    """A lease renewed before it runs out is extended (True); one renewed at or after
+    its end is extended all the same but reported lapsed (False); an owner the ledger
+    forgot is not registered by a renewal (False)."""
+    a, b = twins
+    a.register_worker("w1", kind=WORKER, now=100.0, lease_s=LEASE_S)
+    in_time = 100.0 + LEASE_S - 1.0
+    assert a.renew_worker("w1", now=in_time, lease_s=LEASE_S) is True
+    assert [w.lease_until for w in b.workers()] == [in_time + LEASE_S]
+    at_the_end = in_time + LEASE_S
+    assert a.renew_worker("w1", now=at_the_end, lease_s=LEASE_S) is False
+    assert [w.lease_until for w in b.workers()] == [at_the_end + LEASE_S]
+    assert a.renew_worker("w9", now=at_the_end, lease_s=LEASE_S) is False
+    assert [w.owner for w in b.workers()] == ["w1"]
+
+
 def test_retire_releases_and_forgets(twins: tuple[Ledger, Ledger]) -> None:
     """A clean shutdown hands every held operation back and removes the worker."""
     a, b = twins

@@ -619,6 +619,17 @@ class SqlLedger(Ledger):
 
     def renew_worker(self, owner: str, *, now: float, lease_s: float) -> bool:
         with self._write() as conn:
+            # The common case in one statement: the lease still runs, and is extended.
+            # A heartbeat comes every few seconds from every worker; a lapsed or
+            # forgotten lease is rare and takes the reads below.
+            renewed = self._execute(
+                conn,
+                "UPDATE workers SET lease_until = ?, renewed_at_utc = ?"
+                " WHERE owner = ? AND lease_until > ?",
+                (now + lease_s, self._utc_now(), owner, now),
+            ).rowcount
+            if renewed == 1:
+                return True
             row = self._execute(
                 conn,
                 f"SELECT lease_until, kind FROM workers WHERE owner = ?{self.row_lock}",
@@ -626,12 +637,13 @@ class SqlLedger(Ledger):
             ).fetchone()
             if row is None:
                 return False  # forgotten: the caller registers again and re-reads
+            # Lapsed: renewed all the same, and the caller re-reads what it still holds.
             self._execute(
                 conn,
                 "UPDATE workers SET lease_until = ?, renewed_at_utc = ? WHERE owner = ?",
                 (now + lease_s, self._utc_now(), owner),
             )
-            return float(row[0]) > now
+            return False
 
     def retire_worker(self, owner: str) -> int:
         with self._write() as conn:
@@ -791,18 +803,17 @@ class SqlLedger(Ledger):
         return {str(node): int(version) for node, version in rows}
 
     def take_poll_slots(self, server: str, *, now: float, count: int, qps_max: float) -> PollGrant:
+        select = f"SELECT next_free_at FROM poll_budget WHERE server = ?{self.row_lock}"
         with self._write() as conn:
-            self._execute(
-                conn,
-                "INSERT INTO poll_budget (server, next_free_at) VALUES (?, ?)"
-                " ON CONFLICT (server) DO NOTHING",
-                (server, now),
-            )
-            row = self._execute(
-                conn,
-                f"SELECT next_free_at FROM poll_budget WHERE server = ?{self.row_lock}",
-                (server,),
-            ).fetchone()
+            row = self._execute(conn, select, (server,)).fetchone()
+            if row is None:  # the server's first grant (another worker may race to it)
+                self._execute(
+                    conn,
+                    "INSERT INTO poll_budget (server, next_free_at) VALUES (?, ?)"
+                    " ON CONFLICT (server) DO NOTHING",
+                    (server, now),
+                )
+                row = self._execute(conn, select, (server,)).fetchone()
             grant, next_free_at = grant_slots(
                 server, float(row[0]), now=now, count=count, qps_max=qps_max
             )
