@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import threading
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -126,28 +126,36 @@ async def test_a_worker_never_waits_for_the_ledger_on_the_loop(
 ) -> None:
     """A worker (every open operation, change reports, input by callback) drives a batch
     to the end."""
-    accepted: list[str] = []
+    accepted: dict[str, list[str]] = {"caller": [], "worker": []}
 
-    def on_change(result: CallResult, _previous: State | None) -> None:
-        if result.state is State.ACCEPTED:
-            accepted.append(result.call_node_id)
+    def reporter(who: str) -> Callable[[CallResult, State | None], None]:
+        def on_change(result: CallResult, _previous: State | None) -> None:
+            if result.state is State.ACCEPTED:
+                accepted[who].append(result.call_node_id)
+
+        return on_change
 
     async def on_input(request: InputRequest) -> dict[str, Any]:
         return request.accept(approved=True)
 
     with anyio.fail_after(BOUND_S):
-        async with Client(ledger_url) as caller:
+        async with Client(ledger_url, on_change=reporter("caller")) as caller:
             for i in range(6):
-                args = {"seconds": 0.5 + 0.1 * i, "rows": 1}  # still running at the handover
+                args = {"seconds": 0.5 + 0.1 * i, "rows": 1}
                 await caller.call(peer.url, "sleep_report", args, node=f"job-{i}", wait=False)
             await caller.call(peer.url, "approve", {"change": "c"}, node="ask", wait=False)
-        options: dict[str, Any] = {"on_change": on_change, "on_input": on_input}
+        options: dict[str, Any] = {"on_change": reporter("worker"), "on_input": on_input}
         async with Client(ledger_url, drive_all=True, **options) as worker:
             await worker.drive(until_idle=True)
         found = list(on_loop)
 
     assert found == []
-    assert sorted(accepted) == ["ask", *(f"job-{i}" for i in range(6))]
+    # The caller drives its calls until it leaves: on a loaded machine a short job may
+    # end before the handover. Every call is accepted once, by one of the two, and the
+    # approval (nobody at the caller answers it) by the worker.
+    both = accepted["caller"] + accepted["worker"]
+    assert sorted(both) == ["ask", *(f"job-{i}" for i in range(6))]
+    assert "ask" in accepted["worker"]
 
 
 async def test_a_worker_until_idle_answers_the_last_input_round_first(
