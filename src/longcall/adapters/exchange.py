@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import email.utils
+import json
 import math
 from collections.abc import Callable, Generator, Mapping
 from datetime import datetime
@@ -204,6 +205,15 @@ def malformed(detail: str, *, http_status: int | None = None) -> TransportFailur
     )
 
 
+_COMPACT = json.JSONEncoder(separators=(",", ":"))
+
+
+def compact_json(value: Any) -> str:
+    """A JSON body as the wire carries it, with no spaces. One encoder serves every
+    body (``json.dumps`` with ``separators`` builds a new one at each call)."""
+    return _COMPACT.encode(value)
+
+
 def settled(result: _T) -> Exchange[_T]:
     """An exchange that sends nothing and returns ``result`` (an answer known locally)."""
     return result
@@ -236,6 +246,7 @@ __all__ = [
     "SseEvent",
     "StreamWatch",
     "TransportFailure",
+    "compact_json",
     "http_status_failure",
     "malformed",
     "parse_retry_after",

@@ -21,11 +21,15 @@ UNSCOPED_KEY_PREFIX = "lc1-"
 """Keys derived without a caller key (records built outside a ledger: tests, tools)."""
 
 
+_CANONICAL = json.JSONEncoder(
+    sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
+)
+
+
 def canonical_json(value: Any) -> bytes:
-    """The one byte encoding we hash: sorted keys, no spaces, UTF-8, no NaN."""
-    return json.dumps(
-        value, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False
-    ).encode("utf-8")
+    """The one byte encoding we hash: sorted keys, no spaces, UTF-8, no NaN (one
+    encoder for every call: ``json.dumps`` with options builds a new one each time)."""
+    return _CANONICAL.encode(value).encode("utf-8")
 
 
 def digest_bytes(payload: bytes) -> str:

@@ -93,7 +93,12 @@ class TokenBucket:
         elapsed = start - self.updated_at
         tokens = min(self.burst, self.tokens + elapsed * self.rate_per_s) - 1.0
         wait_s = (start - now) + (0.0 if tokens >= 0 else -tokens / self.rate_per_s)
-        return dataclasses.replace(self, tokens=tokens, updated_at=start), wait_s
+        # Built directly rather than with dataclasses.replace, which reads the fields
+        # anew at every call: a poll takes a token each time it leaves.
+        bucket = TokenBucket(
+            rate_per_s=self.rate_per_s, burst=self.burst, tokens=tokens, updated_at=start
+        )
+        return bucket, wait_s
 
 
 WINDOW_WAIT_S_MIN = 0.001
@@ -119,5 +124,5 @@ class WindowLimit:
             # Never a zero or vanishing wait when refused: at UNIX-epoch magnitudes a
             # sub-microsecond wait rounds back to ``now`` and the caller would spin.
             wait_s = max(self.window_s - (now - recent[0]), WINDOW_WAIT_S_MIN)
-            return dataclasses.replace(self, sent=recent), wait_s
-        return dataclasses.replace(self, sent=(*recent, now)), 0.0
+            return WindowLimit(limit=self.limit, window_s=self.window_s, sent=recent), wait_s
+        return WindowLimit(limit=self.limit, window_s=self.window_s, sent=(*recent, now)), 0.0

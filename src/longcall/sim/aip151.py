@@ -27,9 +27,9 @@ from longcall.adapters.aip151.mapping import (
     PROTOCOL,
     TOOL_ERROR_REASON,
 )
-from longcall.adapters.exchange import HttpReply, HttpRequest
+from longcall.adapters.exchange import HttpReply, HttpRequest, compact_json
 from longcall.core.keys import canonical_json, digest_json
-from longcall.sim.mcp import TOOL, WIRE_JSON
+from longcall.sim.mcp import TOOL
 from longcall.sim.server import Hop, Served, SimServer
 from longcall.sim.truth import CANCELLED, FAILED, PROTOCOL_ERROR, TERMINAL, Task
 
@@ -76,7 +76,7 @@ class Aip151Server(SimServer):
     # --- the wire -------------------------------------------------------------------------
 
     def _json(self, status: int, body: Mapping[str, Any], **headers: str) -> HttpReply:
-        encoded = WIRE_JSON.encode(body).encode()
+        encoded = compact_json(body).encode()
         return HttpReply(status=status, headers={**JSON_TYPE, **headers}, body=encoded)
 
     def _error(self, status: int, message: str, *, what: str, **notes: Any) -> Served:

@@ -30,12 +30,11 @@ from __future__ import annotations
 import dataclasses
 import functools
 import itertools
-import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
-from longcall.adapters.exchange import HttpReply, HttpRequest
+from longcall.adapters.exchange import HttpReply, HttpRequest, compact_json
 from longcall.adapters.mcp.rpc import (
     CLIENT_CAPABILITIES_META_KEY,
     DEFAULT_LOOKUP_METHOD,
@@ -74,9 +73,6 @@ WHAT = {
     "tasks/update": "input",
     "tasks/cancel": "cancel",
 }
-WIRE_JSON = json.JSONEncoder(separators=(",", ":"))
-"""The compact encoding of every JSON body and event the simulated servers send: one
-encoder for all (``json.dumps`` with these separators builds a new one per call)."""
 APPROVAL_SCHEMA = {
     "type": "object",
     "properties": {"approved": {"type": "boolean"}, "for": {"type": "string"}},
@@ -218,14 +214,14 @@ class McpServer(SimServer):
     def _json(
         self, status: int, message: Mapping[str, Any], headers: Mapping[str, str] | None = None
     ) -> HttpReply:
-        body = WIRE_JSON.encode(message).encode()
+        body = compact_json(message).encode()
         return HttpReply(status=status, headers={**JSON_TYPE, **(headers or {})}, body=body)
 
     def _stream(self, *messages: Mapping[str, Any]) -> bytes:
         """An event stream: a priming event (an id, no data, SEP-1699), then the messages."""
         parts = [f"id: {next(self._event_ids)}\ndata: \n\n".encode()]
         for message in messages:
-            data = WIRE_JSON.encode(message)
+            data = compact_json(message)
             parts.append(encode_event(data, id=str(next(self._event_ids))))
         return b"".join(parts)
 
@@ -673,4 +669,4 @@ class McpServer(SimServer):
         return self._error(call.rid, -32602, text, what="cancel", data={"status": task.status})
 
 
-__all__ = ["TOOL", "WIRE_JSON", "Call", "McpServer", "Wire", "tool_error", "tool_result"]
+__all__ = ["TOOL", "Call", "McpServer", "Wire", "tool_error", "tool_result"]

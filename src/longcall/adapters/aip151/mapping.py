@@ -79,6 +79,7 @@ from longcall.adapters.exchange import (
     HttpReply,
     HttpRequest,
     TransportFailure,
+    compact_json,
     parse_retry_after,
     settled,
 )
@@ -341,7 +342,7 @@ class Aip151Mapping:
         query: Mapping[str, str] | None = None,
     ) -> HttpRequest:
         """A request under the API root (``/v1…``)."""
-        encoded = None if body is None else json.dumps(dict(body), separators=(",", ":"))
+        encoded = None if body is None else compact_json(dict(body))
         headers = dict(JSON_HEADERS)
         if encoded is not None:
             headers["content-type"] = "application/json"

@@ -40,6 +40,7 @@ from longcall.adapters.exchange import (
     Reply,
     StreamWatch,
     TransportFailure,
+    compact_json,
     http_status_failure,
     malformed,
     status_failure,
@@ -204,7 +205,7 @@ class RpcChannel:
         return HttpRequest(
             method="POST",
             headers=self._headers(headers),
-            body=json.dumps(body, separators=(",", ":")).encode(),
+            body=compact_json(body).encode(),
             json_body=body,
             timeout_s=timeout_s,
             watch=watch,
