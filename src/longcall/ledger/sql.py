@@ -631,9 +631,7 @@ class SqlLedger(Ledger):
             if renewed == 1:
                 return True
             row = self._execute(
-                conn,
-                f"SELECT lease_until, kind FROM workers WHERE owner = ?{self.row_lock}",
-                (owner,),
+                conn, f"SELECT 1 FROM workers WHERE owner = ?{self.row_lock}", (owner,)
             ).fetchone()
             if row is None:
                 return False  # forgotten: the caller registers again and re-reads
