@@ -4,6 +4,7 @@ and the open-task limit it is given is the one it keeps."""
 from __future__ import annotations
 
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -61,3 +62,29 @@ async def test_max_open_tasks_is_the_limit_the_server_keeps(
             process.wait(timeout=20)
     assert refused.status_code == 429
     assert refused.json()["error"]["data"] == {"limit": 2}
+
+
+def test_the_commands_defaults_are_the_servers() -> None:
+    """``longcall serve`` writes its defaults out (the CLI starts without importing the
+    server): they must be the server's own."""
+    from longcall.cli import serve
+    from longcall.server.options import DEFAULT_LEASE_S, DEFAULT_MAX_OPEN_TASKS_PER_PRINCIPAL
+
+    defaults = {p.name: p.default for p in serve.params}
+    assert defaults["max_open_tasks"] == DEFAULT_MAX_OPEN_TASKS_PER_PRINCIPAL
+    assert defaults["lease_seconds"] == DEFAULT_LEASE_S
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        [sys.executable, "-m", "longcall", "serve", "--max-open-tasks", "0"],
+        [sys.executable, "-m", "longcall.server", "--max-open-tasks", "0"],
+    ],
+)
+def test_an_open_task_limit_below_one_is_refused(argv: list[str]) -> None:
+    """0 would refuse every task: both commands say so and exit non-zero, serving nothing."""
+
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2
+    assert "--max-open-tasks" in done.stderr

@@ -176,6 +176,11 @@ class Action:
     def kind(self) -> str:
         return self.command.name
 
+    def slot_passed(self, now: float) -> bool:
+        """Whether the send slot this action holds has ended at ``now`` (never, without
+        one): every driver asks this, before the adapter call and as the bytes leave."""
+        return self.not_after is not None and now > self.not_after
+
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class CancelOutcome:

@@ -847,13 +847,12 @@ class Executor:
             if poll:
                 self.metrics.observe_poll(action.server, self.clock())
             return await send()
-        not_after = action.not_after
-        if self.clock() > not_after:
+        if action.slot_passed(self.clock()):
             return _SLOT_MISSED
 
         def may_leave() -> bool:
             now = self.clock()
-            if now > not_after:
+            if action.slot_passed(now):
                 return False
             if poll:
                 self.metrics.observe_poll(action.server, now)

@@ -12,6 +12,17 @@ from longcall.server.cli import run_reference_server
 from longcall.server.options import DEFAULT_MAX_OPEN_TASKS_PER_PRINCIPAL
 
 
+def _at_least_one(text: str) -> int:
+    """A count of 1 or more (0 would refuse every task)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
+    return value
+
+
 def main() -> None:
     """Parse ``--store --host --port [--drop-create-response-at N] [--metrics-port N]
     [--max-open-tasks N]`` and serve."""
@@ -23,7 +34,7 @@ def main() -> None:
     parser.add_argument("--metrics-port", type=int, default=None, help="0: any free port")
     parser.add_argument(
         "--max-open-tasks",
-        type=int,
+        type=_at_least_one,
         default=DEFAULT_MAX_OPEN_TASKS_PER_PRINCIPAL,
         help="tasks one caller may hold open at once",
     )

@@ -557,7 +557,7 @@ class World:
             # A 429/503 that reached the worker during the lag holds its server (X3, X9).
             self.log(f"e{eid}", f"held {action.kind} {action.call_node_id} (Retry-After)")
             return
-        if action.not_after is not None and self.clock(eid) > action.not_after:
+        if action.slot_passed(self.clock(eid)):
             # The shared budget's slot passed: the read waits for a new one (X3).
             self.count("poll_slot_missed")
             self._call(eid, lambda en: en.slot_missed(action, now=self.clock(eid)))
