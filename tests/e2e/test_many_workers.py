@@ -19,7 +19,8 @@ workers for longer than the lease before SIGCONT. At the end:
   asserted and the refused writes are reported;
 - polls arriving at the server never exceed the cap in any one-second window;
 - claims per operation are bounded by the faults (no ping-pong): an operation moves
-  only when its worker is taken away, and once more when the work is rebalanced.
+  only when its worker is taken away, and once more when the work is rebalanced
+  after that fault.
 
 ``LONGCALL_E2E_OPS`` sets the size (default 300, what CI runs on two cores);
 ``make bench-slow`` runs it with 2,000.
@@ -400,9 +401,13 @@ async def test_four_workers_share_one_postgres_ledger_under_kill_and_stop(tmp_pa
         assert all(len(owners) == 1 for owners in owners_by_epoch.values()), (node, history)
         takeovers += max(0, claims[node] - 1)
     # No ping-pong: operations move only when a fault takes their worker away (and
-    # once more when the work is rebalanced after it), never on their own.
+    # once more when the work is rebalanced after it), never on their own: the first
+    # claim, then at most two moves per fault. (The bound was 2 + faults, one
+    # rebalance in all; but a replacement or a resumed worker joins after each fault,
+    # and the workers shed the operations they took most recently, so the last ones
+    # move at each rebalance: 7 claims with 4 faults in one CI run.)
     injected = faults["sigkill"] + faults["sigstop"]
-    assert max(claims.values()) <= 2 + injected, (faults, claims.most_common(3))
+    assert max(claims.values()) <= 1 + 2 * injected, (faults, claims.most_common(3))
     assert sum(claims.values()) <= OPERATIONS * (1 + 2 * injected / WORKERS), (faults, claims)
 
     polls = sorted(door.reads)
