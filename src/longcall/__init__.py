@@ -38,6 +38,8 @@ _PUBLIC = {
     "default_ledger_url": "longcall.client",
     "LedgerUnavailable": "longcall.errors",
     "LongcallError": "longcall.errors",
+    "MetricsPortUnavailable": "longcall.errors",
+    "RequestDigestMismatch": "longcall.errors",
     "State": "longcall.core",
     "TerminalReceipt": "longcall.core",
 }
@@ -64,7 +66,12 @@ if TYPE_CHECKING:
         default_ledger_url,
     )
     from longcall.core import State, TerminalReceipt
-    from longcall.errors import LedgerUnavailable, LongcallError
+    from longcall.errors import (
+        LedgerUnavailable,
+        LongcallError,
+        MetricsPortUnavailable,
+        RequestDigestMismatch,
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -98,8 +105,10 @@ __all__ = [
     "LedgerMissing",
     "LedgerUnavailable",
     "LongcallError",
+    "MetricsPortUnavailable",
     "NotWaitingForInput",
     "Progress",
+    "RequestDigestMismatch",
     "ServerUnreachable",
     "State",
     "SyncClient",

@@ -18,21 +18,41 @@ from rich.console import Console
 from rich.table import Table
 
 from longcall.caller import json_option, ledger_option
+from longcall.client import default_ledger_url
 from longcall.errors import LongcallError
-from longcall.ledger import ADAPTER_STATES, AdapterPlan, open_ledger
+from longcall.ledger import ADAPTER_STATES, AdapterPlan, Ledger, open_ledger
 
 
 @click.group()
 def rollout() -> None:
-    """Roll a protocol adapter version out and back (stored in the ledger)."""
+    """Roll a protocol adapter version out and back (stored in the ledger).
+
+    \b
+    Examples:
+      longcall rollout status
+      longcall rollout canary 2026-07-28 2 10 --note "new mapping on a tenth"
+      longcall rollout rollback 2026-07-28 --from 2 --to 1 --note "divergent results"
+    """
+
+
+def _ledger(url: str | None) -> Ledger:
+    """The ledger whose plan is read or changed: the same default as every other
+    command's, and never made here (a plan written to a ledger no worker reads, at a
+    mistyped path, would route nothing)."""
+    return open_ledger(url or default_ledger_url(), create=False)
 
 
 @rollout.command("status")
 @ledger_option
 @json_option
-def rollout_status(ledger_url: str, as_json: bool) -> None:
-    """Show the plan, and how many open operations each adapter version drives."""
-    with open_ledger(ledger_url) as ledger:
+def rollout_status(ledger_url: str | None, as_json: bool) -> None:
+    """Show the plan, and how many open operations each adapter version drives.
+
+    \b
+    Example:
+      longcall rollout status --json
+    """
+    with _ledger(ledger_url) as ledger:
         plan = ledger.rollout_plan()
         open_by_version: dict[tuple[str, str], int] = {}
         for record in ledger.list_by_state():
@@ -76,8 +96,8 @@ def rollout_status(ledger_url: str, as_json: bool) -> None:
         click.echo("how the shadow calls compare: longcall rollout shadow-report")
 
 
-def _write(ledger_url: str, plan: AdapterPlan) -> None:
-    with open_ledger(ledger_url) as ledger:
+def _write(ledger_url: str | None, plan: AdapterPlan) -> None:
+    with _ledger(ledger_url) as ledger:
         ledger.set_rollout(plan)
     click.echo(f"{plan.protocol} {plan.adapter_version}: {plan.state}")
     if plan.state not in ("draining", "disabled"):
@@ -105,8 +125,13 @@ def _note_if_not_carried(protocol: str, version: str) -> None:
 @click.argument("state", type=click.Choice(ADAPTER_STATES))
 @click.option("--note", default="", help="Why (kept in the plan).")
 @ledger_option
-def rollout_set(protocol: str, version: str, state: str, note: str, ledger_url: str) -> None:
-    """Set VERSION of PROTOCOL to STATE (draining/disabled: no new calls, in-flight go on)."""
+def rollout_set(protocol: str, version: str, state: str, note: str, ledger_url: str | None) -> None:
+    """Set VERSION of PROTOCOL to STATE (draining/disabled: no new calls, in-flight go on).
+
+    \b
+    Example:
+      longcall rollout set 2025-11-25 1 draining --note "moving callers to 2026-07-28"
+    """
     _write(
         ledger_url, AdapterPlan(protocol=protocol, adapter_version=version, state=state, note=note)
     )
@@ -118,8 +143,15 @@ def rollout_set(protocol: str, version: str, state: str, note: str, ledger_url: 
 @click.argument("percent", type=click.FloatRange(0, 100))
 @click.option("--note", default="", help="Why (kept in the plan).")
 @ledger_option
-def rollout_canary(protocol: str, version: str, percent: float, note: str, ledger_url: str) -> None:
-    """Route PERCENT of new PROTOCOL calls (a stable share of call nodes) to VERSION."""
+def rollout_canary(
+    protocol: str, version: str, percent: float, note: str, ledger_url: str | None
+) -> None:
+    """Route PERCENT of new PROTOCOL calls (a stable share of call nodes) to VERSION.
+
+    \b
+    Example:
+      longcall rollout canary 2026-07-28 2 10 --note "new mapping on a tenth"
+    """
     plan = AdapterPlan(
         protocol=protocol,
         adapter_version=version,
@@ -135,7 +167,7 @@ def rollout_canary(protocol: str, version: str, percent: float, note: str, ledge
 @click.argument("version")
 @click.option("--note", default="", help="Why (kept in the plan).")
 @ledger_option
-def rollout_shadow(protocol: str, version: str, note: str, ledger_url: str) -> None:
+def rollout_shadow(protocol: str, version: str, note: str, ledger_url: str | None) -> None:
     """Make VERSION a shadow of PROTOCOL: it takes no calls of its own, and each new
     call of a tool that declares itself read-only (MCP readOnlyHint: true) is also
     made through VERSION, as a separate operation under the call node
@@ -143,7 +175,12 @@ def rollout_shadow(protocol: str, version: str, note: str, ledger_url: str) -> N
     are done their status and result digest are compared (rollout shadow-report).
     Calls of any other tool are never shadowed.
 
-    A shadow operation is driven by a worker that runs VERSION."""
+    A shadow operation is driven by a worker that runs VERSION.
+
+    \b
+    Example:
+      longcall rollout shadow 2026-07-28 2
+    """
     _write(
         ledger_url,
         AdapterPlan(protocol=protocol, adapter_version=version, state="shadow", note=note),
@@ -157,13 +194,18 @@ def rollout_shadow(protocol: str, version: str, note: str, ledger_url: str) -> N
 @rollout.command("shadow-report")
 @ledger_option
 @json_option
-def rollout_shadow_report(ledger_url: str, as_json: bool) -> None:
+def rollout_shadow_report(ledger_url: str | None, as_json: bool) -> None:
     """Per protocol and shadow version: how many shadow calls matched their primary,
     which differed (and in what), which are still running. Pairs that finished
-    without being compared are compared now."""
+    without being compared are compared now.
+
+    \b
+    Example:
+      longcall rollout shadow-report --json
+    """
     from longcall.runtime.rollout import shadow_report
 
-    with open_ledger(ledger_url) as ledger:
+    with _ledger(ledger_url) as ledger:
         try:
             tallies = shadow_report(ledger)
         except LongcallError as exc:
@@ -201,12 +243,17 @@ def rollout_shadow_report(ledger_url: str, as_json: bool) -> None:
 @click.option("--note", default="", help="Why (kept in the plan).")
 @ledger_option
 def rollout_rollback(
-    protocol: str, from_version: str, to_version: str, note: str, ledger_url: str
+    protocol: str, from_version: str, to_version: str, note: str, ledger_url: str | None
 ) -> None:
-    """Stop new calls on FROM, and hand its in-flight operations to TO at a new epoch."""
+    """Stop new calls on FROM, and hand its in-flight operations to TO at a new epoch.
+
+    \b
+    Example:
+      longcall rollout rollback 2026-07-28 --from 2 --to 1 --note "results differ"
+    """
     from longcall.runtime.rollout import rollback
 
-    with open_ledger(ledger_url) as ledger:
+    with _ledger(ledger_url) as ledger:
         try:
             rebound = rollback(
                 ledger,

@@ -93,11 +93,28 @@ def test_read_only_commands_never_create_a_ledger(tmp_path: Path) -> None:
         ("ops", "wait", "n"),
         ("ops", "cancel", "n"),
         ("ops", "answer", "n", "approved=true"),
+        ("rollout", "status"),
+        ("rollout", "shadow-report"),
+        ("rollout", "canary", "2026-07-28", "2", "10"),
+        ("rollout", "rollback", "2026-07-28", "--from", "2", "--to", "1"),
     ):
         code, _, err = run(*args, "--ledger", url)
         assert code == ExitCode.ERROR, args
         assert_one_line(err, "no ledger at")
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rollout_takes_the_ledger_every_command_takes(ledger: str) -> None:
+    """Without --ledger, rollout reads $LONGCALL_LEDGER, as call, ops and worker do."""
+    code, out, err = run(
+        "rollout", "canary", "2026-07-28", "1", "10", env={"LONGCALL_LEDGER": ledger}
+    )
+    assert code == 0, err
+    code, out, err = run("rollout", "status", "--json", env={"LONGCALL_LEDGER": ledger})
+    assert code == 0, err
+    assert [(r["protocol"], r["state"], r["canary_percent"]) for r in json.loads(out)] == [
+        ("2026-07-28", "canary", 10.0)
+    ]
 
 
 def test_a_read_only_ledger(ledger: str) -> None:
@@ -262,6 +279,8 @@ def test_help_has_examples_exit_codes_and_no_requirement_ids() -> None:
         ("call",), ("worker",), ("serve",), ("sim",), ("demo",), ("ops",),
         ("ops", "list"), ("ops", "show"), ("ops", "wait"), ("ops", "result"),
         ("ops", "cancel"), ("ops", "answer"), ("ops", "reconcile"), ("ops", "where"),
+        ("rollout",), ("rollout", "status"), ("rollout", "set"), ("rollout", "canary"),
+        ("rollout", "shadow"), ("rollout", "shadow-report"), ("rollout", "rollback"),
     ]  # fmt: skip
     for command in commands:
         code, out, _ = run(*command, "-h")

@@ -160,6 +160,29 @@ def test_open_ledger_postgres_url_takes_schema_option() -> None:
                 assert ledger.schema_version() == pg_backend.SCHEMA_VERSION
 
 
+def test_a_postgres_schema_without_a_ledger_is_missing_when_it_must_not_be_made() -> None:
+    """With ``create=False`` (the commands that only read) a schema holding no ledger is
+    refused as missing, and nothing is left behind: not the tables, not the schema."""
+    import psycopg
+
+    from longcall.errors import LedgerMissing
+
+    with pg_schema() as (dsn, schema):
+        url = f"{dsn}{'&' if '?' in dsn else '?'}schema={schema}"
+        with pytest.raises(LedgerMissing, match=f"no ledger in the PostgreSQL schema '{schema}'"):
+            open_ledger(url, create=False)
+        with psycopg.connect(dsn) as conn:
+            found = conn.execute(
+                "SELECT count(*) FROM information_schema.schemata WHERE schema_name = %s",
+                (schema,),
+            ).fetchone()
+        assert found == (0,)
+        with open_ledger(url) as made:  # the default makes it; then it is found
+            assert made.schema_version() == pg_backend.SCHEMA_VERSION
+        with open_ledger(url, create=False) as found_again:
+            assert found_again.schema_version() == pg_backend.SCHEMA_VERSION
+
+
 def _older_rows(open_at: Callable[[], Ledger], insert: Callable[[str], Any]) -> None:
     """Rows written before migration 4 gain the lease columns from their records."""
     records = [

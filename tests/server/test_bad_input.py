@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import sqlite3
 from collections.abc import AsyncIterator
 from typing import Any
@@ -164,3 +165,50 @@ async def test_legacy_bad_input(
     assert (await client.error("tasks/get", {}))["code"] == -32602
     assert (await client.error("tasks/get", {"taskId": "x" * 43}))["code"] == -32602
     assert task_count(store_path) == 0
+
+
+async def test_a_client_gone_mid_body_is_refused_not_an_internal_error(
+    store_path: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A client that disconnects before its body is complete (a process exiting with a
+    request on the wire) gets the refusal for an incomplete request, counted; the server
+    logs no internal error for it."""
+    server = build_reference_server(store=store_path)
+    app = server.asgi_app()
+    incoming: list[dict[str, Any]] = [
+        {"type": "http.request", "body": b'{"jsonrpc": "2.0", "id": 1, "meth', "more_body": True},
+        {"type": "http.disconnect"},
+    ]
+    sent: list[dict[str, Any]] = []
+
+    async def receive() -> dict[str, Any]:
+        return incoming.pop(0)
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    headers = [
+        (b"host", b"127.0.0.1"),
+        (b"content-type", b"application/json"),
+        (b"accept", b"application/json, text/event-stream"),
+        (b"content-length", b"4096"),
+    ]
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "root_path": "",
+        "query_string": b"",
+        "headers": headers,
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8765),
+    }
+    with caplog.at_level(logging.WARNING):
+        await app(scope, receive, send)
+    assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []
+    assert sent[0]["status"] == 400
+    assert b"ended early" in b"".join(m.get("body", b"") for m in sent[1:])

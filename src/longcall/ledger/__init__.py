@@ -59,9 +59,9 @@ def sqlite_path(url: str) -> str | None:
 def open_ledger(url: str, *, create: bool = True) -> Ledger:
     """Open (and migrate) the ledger a URL names.
 
-    With ``create=False`` a SQLite file that does not exist is refused (LedgerMissing)
-    instead of being made: a command that only reads must not leave an empty ledger
-    behind. Driver errors while opening are translated here, once, into
+    With ``create=False`` a ledger that does not exist (a SQLite file, a PostgreSQL
+    schema without the ledger's tables) is refused (LedgerMissing) instead of being
+    made: a command that only reads must not leave an empty ledger behind. Driver errors while opening are translated here, once, into
     LedgerUnavailable (one line: which ledger, and why)."""
     parts = urlsplit(url)
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
@@ -87,7 +87,7 @@ def open_ledger(url: str, *, create: bool = True) -> Ledger:
         # Never the password in a message: user@host:port/db only.
         shown = urlunsplit(parts._replace(netloc=parts.netloc.rpartition("@")[2], query=""))
         try:
-            return PostgresLedger(dsn, schema=options.get("schema", DEFAULT_SCHEMA))
+            return PostgresLedger(dsn, schema=options.get("schema", DEFAULT_SCHEMA), create=create)
         except psycopg.Error as exc:
             reason = (str(exc).strip().splitlines() or [type(exc).__name__])[0]
             raise LedgerUnavailable(f"cannot open the ledger at {shown}: {reason}") from exc

@@ -211,11 +211,15 @@ class PostgresLedger(SqlLedger):
         utc_now: Callable[[], str] = utc_now_iso,
         connect_timeout_s: int = CONNECT_TIMEOUT_S,
         new_identity: Callable[[], tuple[str, str]] | None = None,
+        create: bool = True,
     ) -> None:
         if not schema:
             raise ValueError("the PostgreSQL schema name must not be empty")
         super().__init__(utc_now=utc_now, new_identity=new_identity)
         self.schema = schema
+        # A command that only reads must find a ledger, not make an empty one (C5): the
+        # schema created below is rolled back with the refusal.
+        self.create_missing = create
         # autocommit: a lone read is its own statement; every write opens an explicit
         # transaction through _write().
         self._conn = psycopg.connect(dsn, autocommit=True, connect_timeout=connect_timeout_s)

@@ -40,6 +40,7 @@ from longcall.core import (
 from longcall.errors import (
     BlobConflict,
     DuplicateCallNode,
+    LedgerMissing,
     LedgerRefused,
     LocalProtocolError,
     SchemaTooNew,
@@ -208,6 +209,10 @@ class SqlLedger(Ledger):
     integrity_errors: ClassVar[tuple[type[BaseException], ...]]
     """Driver errors that mean an acceptance met an existing receipt or outbox row."""
 
+    create_missing = True
+    """Whether opening makes the ledger's tables where there are none (a backend whose
+    ledger can be missing in some other way, a SQLite file, checks before opening)."""
+
     _conn: Any
 
     def __init__(
@@ -249,6 +254,8 @@ class SqlLedger(Ledger):
         read the ledger's identity. Another program's tables are refused, never built
         upon (C5)."""
         tables = self._table_names(conn)
+        if not tables and not self.create_missing:
+            raise LedgerMissing(f"no ledger in {self._where()}")
         if tables and "schema_version" not in tables:
             shown = ", ".join(sorted(tables)[:5])
             raise LedgerRefused(

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 
 from longcall.server.auth import Authenticator
@@ -210,6 +210,11 @@ async def read_body(request: Request, options: ServerOptions) -> bytes:
         raise Refused(
             408, INVALID_REQUEST, f"request body not received within {options.body_read_timeout_s}s"
         ) from None
+    except ClientDisconnect:
+        # A client that goes away mid-request (a process that exits with a request on
+        # the wire) is its own business, not the server's internal error: refused and
+        # counted like any incomplete request; nobody is left to read the answer.
+        raise Refused(400, INVALID_REQUEST, "the request body ended early") from None
 
 
 async def _read_capped(request: Request, limit: int) -> bytes:
