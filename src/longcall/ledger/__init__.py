@@ -61,8 +61,9 @@ def open_ledger(url: str, *, create: bool = True) -> Ledger:
 
     With ``create=False`` a ledger that does not exist (a SQLite file, a PostgreSQL
     schema without the ledger's tables) is refused (LedgerMissing) instead of being
-    made: a command that only reads must not leave an empty ledger behind. Driver errors while opening are translated here, once, into
-    LedgerUnavailable (one line: which ledger, and why)."""
+    made: a command that only reads must not leave an empty ledger behind. Driver
+    errors while opening are translated here, once, into LedgerUnavailable (one line:
+    which ledger, and why)."""
     parts = urlsplit(url)
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     path = sqlite_path(url)
