@@ -128,6 +128,96 @@ def test_mcp_host_json_and_url_rules(tmp_path: Path) -> None:
     assert "b" not in repr(config.resolve("remote"))
 
 
+OAUTH_REFUSED = [
+    ('{ type = "oauth", client_secret_env = "S" }', "needs its client_id"),
+    ('{ type = "oauth", client_id = "c", grant = "password" }', "auth.grant must be one of"),
+    ('{ type = "oauth", client_id = "c", grant = "client_credentials" }', "needs the client's"),
+    (
+        '{ type = "oauth", client_id = "c", private_key_file = "k.pem" }',
+        "client-credentials assertions only",
+    ),
+    (
+        '{ type = "oauth", client_id = "c", client_secret_env = "S", private_key_env = "K",'
+        ' grant = "client_credentials" }',
+        "not both",
+    ),
+    (
+        '{ type = "oauth", client_id = "c", client_secret_env = "S", client_secret_file = "f" }',
+        "one of client_secret_env",
+    ),
+    (
+        '{ type = "oauth", client_id = "c", client_secret_env = "S",'
+        ' token_endpoint_auth_method = "private_key_jwt" }',
+        "token_endpoint_auth_method must be one of",
+    ),
+    (
+        '{ type = "oauth", client_id = "c", grant = "client_credentials",'
+        ' private_key_env = "K", signing_algorithm = "none" }',
+        "signing_algorithm must be one of",
+    ),
+    ('{ type = "oauth", client_id = "c", signing_algorithm = "ES256" }', "applies to a private"),
+    ('{ type = "oauth", client_id = "c", issuer = "login.example" }', "not an http"),
+    ('{ type = "oauth", client_id = "" }', "non-empty string"),
+    ('{ type = "oauth", clientid = "c" }', "takes no clientid"),
+    ('{ type = "oauth", token_env = "T" }', "takes no token_env"),
+    ('{ type = "bearer", token_env = "T", client_id = "c" }', "takes no client_id"),
+]
+
+
+@pytest.mark.parametrize(("auth", "why"), OAUTH_REFUSED)
+def test_an_oauth_client_the_flows_cannot_use_is_refused_when_read(
+    tmp_path: Path, auth: str, why: str
+) -> None:
+    """Every combination no OAuth flow can use is a ConfigError when the file is read,
+    not a failure at the authorization server later; an unknown key is never ignored."""
+    path = tmp_path / "servers.toml"
+    path.write_text(f'[servers.r]\nurl = "https://r.example/mcp"\nauth = {auth}\n')
+    with pytest.raises(ConfigError, match=why):
+        load_servers(path)
+
+
+async def test_a_registered_oauth_clients_secret_is_read_at_connect_and_never_shown(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The secret is read when the connection is made (an unset variable is named, the
+    secret never), and the configuration holds where it is, not what it is. A client
+    the authorization server does not take is never replaced by a registration."""
+    from mcp.shared.auth import OAuthClientInformationFull
+
+    from longcall.adapters.oauth import AuthorizationFailed, RegisteredClientStorage
+
+    path = tmp_path / "servers.toml"
+    path.write_text(
+        '[servers.r]\nurl = "http://127.0.0.1:9/mcp"\nauth = { type = "oauth",'
+        ' grant = "client_credentials", client_id = "svc", client_secret_env = "R_SECRET",'
+        ' issuer = "https://login.example" }\n'
+    )
+    config = load_servers(path).resolve("r")
+    client = config.oauth_client
+    assert client is not None
+    assert (client.client_id, client.grant, client.issuer) == (
+        "svc",
+        "client_credentials",
+        "https://login.example",
+    )
+    monkeypatch.delenv("R_SECRET", raising=False)
+    connector = Connector(load_servers(path), token_dir=tmp_path / "oauth")
+    with pytest.raises(MissingCredential, match="R_SECRET holding its client secret"):
+        await connector("http://127.0.0.1:9/mcp", "")
+    monkeypatch.setenv("R_SECRET", "s3cret-never-shown")
+    assert client.secret("r") == "s3cret-never-shown"
+    assert "s3cret" not in repr(config) + repr(client)
+    storage = RegisteredClientStorage(
+        tmp_path / "tokens.json",
+        OAuthClientInformationFull(client_id="svc", redirect_uris=None),
+    )
+    assert (await storage.get_client_info()) is storage.client
+    with pytest.raises(AuthorizationFailed, match="does not register another"):
+        await storage.set_client_info(
+            OAuthClientInformationFull(client_id="other", redirect_uris=None)
+        )
+
+
 async def test_the_cli_calls_a_configured_server_by_name(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

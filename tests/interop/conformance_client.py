@@ -14,6 +14,12 @@ Every request on the wire is ``longcall``'s own: each step runs ``longcall call 
 --args … --wait --json --protocol VERSION`` as a separate process on a temporary ledger
 of this run. It must not talk MCP itself.
 
+A scenario that hands over an OAuth client registered beforehand (``client_id`` with a
+``client_secret`` or a ``private_key_pem`` in the context) is configured as a user would
+configure it: a servers file naming the server's URL with that client, the secret in an
+environment variable, the key in a 0600 file. The grant is the scenario's: client
+credentials for ``auth/client-credentials-*``, the authorization code otherwise.
+
 Exit code: 0 when every step ended as the scenario expects, else the first failing step's
 code. A step with ``tool=None`` only negotiates and lists tools (``longcall call`` of a
 tool the server does not list ends in the "does not list tool" refusal once tools/list
@@ -90,6 +96,36 @@ def plan(scenario: str, context: dict[str, Any]) -> tuple[Step, ...]:
     return PLANS.get(scenario, (Step(None),))
 
 
+CLIENT_SECRET_ENV = "LONGCALL_CONFORMANCE_CLIENT_SECRET"
+
+
+def configure_client(url: str, scenario: str, context: dict[str, Any], scratch: str) -> None:
+    """A servers file for a scenario's pre-registered OAuth client, named by
+    ``$LONGCALL_SERVERS`` for the steps (nothing when the context names no client)."""
+    client_id = context.get("client_id")
+    if not isinstance(client_id, str):
+        return
+    auth = {"type": "oauth", "client_id": client_id}
+    if scenario.startswith("auth/client-credentials"):
+        auth["grant"] = "client_credentials"
+    if isinstance(context.get("issuer"), str):
+        auth["issuer"] = context["issuer"]
+    if isinstance(context.get("private_key_pem"), str):
+        key = os.path.join(scratch, "client-key.pem")
+        with open(os.open(key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as handle:
+            handle.write(context["private_key_pem"])
+        auth["private_key_file"] = key
+        auth["signing_algorithm"] = str(context.get("signing_algorithm") or "ES256")
+    elif isinstance(context.get("client_secret"), str):
+        os.environ[CLIENT_SECRET_ENV] = context["client_secret"]
+        auth["client_secret_env"] = CLIENT_SECRET_ENV
+    fields = ", ".join(f"{key} = {json.dumps(value)}" for key, value in auth.items())
+    servers = os.path.join(scratch, "servers.toml")
+    with open(servers, "w", encoding="utf-8") as handle:
+        handle.write(f"[servers.conformance]\nurl = {json.dumps(url)}\nauth = {{ {fields} }}\n")
+    os.environ["LONGCALL_SERVERS"] = servers
+
+
 def run_step(url: str, index: int, step: Step, version: str | None, ledger: str) -> int:
     """Run one ``longcall call``; 0 when it ended as the step expects."""
     tool = step.tool or UNLISTED_TOOL
@@ -136,6 +172,7 @@ def main() -> int:
         # OAuth tokens and client registrations of this run only: every scenario is a
         # fresh authorization server, possibly on a port an earlier one used.
         os.environ["LONGCALL_TOKEN_DIR"] = f"{scratch}/oauth"
+        configure_client(url, scenario, context, scratch)
         first_failure = 0
         for index, step in enumerate(plan(scenario, context)):
             code = run_step(url, index, step, version, ledger)

@@ -2,7 +2,10 @@
 
 Owns: :func:`oauth_auth` — an ``httpx.Auth`` for our HTTP driver that runs the ``mcp``
 SDK's :class:`~mcp.client.auth.OAuthClientProvider` (protected-resource and
-authorization-server discovery, dynamic client registration, PKCE, token refresh);
+authorization-server discovery, dynamic client registration, PKCE, token refresh), or,
+for a client the authorization server registered beforehand, the same provider with that
+client (no registration) or the SDK's client-credentials providers (a secret, or a
+private key signing an assertion: nobody signs in);
 :class:`FileTokenStorage`, which keeps tokens and the registered client in a file of
 mode 0600 outside the ledger; and the authorization step: the authorization URL is
 first followed without a person (a server that approves this client at once redirects
@@ -32,6 +35,11 @@ import httpx
 import httpx2
 import platformdirs
 from mcp.client.auth import OAuthClientProvider
+from mcp.client.auth.extensions.client_credentials import (
+    ClientCredentialsOAuthProvider,
+    PrivateKeyJWTOAuthProvider,
+    SignedJWTParameters,
+)
 from mcp.shared.auth import (
     AuthorizationCodeResult,
     OAuthClientInformationFull,
@@ -39,6 +47,7 @@ from mcp.shared.auth import (
     OAuthToken,
 )
 
+from longcall.adapters.servers import OAuthClient
 from longcall.errors import UsageError
 
 CALLBACK_WAIT_S = 300.0
@@ -88,6 +97,25 @@ class FileTokenStorage:
         data = self._read()
         data["client"] = client_info.model_dump(mode="json", exclude_none=True)
         self._write(data)
+
+
+class RegisteredClientStorage(FileTokenStorage):
+    """Tokens in the file; the client is the one configured, never replaced: a
+    registration the SDK would store instead (the authorization server did not take
+    the configured client) is refused."""
+
+    def __init__(self, path: Path, client: OAuthClientInformationFull) -> None:
+        super().__init__(path)
+        self.client = client
+
+    async def get_client_info(self) -> OAuthClientInformationFull | None:
+        return self.client
+
+    async def set_client_info(self, client_info: OAuthClientInformationFull) -> None:
+        raise AuthorizationFailed(
+            f"the authorization server did not take the configured client "
+            f"{self.client.client_id!r}, and longcall does not register another in its place"
+        )
 
 
 def default_token_dir() -> Path:
@@ -238,33 +266,92 @@ async def oauth_auth(
     token_dir: Path,
     announce: Callable[[str], None] | None,
     scope: str | None = None,
-) -> tuple[httpx.Auth, Authorizer]:
-    """An ``httpx.Auth`` doing OAuth 2.1 against ``server_url`` with the SDK's provider;
-    close the returned :class:`Authorizer` when done."""
+    client: OAuthClient | None = None,
+    server_name: str | None = None,
+) -> tuple[httpx.Auth, Authorizer | None]:
+    """An ``httpx.Auth`` doing OAuth 2.1 against ``server_url`` with the SDK's provider:
+    with ``client``, the one registered beforehand (its secret or key read now, raising
+    :class:`~longcall.adapters.servers.MissingCredential`), else one registered
+    dynamically. Close the returned :class:`Authorizer` (None: nobody signs in) when done."""
+    tokens = token_file_for(token_dir, server_url)
+    name = server_name or server_url
+    if client is not None and client.grant == "client_credentials":
+        return SdkAuth(_client_credentials(server_url, tokens, client, name)), None
     authorizer = Authorizer(announce=announce)
     redirect_uri = await authorizer.start()
+    secret = client.secret(name) if client is not None else None
+    method = "none"
+    if client is not None and secret is not None:
+        method = client.token_endpoint_auth_method
     metadata = OAuthClientMetadata(
         client_name=CLIENT_NAME,
         redirect_uris=[redirect_uri],  # type: ignore[list-item]
         grant_types=["authorization_code", "refresh_token"],
         response_types=["code"],
-        token_endpoint_auth_method="none",
-        scope=scope,
+        token_endpoint_auth_method=method,  # type: ignore[arg-type]
+        scope=scope if client is None else client.scope,
     )
+    storage = FileTokenStorage(tokens)
+    if client is not None:
+        # RFC 8252 section 7.3: a loopback redirect URI may take any port, so the
+        # listener's is the registered one's.
+        registered = OAuthClientInformationFull(
+            **metadata.model_dump(exclude_none=True),
+            client_id=client.client_id,
+            client_secret=secret,
+            issuer=client.issuer,
+        )
+        storage = RegisteredClientStorage(tokens, registered)
     provider = OAuthClientProvider(
         server_url,
         metadata,
-        FileTokenStorage(token_file_for(token_dir, server_url)),
+        storage,
         redirect_handler=authorizer.redirect,
         callback_handler=authorizer.callback,
     )
     return SdkAuth(provider), authorizer
 
 
+def _client_credentials(
+    server_url: str, tokens: Path, client: OAuthClient, name: str
+) -> OAuthClientProvider:
+    """The SDK's provider for the client-credentials grant (nobody signs in): with the
+    client's secret, or with its private key signing each assertion (RFC 7523)."""
+    storage = FileTokenStorage(tokens)
+    key = client.private_key(name)
+    if key is not None:
+        assertion = SignedJWTParameters(
+            issuer=client.client_id,
+            subject=client.client_id,
+            signing_key=key,
+            signing_algorithm=client.signing_algorithm,
+        )
+        return PrivateKeyJWTOAuthProvider(
+            server_url,
+            storage,
+            client.client_id,
+            assertion.create_assertion_provider(),
+            scope=client.scope,
+            issuer=client.issuer,
+        )
+    secret = client.secret(name)
+    assert secret is not None  # the servers file refuses a grant without either
+    return ClientCredentialsOAuthProvider(
+        server_url,
+        storage,
+        client.client_id,
+        secret,
+        token_endpoint_auth_method=client.token_endpoint_auth_method,  # type: ignore[arg-type]
+        scope=client.scope,
+        issuer=client.issuer,
+    )
+
+
 __all__ = [
     "AuthorizationFailed",
     "Authorizer",
     "FileTokenStorage",
+    "RegisteredClientStorage",
     "SdkAuth",
     "default_token_dir",
     "oauth_auth",

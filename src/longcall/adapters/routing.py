@@ -184,9 +184,14 @@ class Connector:
         if self.token_dir is None:
             raise AdapterError(f"server {config.name!r} needs OAuth, but no token directory is set")
         auth, authorizer = await oauth_auth(
-            config.url, token_dir=self.token_dir, announce=self.announce
+            config.url,
+            token_dir=self.token_dir,
+            announce=self.announce,
+            client=config.oauth_client,
+            server_name=config.name,
         )
-        self._authorizers.append(authorizer)
+        if authorizer is not None:
+            self._authorizers.append(authorizer)
         return auth
 
     async def aclose(self) -> None:

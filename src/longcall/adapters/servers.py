@@ -19,6 +19,16 @@ TOML::
     auth = { type = "bearer", token_env = "REPORTS_TOKEN" }  # or token_file = "..."
     # auth = { type = "oauth" }        # OAuth 2.1 through the official MCP SDK
 
+    # OAuth with a client the authorization server registered beforehand (no dynamic
+    # registration): a person signs in once (authorization code), or nobody does
+    # (client credentials, with a secret or a private key that signs an assertion).
+    # auth = { type = "oauth", client_id = "longcall-prod", client_secret_env = "SECRET",
+    #          issuer = "https://login.example.com" }
+    # auth = { type = "oauth", grant = "client_credentials", client_id = "svc",
+    #          client_secret_file = "~/.config/reports.secret" }
+    # auth = { type = "oauth", grant = "client_credentials", client_id = "svc",
+    #          private_key_file = "~/.config/reports.pem", signing_algorithm = "ES256" }
+
 JSON (MCP hosts): ``{"mcpServers": {"reports": {"url": "…", "headers": {…}}}}`` (or
 ``"servers"``); entries that start a local process (``command``) are skipped: longcall
 calls servers over HTTP only.
@@ -47,6 +57,25 @@ SERVERS_ENV = "LONGCALL_SERVERS"
 ENV_REFERENCE = re.compile(r"\$\{(?:env:)?([A-Za-z_][A-Za-z0-9_]*)\}")
 """``${env:NAME}`` or ``${NAME}`` in a header value: read from the environment at use."""
 AUTH_TYPES = ("none", "bearer", "oauth")
+OAUTH_GRANTS = ("authorization_code", "client_credentials")
+SECRET_AUTH_METHODS = ("client_secret_basic", "client_secret_post")
+"""How a client secret is presented at the token endpoint (RFC 6749 section 2.3.1)."""
+DEFAULT_SIGNING_ALGORITHM = "RS256"
+SIGNING_ALGORITHMS = ("RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384")
+"""What a private key may sign a client assertion with (RFC 7523)."""
+_TOKEN_KEYS = {"type", "token_env", "token_file"}
+_OAUTH_CLIENT_KEYS = {
+    "client_id",
+    "grant",
+    "issuer",
+    "scope",
+    "client_secret_env",
+    "client_secret_file",
+    "private_key_env",
+    "private_key_file",
+    "signing_algorithm",
+    "token_endpoint_auth_method",
+}
 
 
 class ConfigError(UsageError):
@@ -55,6 +84,52 @@ class ConfigError(UsageError):
 
 class MissingCredential(UsageError):
     """A configured secret is not there (the variable is unset, the file is missing)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class OAuthClient:
+    """An OAuth client the server's authorization server registered beforehand (C1):
+    its id, the grant it uses, and where its secret or private key is read from (the
+    names only; the secrets are read at connect time, never kept here)."""
+
+    client_id: str
+    grant: str = "authorization_code"
+    issuer: str | None = None
+    """The authorization server that registered the client: tokens are asked of it only."""
+    scope: str | None = None
+    client_secret_env: str | None = None
+    client_secret_file: str | None = None
+    private_key_env: str | None = None
+    private_key_file: str | None = None
+    signing_algorithm: str = DEFAULT_SIGNING_ALGORITHM
+    token_endpoint_auth_method: str = SECRET_AUTH_METHODS[0]
+    """With a secret: how it is presented (basic or post)."""
+
+    @property
+    def has_secret(self) -> bool:
+        return self.client_secret_env is not None or self.client_secret_file is not None
+
+    @property
+    def has_private_key(self) -> bool:
+        return self.private_key_env is not None or self.private_key_file is not None
+
+    def secret(self, server: str, environ: Mapping[str, str] | None = None) -> str | None:
+        """The client secret, read now (None for a public client)."""
+        if not self.has_secret:
+            return None
+        env = os.environ if environ is None else environ
+        return _read_secret(
+            server, "client secret", self.client_secret_env, self.client_secret_file, env
+        )
+
+    def private_key(self, server: str, environ: Mapping[str, str] | None = None) -> str | None:
+        """The PEM private key that signs the client's assertions, read now."""
+        if not self.has_private_key:
+            return None
+        env = os.environ if environ is None else environ
+        return _read_secret(
+            server, "private key", self.private_key_env, self.private_key_file, env, strip=False
+        )
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -71,6 +146,8 @@ class ServerConfig:
     token_file: str | None = None
     poll_qps_max: float | None = None
     allowed_tools: frozenset[str] | None = None
+    oauth_client: OAuthClient | None = None
+    """OAuth with a registered client; None: dynamic registration (``auth = "oauth"``)."""
 
     def __repr__(self) -> str:  # never the header values: they may be secrets
         return f"ServerConfig(name={self.name!r}, url={self.url!r}, auth={self.auth!r})"
@@ -87,25 +164,39 @@ class ServerConfig:
         return headers
 
     def _token(self, env: Mapping[str, str]) -> str:
-        if self.token_env is not None:
-            value = env.get(self.token_env)
-            if not value:
-                raise MissingCredential(
-                    f"server {self.name!r}: the environment variable {self.token_env} "
-                    "holding its token is not set"
-                )
-            return value.strip()
-        assert self.token_file is not None
-        path = Path(self.token_file).expanduser()
-        try:
-            value = path.read_text(encoding="utf-8").strip()
-        except OSError as exc:
-            raise MissingCredential(
-                f"server {self.name!r}: cannot read its token file {path}: {exc.strerror}"
-            ) from exc
+        return _read_secret(self.name, "token", self.token_env, self.token_file, env)
+
+
+def _read_secret(
+    server: str,
+    what: str,
+    env_name: str | None,
+    file_name: str | None,
+    env: Mapping[str, str],
+    *,
+    strip: bool = True,
+) -> str:
+    """A secret from the environment variable or the file it is configured in (exactly
+    one is), or :class:`MissingCredential` naming where it was looked for, never it."""
+    if env_name is not None:
+        value = env.get(env_name)
         if not value:
-            raise MissingCredential(f"server {self.name!r}: its token file {path} is empty")
-        return value
+            raise MissingCredential(
+                f"server {server!r}: the environment variable {env_name} holding its "
+                f"{what} is not set"
+            )
+        return value.strip() if strip else value
+    assert file_name is not None
+    path = Path(file_name).expanduser()
+    try:
+        value = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise MissingCredential(
+            f"server {server!r}: cannot read its {what} file {path}: {exc.strerror}"
+        ) from exc
+    if not value.strip():
+        raise MissingCredential(f"server {server!r}: its {what} file {path} is empty")
+    return value.strip() if strip else value
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -220,9 +311,14 @@ def _server(name: str, entry: Any, path: Path) -> ServerConfig:
     kind = auth.get("type", "bearer" if ("token_env" in auth or "token_file" in auth) else "none")
     if kind not in AUTH_TYPES:
         raise ConfigError(f"{where}: auth type {kind!r} is not one of {', '.join(AUTH_TYPES)}")
+    takes = {"bearer": _TOKEN_KEYS, "oauth": {"type", *_OAUTH_CLIENT_KEYS}}.get(kind, {"type"})
+    unknown = sorted(set(auth) - takes)
+    if unknown:
+        raise ConfigError(f"{where}: auth of type {kind!r} takes no {', '.join(unknown)}")
     token_env, token_file = auth.get("token_env"), auth.get("token_file")
     if kind == "bearer" and (token_env is None) == (token_file is None):
         raise ConfigError(f"{where}: a bearer token needs exactly one of token_env, token_file")
+    oauth_client = _oauth_client(auth, where) if kind == "oauth" else None
     qps = entry.get("poll_qps_max")
     if qps is not None and (not isinstance(qps, int | float) or isinstance(qps, bool) or qps <= 0):
         raise ConfigError(f"{where}: poll_qps_max must be a positive number")
@@ -244,7 +340,71 @@ def _server(name: str, entry: Any, path: Path) -> ServerConfig:
         token_file=token_file,
         poll_qps_max=float(qps) if qps is not None else None,
         allowed_tools=frozenset(tools) if tools is not None else None,
+        oauth_client=oauth_client,
     )
+
+
+def _oauth_client(auth: Mapping[str, Any], where: str) -> OAuthClient | None:
+    """The registered client an ``oauth`` auth table names (None: register dynamically),
+    refusing every combination the flows cannot use."""
+    if not set(auth) & _OAUTH_CLIENT_KEYS:
+        return None
+    strings = {key: auth[key] for key in _OAUTH_CLIENT_KEYS if key in auth}
+    for key, value in strings.items():
+        if not isinstance(value, str) or not value.strip():
+            raise ConfigError(f"{where}: auth.{key} must be a non-empty string")
+    if "client_id" not in strings:
+        raise ConfigError(f"{where}: an OAuth client needs its client_id")
+    grant = strings.get("grant", "authorization_code")
+    if grant not in OAUTH_GRANTS:
+        raise ConfigError(f"{where}: auth.grant must be one of {', '.join(OAUTH_GRANTS)}")
+    if "client_secret_env" in strings and "client_secret_file" in strings:
+        raise ConfigError(f"{where}: give one of client_secret_env, client_secret_file")
+    if "private_key_env" in strings and "private_key_file" in strings:
+        raise ConfigError(f"{where}: give one of private_key_env, private_key_file")
+    client = OAuthClient(
+        client_id=strings["client_id"],
+        grant=grant,
+        issuer=strings.get("issuer"),
+        scope=strings.get("scope"),
+        client_secret_env=strings.get("client_secret_env"),
+        client_secret_file=strings.get("client_secret_file"),
+        private_key_env=strings.get("private_key_env"),
+        private_key_file=strings.get("private_key_file"),
+        signing_algorithm=strings.get("signing_algorithm", DEFAULT_SIGNING_ALGORITHM),
+        token_endpoint_auth_method=strings.get(
+            "token_endpoint_auth_method", SECRET_AUTH_METHODS[0]
+        ),
+    )
+    if client.has_secret and client.has_private_key:
+        raise ConfigError(f"{where}: an OAuth client has a secret or a private key, not both")
+    if client.has_private_key and grant != "client_credentials":
+        raise ConfigError(
+            f"{where}: a private key signs client-credentials assertions only"
+            ' (grant = "client_credentials")'
+        )
+    if grant == "client_credentials" and not (client.has_secret or client.has_private_key):
+        raise ConfigError(
+            f"{where}: the client_credentials grant needs the client's secret"
+            " (client_secret_env or client_secret_file) or private key (private_key_env or"
+            " private_key_file)"
+        )
+    if client.token_endpoint_auth_method not in SECRET_AUTH_METHODS:
+        raise ConfigError(
+            f"{where}: auth.token_endpoint_auth_method must be one of"
+            f" {', '.join(SECRET_AUTH_METHODS)}"
+        )
+    if "token_endpoint_auth_method" in strings and not client.has_secret:
+        raise ConfigError(f"{where}: auth.token_endpoint_auth_method applies to a client secret")
+    if "signing_algorithm" in strings and not client.has_private_key:
+        raise ConfigError(f"{where}: auth.signing_algorithm applies to a private key")
+    if client.signing_algorithm not in SIGNING_ALGORITHMS:
+        raise ConfigError(
+            f"{where}: auth.signing_algorithm must be one of {', '.join(SIGNING_ALGORITHMS)}"
+        )
+    if client.issuer is not None:
+        check_url(client.issuer)
+    return client
 
 
 def _expand(value: str, env: Mapping[str, str], server: str) -> str:
@@ -264,6 +424,7 @@ __all__ = [
     "SERVERS_ENV",
     "ConfigError",
     "MissingCredential",
+    "OAuthClient",
     "ServerConfig",
     "ServersConfig",
     "check_url",
