@@ -184,7 +184,11 @@ async def test_a_registered_oauth_clients_secret_is_read_at_connect_and_never_sh
     the authorization server does not take is never replaced by a registration."""
     from mcp.shared.auth import OAuthClientInformationFull
 
-    from longcall.adapters.oauth import AuthorizationFailed, RegisteredClientStorage
+    from longcall.adapters.oauth import (
+        AuthorizationFailed,
+        RegisteredClientStorage,
+        token_file_for,
+    )
 
     path = tmp_path / "servers.toml"
     path.write_text(
@@ -207,6 +211,11 @@ async def test_a_registered_oauth_clients_secret_is_read_at_connect_and_never_sh
     monkeypatch.setenv("R_SECRET", "s3cret-never-shown")
     assert client.secret("r") == "s3cret-never-shown"
     assert "s3cret" not in repr(config) + repr(client)
+    # Tokens belong to the client they were issued to: another client's are never sent.
+    url = "http://127.0.0.1:9/mcp"
+    files = {token_file_for(tmp_path, url, c) for c in (None, "svc", "other")}
+    assert len(files) == 3
+    assert token_file_for(tmp_path, url) == token_file_for(tmp_path, url, None)
     storage = RegisteredClientStorage(
         tmp_path / "tokens.json",
         OAuthClientInformationFull(client_id="svc", redirect_uris=None),

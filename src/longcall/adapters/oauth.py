@@ -127,9 +127,12 @@ def default_token_dir() -> Path:
     return Path(platformdirs.user_data_dir("longcall")) / "oauth"
 
 
-def token_file_for(directory: Path, server_url: str) -> Path:
-    """The token file of one server: named by a digest of its URL."""
-    name = hashlib.sha256(server_url.encode()).hexdigest()[:24]
+def token_file_for(directory: Path, server_url: str, client_id: str | None = None) -> Path:
+    """The token file of one server (and of the client registered beforehand that the
+    tokens were issued to, if any: another client's tokens are never sent): named by a
+    digest of the URL and the client id."""
+    key = server_url if client_id is None else f"{server_url}\n{client_id}"
+    name = hashlib.sha256(key.encode()).hexdigest()[:24]
     return directory / f"{name}.json"
 
 
@@ -273,7 +276,7 @@ async def oauth_auth(
     with ``client``, the one registered beforehand (its secret or key read now, raising
     :class:`~longcall.adapters.servers.MissingCredential`), else one registered
     dynamically. Close the returned :class:`Authorizer` (None: nobody signs in) when done."""
-    tokens = token_file_for(token_dir, server_url)
+    tokens = token_file_for(token_dir, server_url, client.client_id if client else None)
     name = server_name or server_url
     if client is not None and client.grant == "client_credentials":
         return SdkAuth(_client_credentials(server_url, tokens, client, name)), None
