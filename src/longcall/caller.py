@@ -16,6 +16,7 @@ import asyncio
 import contextlib
 import enum
 import json
+import math
 import os
 import re
 import signal
@@ -227,11 +228,31 @@ ledger_option = click.option(
     help=f"Ledger URL: sqlite:///PATH or postgresql://… (default: ${LEDGER_ENV}, else a"
     " file in your data directory; `longcall ops where` prints it).",
 )
+LONGEST_WAIT_S = 10 * 365 * 86_400.0
+"""The longest wait or budget a command takes (ten years): beyond what a thread's or the
+event loop's timer can hold, a number is a mistake, not a wait."""
+LONGEST_LEASE_S = 86_400.0
+"""A lease longer than a day would leave a stopped worker's operations for that long."""
+
+
+class FiniteFloatRange(click.FloatRange):
+    """click's ``FloatRange`` that also refuses NaN and the infinities: a NaN compares
+    false with every bound, so it passes them, and would reach a record or a timer."""
+
+    name = "number"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress or log lines.")
 qps_option = click.option(
     "--qps",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True),
     default=20.0,
     show_default=True,
     help="At most this many status polls per second per server (shared by every worker"
@@ -530,7 +551,7 @@ def ask_a_person(
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0, max=LONGEST_WAIT_S),
     default=None,
     help="With --wait: stop waiting after this many seconds (the call goes on).",
 )
@@ -544,7 +565,7 @@ def ask_a_person(
 @click.option(
     "--budget",
     "budget_s",
-    type=click.FloatRange(min=0, min_open=True),
+    type=FiniteFloatRange(min=0, min_open=True, max=LONGEST_WAIT_S),
     default=None,
     help="Give up waiting for the operation after this many seconds (an operator then decides).",
 )
@@ -606,6 +627,9 @@ def call(
         arguments = checked_arguments(arguments)
     except InvalidArguments as exc:
         raise click.BadParameter(str(exc), param_hint="--args") from None
+    # A server that cannot be named (a malformed URL, an unknown name) is refused
+    # before the ledger is opened, or made.
+    servers_from(servers_path).resolve(url)
     node = node or default_node_id(tool, arguments)
     ctx.meta[RESUME_KEY] = f"longcall ops wait {_quote(node)}{ledger_shown(ledger_url)}"
     view = ProgressView(node, enabled=wait and not quiet)
@@ -696,7 +720,7 @@ def metrics_options(command: Callable[..., Any]) -> Callable[..., Any]:
 @click.option(
     "--lease",
     "lease_s",
-    type=click.FloatRange(min=0.5),
+    type=FiniteFloatRange(min=0.5, max=LONGEST_LEASE_S),
     default=30.0,
     show_default=True,
     help="Seconds another worker waits before taking over this one's operations if it stops.",
@@ -983,7 +1007,7 @@ def ops_show(node: str, ledger_url: str | None, limit: int, as_json: bool) -> No
 @click.option(
     "--timeout",
     "timeout_s",
-    type=click.FloatRange(min=0),
+    type=FiniteFloatRange(min=0, max=LONGEST_WAIT_S),
     default=None,
     help="Stop waiting after this many seconds (the call goes on).",
 )

@@ -11,14 +11,18 @@ command.
 from __future__ import annotations
 
 import os
+import re
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from longcall.caller import (
     EXIT_CODES_HELP,
+    LONGEST_LEASE_S,
     RESUME_KEY,
     ExitCode,
+    FiniteFloatRange,
     call,
     describe_error,
     exit_code_of,
@@ -29,12 +33,26 @@ from longcall.caller import (
 from longcall.rollout_cli import rollout
 
 DEBUG_ENV = "LONGCALL_DEBUG"
+DRIVE_CALLS = ("call", "worker", "ops")
+"""The commands whose calls go on at their servers when the command is interrupted."""
 
 
 class LongcallGroup(click.Group):
     """A group whose commands end in one-line errors and documented exit codes."""
 
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # Bytes that are not UTF-8 reach Python as lone surrogates, which no ledger
+        # row, JSON body or terminal can hold: one usage error here, for every command.
+        ctx.meta[_NOT_TEXT] = next((a for a in args if _has_surrogate(a)), None)
+        return super().parse_args(ctx, args)
+
     def invoke(self, ctx: click.Context) -> Any:
+        bad = ctx.meta.get(_NOT_TEXT)
+        if bad is not None:
+            raw = bad.encode("utf-8", "surrogateescape" if _escaped(bad) else "backslashreplace")
+            shown = raw.decode("utf-8", "backslashreplace")
+            click.echo(f"longcall: the argument '{shown}' is not UTF-8 text", err=True)
+            ctx.exit(int(ExitCode.USAGE))
         try:
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort):
@@ -49,17 +67,32 @@ class LongcallGroup(click.Group):
         except KeyboardInterrupt:
             resume = _meta(ctx, RESUME_KEY)
             click.echo("", err=True)
-            click.echo(
-                "longcall: interrupted; only local waiting stopped, the call goes on."
-                + (f" Resume with: {resume}" if resume else ""),
-                err=True,
-            )
+            if ctx.invoked_subcommand in DRIVE_CALLS:
+                click.echo(
+                    "longcall: interrupted; only local waiting stopped, the call goes on."
+                    + (f" Resume with: {resume}" if resume else ""),
+                    err=True,
+                )
+            else:  # a server, the simulator, a plan change: nothing goes on elsewhere
+                click.echo("longcall: interrupted", err=True)
             ctx.exit(int(ExitCode.INTERRUPTED))
         except Exception as exc:
             if ctx.meta.get("longcall.debug"):
                 raise
             click.echo(f"longcall: {describe_error(exc)}", err=True)
             ctx.exit(int(exit_code_of(exc)))
+
+
+_NOT_TEXT = "longcall.not_text"
+
+
+def _has_surrogate(text: str) -> bool:
+    return any("\ud800" <= ch <= "\udfff" for ch in text)
+
+
+def _escaped(text: str) -> bool:
+    """Whether every surrogate stands for an undecodable byte (as the OS hands them over)."""
+    return all(not "\ud800" <= ch <= "\udfff" or "\udc80" <= ch <= "\udcff" for ch in text)
 
 
 def _meta(ctx: click.Context, key: str) -> Any:
@@ -76,7 +109,7 @@ def _meta(ctx: click.Context, key: str) -> Any:
 @click.option(
     "--debug",
     is_flag=True,
-    default=lambda: bool(os.environ.get(DEBUG_ENV)),
+    default=lambda: os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no"),
     help=f"Show the full traceback of an error (also ${DEBUG_ENV}=1).",
 )
 @click.pass_context
@@ -130,7 +163,7 @@ def demo(walkthrough: bool) -> None:
     "--lease-seconds",
     default=15.0,
     show_default=True,
-    type=click.FloatRange(min=0.5),
+    type=FiniteFloatRange(min=0.5, max=LONGEST_LEASE_S),
     help="How long another server on the same store waits before taking over a task"
     " whose server stopped.",
 )
@@ -213,7 +246,9 @@ def serve(
     help="Plant each known bug in the real code and show which gate catches it.",
 )
 @click.option("--mutant", "mutant_names", multiple=True, help="Only this mutant (repeatable).")
+@click.pass_context
 def sim(
+    ctx: click.Context,
     permutations: str,
     seed: str,
     profile: str,
@@ -233,7 +268,11 @@ def sim(
     from longcall.sim.config import PROFILES
     from longcall.sim.console import replay, run_mutants, run_sim
 
-    count = _whole_number(permutations, "--permutations", minimum=1)
+    _refuse_together(ctx, "replay_seed", "permutations", "seed", "as_json", "mutant_table",
+                     "mutant_names")  # fmt: skip
+    _refuse_together(ctx, "mutant_table", "permutations", "as_json")
+    _refuse_together(ctx, "mutant_names", "permutations", "as_json")
+    count = _whole_number(permutations, "--permutations", minimum=1, maximum=MAX_PERMUTATIONS)
     run_seed = _whole_number(seed, "--seed", minimum=0)
     chosen = PROFILES.get(profile)
     if chosen is None:
@@ -255,15 +294,36 @@ def sim(
     raise SystemExit(run_sim(count, seed=run_seed, as_json=as_json, profile=chosen))
 
 
-def _whole_number(text: str, option: str, *, minimum: int) -> int:
-    """An option's whole number, or a usage error naming the option."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise click.BadParameter(f"{text!r} is not a whole number", param_hint=option) from None
+MAX_PERMUTATIONS = 1_000_000
+"""About an hour on two cores; a larger count is a typo, not a run."""
+
+
+def _whole_number(text: str, option: str, *, minimum: int, maximum: int | None = None) -> int:
+    """An option's whole number (plain ASCII digits, as it is printed back in a replay
+    command), or a usage error naming the option."""
+    if not re.fullmatch(r"-?[0-9]+", text.strip()):
+        raise click.BadParameter(f"{text!r} is not a whole number", param_hint=option)
+    value = int(text)
     if value < minimum:
         raise click.BadParameter(f"{value} is below {minimum}", param_hint=option)
+    if maximum is not None and value > maximum:
+        raise click.BadParameter(f"{value} is above {maximum:,}", param_hint=option)
     return value
+
+
+def _refuse_together(ctx: click.Context, chosen: str, *others: str) -> None:
+    """A usage error when ``chosen`` was given with an option it would ignore."""
+    given = {
+        param.name: "/".join(param.opts)
+        for param in ctx.command.params
+        if param.name is not None
+        and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE
+    }
+    if chosen not in given:
+        return
+    ignored = [given[name] for name in others if name in given]
+    if ignored:
+        raise click.UsageError(f"{given[chosen]} does not take {', '.join(ignored)}", ctx)
 
 
 main.add_command(call)

@@ -17,7 +17,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from longcall.caller import json_option, ledger_option
+from longcall.caller import FiniteFloatRange, json_option, ledger_option
 from longcall.client import default_ledger_url
 from longcall.errors import LongcallError
 from longcall.ledger import ADAPTER_STATES, AdapterPlan, Ledger, open_ledger
@@ -140,7 +140,7 @@ def rollout_set(protocol: str, version: str, state: str, note: str, ledger_url: 
 @rollout.command("canary")
 @click.argument("protocol")
 @click.argument("version")
-@click.argument("percent", type=click.FloatRange(0, 100))
+@click.argument("percent", type=FiniteFloatRange(0, 100))
 @click.option("--note", default="", help="Why (kept in the plan).")
 @ledger_option
 def rollout_canary(

@@ -331,3 +331,49 @@ def test_a_taken_metrics_port_is_one_line_for_worker_and_serve(
     # serve logs first (a new task store is a warning of its own); the error is one line.
     error = done.stderr if command == "worker" else done.stderr.splitlines()[-1] + "\n"
     assert_one_line(error, f"cannot serve metrics on 127.0.0.1:{port}", "in use")
+
+
+@pytest.mark.parametrize(
+    ("args", "fragment"),
+    [
+        (("worker", "--until-idle", "--lease", "1e300"), "not in the range"),
+        (("worker", "--lease", "nan"), "not a finite number"),
+        (("call", "http://127.0.0.1:9/mcp", "t", "--budget", "nan"), "not a finite number"),
+        (("call", "http://127.0.0.1:9/mcp", "t", "--budget", "inf"), "not in the range"),
+        (("call", "http://127.0.0.1:9/mcp", "t", "--qps", "nan"), "not a finite number"),
+        (("ops", "wait", "n", "--timeout", "nan"), "not a finite number"),
+        (("rollout", "canary", "2026-07-28", "2", "nan"), "not a finite number"),
+        (("serve", "--lease-seconds", "inf"), "not in the range"),
+        (("sim", "--permutations", "99999999999999999999999"), "above 1,000,000"),
+        (("sim", "--permutations", "1_0"), "not a whole number"),
+        (("sim", "--replay", "1", "--mutant", "nope"), "--replay does not take --mutant"),
+        (("sim", "--replay", "1", "--json"), "--replay does not take --json"),
+        (("sim", "--mutants", "--permutations", "5"), "--mutants does not take --permutations"),
+        (("ops", "show", "n\udcff"), "'n\\xff' is not UTF-8 text"),
+        (("call", "http://[::1", "t"), "not a usable URL"),
+        (("call", "http://127.0.0.1:99999/mcp", "t"), "not a usable URL"),
+        (("ops", "list", "--ledger", "sqlite:relative.db"), "use sqlite:///file.db"),
+        (("ops", "list", "--ledger", "sqlite:///x.db?synchronous=bogus"), "synchronous must be"),
+    ],
+)
+def test_bad_values_are_usage_errors_before_anything_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, args: tuple[str, ...], fragment: str
+) -> None:
+    """NaN and the infinities (which pass click's bounds), numbers no timer can hold,
+    options a mode would ignore, bytes that are not text, URLs that name nothing: each
+    is one line and exit 2, and nothing is made (no ledger file in the directory)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("LONGCALL_LEDGER", f"sqlite:///{tmp_path / 'ledger.db'}")
+    code, _, err = run(*args)
+    assert code == ExitCode.USAGE, err
+    assert_one_line(err, fragment)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_debug_off_values_of_the_environment_variable(tmp_path: Path) -> None:
+    """LONGCALL_DEBUG=0 (or false) means off, as a person writing it means."""
+    url = f"sqlite:///{tmp_path / 'none.db'}"
+    for value in ("0", "false", "no", ""):
+        code, _, err = run("ops", "list", "--ledger", url, env={"LONGCALL_DEBUG": value})
+        assert code == ExitCode.ERROR
+        assert_one_line(err, "no ledger at")

@@ -241,7 +241,11 @@ def default_servers_path() -> Path:
 
 def check_url(url: str) -> None:
     """Refuse a URL that is not HTTP(S) or that carries a password (it would be stored)."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - read for its check: a port out of range raises
+    except ValueError as exc:  # an unclosed IPv6 bracket, a port past 65535
+        raise ConfigError(f"{url!r} is not a usable URL: {exc}") from None
     if parts.scheme not in ("http", "https") or not parts.netloc:
         raise ConfigError(f"{url!r} is not an http:// or https:// URL")
     if parts.password is not None or "token=" in parts.query.lower():
@@ -257,6 +261,8 @@ def load_servers(path: Path) -> ServersConfig:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read the servers file {path}: {exc.strerror}") from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"the servers file {path} is not UTF-8 text: {exc.reason}") from exc
     try:
         data = json.loads(text) if path.suffix == ".json" else tomllib.loads(text)
     except (ValueError, tomllib.TOMLDecodeError) as exc:

@@ -39,7 +39,7 @@ from longcall.ledger.base import (
     WorkerRow,
 )
 from longcall.ledger.budget import PollGrant
-from longcall.ledger.sqlite import SQLiteLedger
+from longcall.ledger.sqlite import SQLITE_SYNCHRONOUS, SQLiteLedger
 
 DEFAULT_LEDGER_URL = "sqlite:///longcall.db"
 
@@ -50,10 +50,14 @@ def sqlite_path(url: str) -> str | None:
     parts = urlsplit(url)
     if parts.scheme != "sqlite":
         return None
-    path = ":memory:" if parts.netloc == ":memory:" else parts.path[1:] if parts.path else ""
-    if not path:
+    if parts.netloc == ":memory:":
+        return ":memory:"
+    # Only sqlite:///relative.db and sqlite:////absolute.db: the third slash ends an
+    # empty authority. Anything else (sqlite:x.db, sqlite://host/x.db) would name a
+    # file the user did not write, so it is refused, never guessed at.
+    if parts.netloc or not url.startswith("sqlite:///") or not parts.path[1:]:
         raise UnsupportedLedgerURL(f"{url!r}: use sqlite:///file.db or sqlite://:memory:")
-    return path
+    return parts.path[1:]
 
 
 def open_ledger(url: str, *, create: bool = True) -> Ledger:
@@ -68,10 +72,15 @@ def open_ledger(url: str, *, create: bool = True) -> Ledger:
     options = {k: v[-1] for k, v in parse_qs(parts.query).items()}
     path = sqlite_path(url)
     if path is not None:
+        synchronous = options.get("synchronous", "full")
+        if synchronous.lower() not in SQLITE_SYNCHRONOUS:
+            raise UnsupportedLedgerURL(
+                f"{url!r}: synchronous must be one of {', '.join(SQLITE_SYNCHRONOUS)}"
+            )
         try:
             if path != ":memory:":
                 _check_sqlite_file(Path(path), create=create)
-            return SQLiteLedger(path, synchronous=options.get("synchronous", "full"))
+            return SQLiteLedger(path, synchronous=synchronous)
         except sqlite3.Error as exc:
             raise LedgerUnavailable(f"cannot open the ledger {path}: {exc}") from exc
         except OSError as exc:

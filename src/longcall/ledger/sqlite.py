@@ -197,6 +197,10 @@ _FENCED_UPDATE_TO_TERMINAL = _GUARDED_UPDATE.format(state_guard=_STATE_IS, fence
 _FENCED_UPDATE_TO_OPEN = _GUARDED_UPDATE.format(state_guard=_STATE_NOT_TERMINAL, fence=_FENCE)
 
 
+SQLITE_SYNCHRONOUS = ("full", "normal", "extra", "off")
+"""The ``PRAGMA synchronous`` levels a ledger may be opened with."""
+
+
 class _WriteTransaction:
     """``BEGIN IMMEDIATE`` … ``COMMIT`` under the connection's lock, ``ROLLBACK`` on any
     exception. A plain class rather than a generator context manager: every ledger
@@ -254,7 +258,7 @@ class SQLiteLedger(SqlLedger):
         utc_now: Callable[[], str] = utc_now_iso,
         new_identity: Callable[[], tuple[str, str]] | None = None,
     ) -> None:
-        if synchronous.lower() not in ("full", "normal", "extra", "off"):
+        if synchronous.lower() not in SQLITE_SYNCHRONOUS:
             raise ValueError(f"synchronous must be full, normal, extra or off, not {synchronous!r}")
         super().__init__(utc_now=utc_now, new_identity=new_identity)
         self.path = str(path)
