@@ -88,3 +88,30 @@ def test_an_open_task_limit_below_one_is_refused(argv: list[str]) -> None:
     done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
     assert done.returncode == 2
     assert "--max-open-tasks" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "fragment"),
+    [
+        (["--port", "-1"], 2, "--port: must be 0 to 65535"),
+        (["--port", "70000"], 2, "--port: must be 0 to 65535"),
+        (["--metrics-port", "-1"], 2, "--metrics-port: must be 0 to 65535"),
+        (["--drop-create-response-at", "-5"], 2, "must be 1 or more"),
+        (["--store", "mysql://x", "--port", "0"], 1, "unsupported task store URL"),
+        (
+            ["--host", "256.1.1.1", "--port", "0", "--store", "sqlite:///:memory:"],
+            1,
+            "cannot serve on 256.1.1.1:0",
+        ),
+    ],
+)
+def test_the_servers_own_command_fails_in_one_line(
+    tmp_path: Path, args: list[str], code: int, fragment: str
+) -> None:
+    """``python -m longcall.server`` with a value no server can use, or a store or
+    address it cannot open: one line on stderr, no traceback, a non-zero exit."""
+    argv = [sys.executable, "-m", "longcall.server", *args]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    assert done.returncode == code, done.stderr
+    assert "Traceback" not in done.stderr
+    assert fragment in done.stderr

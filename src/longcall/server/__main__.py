@@ -7,46 +7,71 @@ hold logic; it calls ``longcall.server.cli.run_reference_server``.
 from __future__ import annotations
 
 import argparse
+import sys
+from collections.abc import Callable
 
+from longcall.errors import LongcallError
 from longcall.server.cli import run_reference_server
 from longcall.server.options import DEFAULT_MAX_OPEN_TASKS_PER_PRINCIPAL
 
+PROG = "python -m longcall.server"
 
-def _at_least_one(text: str) -> int:
-    """A count of 1 or more (0 would refuse every task)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be 1 or more, not {value}")
-    return value
+
+def _whole_number(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argument type: a whole number within the bounds (a task limit of 0 would
+    refuse every task; a port past 65535 names none)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if maximum is not None and not minimum <= value <= maximum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} to {maximum}, not {value}")
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"must be {minimum} or more, not {value}")
+        return value
+
+    return parse
 
 
 def main() -> None:
     """Parse ``--store --host --port [--drop-create-response-at N] [--metrics-port N]
-    [--max-open-tasks N]`` and serve."""
-    parser = argparse.ArgumentParser(prog="python -m longcall.server")
+    [--max-open-tasks N]`` and serve. A failure to start (a port taken, a store that
+    cannot be opened) is one line on stderr and exit 1; Ctrl-C exits 130."""
+    parser = argparse.ArgumentParser(prog=PROG)
     parser.add_argument("--store", default=None, help="task store URL (sqlite:///PATH)")
     parser.add_argument("--host", default="127.0.0.1")
-    parser.add_argument("--port", type=int, default=8765)
-    parser.add_argument("--drop-create-response-at", type=int, default=None)
-    parser.add_argument("--metrics-port", type=int, default=None, help="0: any free port")
+    parser.add_argument("--port", type=_whole_number(0, 65535), default=8765)
+    parser.add_argument("--drop-create-response-at", type=_whole_number(1), default=None)
+    parser.add_argument(
+        "--metrics-port", type=_whole_number(0, 65535), default=None, help="0: any free port"
+    )
     parser.add_argument(
         "--max-open-tasks",
-        type=_at_least_one,
+        type=_whole_number(1),
         default=DEFAULT_MAX_OPEN_TASKS_PER_PRINCIPAL,
         help="tasks one caller may hold open at once",
     )
     args = parser.parse_args()
-    run_reference_server(
-        store_url=args.store,
-        host=args.host,
-        port=args.port,
-        drop_create_response_at=args.drop_create_response_at,
-        metrics_port=args.metrics_port,
-        max_open_tasks=args.max_open_tasks,
-    )
+    try:
+        run_reference_server(
+            store_url=args.store,
+            host=args.host,
+            port=args.port,
+            drop_create_response_at=args.drop_create_response_at,
+            metrics_port=args.metrics_port,
+            max_open_tasks=args.max_open_tasks,
+        )
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except LongcallError as exc:  # the store, the metrics port: each says what it is
+        print(f"{PROG}: {exc}", file=sys.stderr)
+        sys.exit(1)
+    except (OSError, UnicodeError) as exc:  # the address to listen on
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        print(f"{PROG}: cannot serve on {args.host}:{args.port}: {reason}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
