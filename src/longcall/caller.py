@@ -51,13 +51,14 @@ from longcall.client import (
 from longcall.client import Progress as CallProgress
 from longcall.core import State
 from longcall.core.events import Resolution
-from longcall.core.keys import canonical_json
+from longcall.core.keys import canonical_json, check_call_node_id
 from longcall.errors import (
     AdapterError,
     ConflictError,
     IntegrityError,
     InvalidAnswer,
     InvalidArguments,
+    InvalidCallNode,
     LocalProtocolError,
     LongcallError,
     NotFoundError,
@@ -127,7 +128,10 @@ MESSAGE_CHARS_MAX = 300
 def exit_code_of(exc: BaseException) -> ExitCode:
     """The exit status for an error that ends a command, by its branch of the error tree
     (``longcall.errors``)."""
-    if isinstance(exc, InvalidArguments | UnsupportedLedgerURL | ConfigError | MissingCredential):
+    if isinstance(
+        exc,
+        InvalidArguments | InvalidCallNode | UnsupportedLedgerURL | ConfigError | MissingCredential,
+    ):
         return ExitCode.USAGE  # what was typed (or configured) cannot be used
     if isinstance(exc, ServerUnreachable):
         return ExitCode.UNREACHABLE
@@ -631,6 +635,7 @@ def call(
     # before the ledger is opened, or made.
     servers_from(servers_path).resolve(url)
     node = node or default_node_id(tool, arguments)
+    check_call_node_id(node)
     ctx.meta[RESUME_KEY] = f"longcall ops wait {_quote(node)}{ledger_shown(ledger_url)}"
     view = ProgressView(node, enabled=wait and not quiet)
 

@@ -89,6 +89,12 @@ class CallNodeConflict(UsageError):
     request, wherever it is sent (X2)."""
 
 
+class InvalidCallNode(UsageError):
+    """A call node id that could not be stored and shown as given: empty, longer than
+    the ledger keeps, or holding control, line-breaking or direction-changing characters
+    (a terminal would obey them when the id is printed)."""
+
+
 class InvalidArguments(UsageError):
     """Tool arguments that are not a plain JSON object (NaN, a lone surrogate, too deep)."""
 

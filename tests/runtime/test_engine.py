@@ -321,3 +321,25 @@ def test_the_last_poll_of_an_operation_let_go_is_forgotten_in_time(ledger: Ledge
     assert "n" in first._last_poll_at  # kept for a claim back
     first.housekeep(now=now + FORGET_LET_GO_POLL_S + 10.0)
     assert "n" not in first._last_poll_at
+
+
+@pytest.mark.parametrize(
+    ("node", "why"),
+    [
+        ("", "1 to 512 characters"),
+        ("n" * 513, "not 513 characters"),
+        ("a\u202eb", r"U\+202E"),  # right-to-left override: the line would read backwards
+        ("a\tb", r"U\+0009"),
+        ("a\u2028b", r"U\+2028"),
+    ],
+)
+def test_a_call_node_id_that_cannot_be_shown_as_given_is_refused(node: str, why: str) -> None:
+    """Ids are printed on every line about their call: control, line-breaking and
+    direction-changing characters (which a terminal obeys) are refused, as is an empty
+    or oversized id; ordinary text of any script is kept."""
+    from longcall.errors import InvalidCallNode
+
+    with pytest.raises(InvalidCallNode, match=why):
+        CallSpec(call_node_id=node, binding=binding(), arguments={})
+    kept = CallSpec(call_node_id="отчёт-報告~shadow-2", binding=binding(), arguments={})
+    assert kept.call_node_id == "отчёт-報告~shadow-2"

@@ -14,7 +14,10 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import unicodedata
 from typing import Any
+
+from longcall.errors import InvalidCallNode
 
 SUBMISSION_KEY_PREFIX = "lc2-"
 UNSCOPED_KEY_PREFIX = "lc1-"
@@ -62,3 +65,23 @@ def derive_submission_key(
         return UNSCOPED_KEY_PREFIX + hashlib.sha256(material).hexdigest()[:32]
     mac = hmac.new(caller_key, material, hashlib.sha256).hexdigest()
     return SUBMISSION_KEY_PREFIX + mac[:32]
+
+
+CALL_NODE_ID_MAX = 512
+"""Characters a call node id may have: it is a key, printed on every line about it."""
+_UNPRINTABLE = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
+"""Unicode categories of control, format (direction overrides), surrogate, private,
+unassigned and line or paragraph separator characters."""
+
+
+def check_call_node_id(node: str) -> None:
+    """Refuse (:class:`InvalidCallNode`) an id that cannot be stored and shown as given."""
+    if not isinstance(node, str) or not node or len(node) > CALL_NODE_ID_MAX:
+        shown = f"{len(node)} characters" if isinstance(node, str) and node else repr(node)
+        raise InvalidCallNode(f"a call node id is 1 to {CALL_NODE_ID_MAX} characters, not {shown}")
+    bad = next((ch for ch in node if unicodedata.category(ch) in _UNPRINTABLE), None)
+    if bad is not None:
+        raise InvalidCallNode(
+            f"the call node id '{node.encode('unicode_escape').decode('ascii')}' holds"
+            f" U+{ord(bad):04X}, a control or formatting character"
+        )

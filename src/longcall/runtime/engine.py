@@ -52,7 +52,7 @@ from longcall.core import (
 )
 from longcall.core import commands as c
 from longcall.core import events as e
-from longcall.core.keys import canonical_json, request_digest
+from longcall.core.keys import canonical_json, check_call_node_id, request_digest
 from longcall.core.record import evolve
 from longcall.core.retry import CircuitBreaker, FailureKind
 from longcall.core.schedule import TokenBucket, WindowLimit, poll_delay_s
@@ -118,6 +118,9 @@ class CallSpec:
     step_index: int = 0
     shadow_of: str | None = None
     """The primary call node this call shadows through another adapter version (R1)."""
+
+    def __post_init__(self) -> None:
+        check_call_node_id(self.call_node_id)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
