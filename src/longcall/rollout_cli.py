@@ -35,11 +35,11 @@ def rollout() -> None:
     """
 
 
-def _ledger(url: str | None) -> Ledger:
+def _ledger(url: str | None, *, create: bool = False) -> Ledger:
     """The ledger whose plan is read or changed: the same default as every other
-    command's, and never made here (a plan written to a ledger no worker reads, at a
-    mistyped path, would route nothing)."""
-    return open_ledger(url or default_ledger_url(), create=False)
+    command's. Reading never makes one; a plan may be set before the first worker
+    starts, so a change does (as a first call does)."""
+    return open_ledger(url or default_ledger_url(), create=create)
 
 
 @rollout.command("status")
@@ -97,7 +97,7 @@ def rollout_status(ledger_url: str | None, as_json: bool) -> None:
 
 
 def _write(ledger_url: str | None, plan: AdapterPlan) -> None:
-    with _ledger(ledger_url) as ledger:
+    with _ledger(ledger_url, create=True) as ledger:
         ledger.set_rollout(plan)
     click.echo(f"{plan.protocol} {plan.adapter_version}: {plan.state}")
     if plan.state not in ("draining", "disabled"):
@@ -253,7 +253,7 @@ def rollout_rollback(
     """
     from longcall.runtime.rollout import rollback
 
-    with _ledger(ledger_url) as ledger:
+    with _ledger(ledger_url, create=True) as ledger:
         try:
             rebound = rollback(
                 ledger,
