@@ -380,3 +380,29 @@ def test_debug_off_values_of_the_environment_variable(tmp_path: Path) -> None:
         code, _, err = run("ops", "list", "--ledger", url, env={"LONGCALL_DEBUG": value})
         assert code == ExitCode.ERROR
         assert_one_line(err, "no ledger at")
+
+
+def test_what_the_simulator_and_the_metrics_say_cites_no_requirement_ids() -> None:
+    """Requirement ids belong to the code and its design notes; what a person reads
+    (the simulator's tables, mutants and violations, metric help) names the behaviour.
+    Every string of those modules that is not documentation is checked."""
+    import ast
+
+    import longcall
+
+    root = Path(longcall.__file__).parent
+    modules = ["sim/console.py", "sim/mutants.py", "sim/checks.py", "sim/world.py",
+               "sim/report.py", "runtime/metrics.py", "server/metrics.py"]  # fmt: skip
+    found = []
+    for module in modules:
+        tree = ast.parse((root / module).read_text(encoding="utf-8"))
+        docstrings = {  # a string standing alone: a docstring, or an attribute's
+            id(node.value)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.Expr) and isinstance(node.value, ast.Constant)
+        }
+        for node in ast.walk(tree):
+            text = node.value if isinstance(node, ast.Constant) else None
+            if isinstance(text, str) and id(node) not in docstrings and _requirement_ids(text):
+                found.append(f"{module}:{getattr(node, 'lineno', 0)}: {text[:60]!r}")
+    assert found == []

@@ -148,7 +148,7 @@ class ExecutorMetrics(Exposition):
         )
         self.escalated = Counter(
             "longcall_reconciliations",
-            "Operations handed to an operator (UNKNOWN outcome, X7).",
+            "Operations handed to an operator (UNKNOWN outcome).",
             registry=self.registry,
         )
         self._engine: Engine | None = None
@@ -260,7 +260,7 @@ class _EngineCollector(Collector):
         yield per_server
         retries = CounterMetricFamily(
             "longcall_request_retries",
-            "Requests that failed and are retried with backoff, per server (X9).",
+            "Requests that failed and are retried with backoff, per server.",
             labels=["server"],
         )
         for server, count in failures.items():

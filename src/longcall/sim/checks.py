@@ -156,13 +156,13 @@ class Checker:
         if record.version != expected:
             self.fail(
                 "versions and epochs",
-                f"{node}: version {record.version} written, expected {expected} (L4)",
+                f"{node}: version {record.version} written, expected {expected}",
             )
         if record.execution_epoch < self.epoch.get(node, 0):
             self.fail(
                 "versions and epochs",
                 f"{node}: execution epoch went back from {self.epoch[node]} to "
-                f"{record.execution_epoch} (a stale executor's write, D1)",
+                f"{record.execution_epoch} (a stale executor's write)",
             )
 
     def _evidence(
@@ -174,7 +174,7 @@ class Checker:
             if proofs <= 0:
                 self.fail(
                     "never created without proof",
-                    f"{node}: taken as never created, but no lookup said found: false (X2)",
+                    f"{node}: taken as never created, but no lookup said found: false",
                 )
             self.proofs[node] = max(0, proofs - 1)
         elif event == "CancelAcknowledged":
@@ -183,7 +183,7 @@ class Checker:
                 self.fail(
                     "cancel ack for its own request",
                     f"{node}: cancel generation {record.cancel_generation} acknowledged, but"
-                    f" the server has received generation {received} at most (X5)",
+                    f" the server has received generation {received} at most",
                 )
         elif event in TERMINAL_READS and record.state is State.RECONCILIATION_REQUIRED:
             self.fail(
@@ -196,7 +196,7 @@ class Checker:
         count = self.receipts.get(node, 0) + 1
         self.receipts[node] = count
         if count > 1:
-            self.fail("one receipt per node", f"{node}: {count} terminal receipts (L5)")
+            self.fail("one receipt per node", f"{node}: {count} terminal receipts")
         if receipt.execution_epoch < self.epoch.get(node, 0):
             self.fail("receipt from a stale epoch", f"{node}: epoch {receipt.execution_epoch}")
         fetched = receipt.terminal_status in (ServerStatus.COMPLETED, ServerStatus.FAILED)
@@ -223,7 +223,7 @@ class Checker:
             if self.ledger is not None and not _findable(self.ledger, record):
                 self.fail(
                     "findable unknown",
-                    f"{node}: {record.state.name} but not findable by key or id (X7)",
+                    f"{node}: {record.state.name} but not findable by key or id",
                 )
         elif node in self.unknown_since:
             self.unknown_durations.append(self.now - self.unknown_since.pop(node))

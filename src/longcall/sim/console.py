@@ -81,7 +81,7 @@ def gate_table(gates: list[Gate], title: str) -> Table:
 
 
 def fault_table(report: Report) -> Table:
-    table = Table(title="faults injected (SPEC F1)", title_justify="left")
+    table = Table(title="faults injected", title_justify="left")
     table.add_column("fault class")
     table.add_column("count", justify="right")
     for name in FAULT_CLASSES:

@@ -245,17 +245,17 @@ _HANDLERS = f"_HANDLERS[{e.__name__}."
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="poll-floor-removed",
-        bug="the server's poll interval is not the floor of the schedule (X3 rule 1)",
+        bug="the server's poll interval is not the floor of the schedule",
         patches=((_MACHINE, "poll_delay_s", _floor_removed),),
     ),
     Mutant(
         name="jitter-removed",
-        bug="polls go exactly at the floor, without jitter (X3 rule 2)",
+        bug="polls go exactly at the floor, without jitter",
         patches=((_MACHINE, "poll_delay_s", _jitter_removed),),
     ),
     Mutant(
         name="retry-after-ignored",
-        bug="a 429/503's Retry-After header is not read (X3, X9)",
+        bug="a 429/503's Retry-After header is not read",
         patches=(
             ("longcall.adapters.exchange", "parse_retry_after", _retry_after_ignored),
             (_AIP151, "parse_retry_after", _retry_after_ignored),
@@ -263,12 +263,12 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="non-idempotent-create-resent",
-        bug="a lost create of a non-idempotent tool is sent again (X2)",
+        bug="a lost create of a non-idempotent tool is sent again",
         patches=((_MACHINE, f"{_HANDLERS}SubmitOutcomeLost]", _resent_as_idempotent),),
     ),
     Mutant(
         name="lookup-skipped",
-        bug="a lost create is taken as never created without asking by key (X2)",
+        bug="a lost create is taken as never created without asking by key",
         patches=(
             (_MODERN, "ModernMapping.lookup", _lookup_skipped),
             (_LEGACY, "LegacyMapping.lookup", _lookup_skipped),
@@ -277,7 +277,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="fresh-key-after-crash",
-        bug="after a restart the create and the lookup carry a fresh submission key (X2)",
+        bug="after a restart the create and the lookup carry a fresh submission key",
         patches=(
             (_MODERN, "ModernMapping.submit", _fresh_key_after_crash),
             (_MODERN, "ModernMapping.lookup", _fresh_key_after_crash),
@@ -290,7 +290,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="accept-before-fetch",
-        bug="a terminal status is accepted without fetching its result (X6)",
+        bug="a terminal status is accepted without fetching its result",
         patches=(
             (_MODERN, "ModernMapping.fetch_result", _accept_before_fetch),
             (_LEGACY, "LegacyMapping.fetch_result", _accept_before_fetch),
@@ -300,7 +300,7 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="cancel-ack-is-cancelled",
-        bug="a 2026-07-28 (or AIP-151) cancel ack is taken for the cancelled terminal (X5)",
+        bug="a 2026-07-28 (or AIP-151) cancel ack is taken for the cancelled terminal",
         patches=(
             (_MODERN, "ModernMapping.cancel", _cancel_outcome_is_cancelled(e.CancelAcknowledged)),
             (_AIP151, "Aip151Mapping.cancel", _cancel_outcome_is_cancelled(e.CancelAcknowledged)),
@@ -308,37 +308,37 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="refused-cancel-is-cancelled",
-        bug="a 2025-11-25 -32602 on cancel of a terminal task is taken as cancelled (X5)",
+        bug="a 2025-11-25 -32602 on cancel of a terminal task is taken as cancelled",
         patches=((_LEGACY, "LegacyMapping.cancel", _cancel_outcome_is_cancelled(e.CancelRefused)),),
     ),
     Mutant(
         name="cancel-generation-ignored",
-        bug="an older generation's cancel ack is accepted for the current one (X5)",
+        bug="an older generation's cancel ack is accepted for the current one",
         patches=((_MACHINE, f"{_HANDLERS}CancelAcknowledged]", _generation_ignored),),
     ),
     Mutant(
         name="stale-epoch-accepted",
-        bug="a reply to an older execution epoch is applied (D1)",
+        bug="a reply to an older execution epoch is applied",
         patches=(("longcall.runtime.engine", "handle", _stale_epoch_accepted),),
     ),
     Mutant(
         name="is-error-is-failed",
-        bug="a 2026-07-28 tool error (isError: true) is mapped to failed (X6)",
+        bug="a 2026-07-28 tool error (isError: true) is mapped to failed",
         patches=((_MODERN, "verify_result", _is_error_failed),),
     ),
     Mutant(
         name="null-id-error-is-outcome",
-        bug="a JSON-RPC error with id: null is read as the answer to our request (C3)",
+        bug="a JSON-RPC error with id: null is read as the answer to our request",
         patches=(("longcall.adapters.mcp.rpc", "_answer_of", _null_id_is_answer),),
     ),
     Mutant(
         name="truncated-result-accepted",
-        bug="an event stream that ends before the answer is read as an answer (X6)",
+        bug="an event stream that ends before the answer is read as an answer",
         patches=(("longcall.adapters.mcp.rpc", "_read_stream", _stream_end_is_answer),),
     ),
     Mutant(
         name="foreign-result-accepted",
-        bug="a status or result about another task is read as ours (C3)",
+        bug="a status or result about another task is read as ours",
         patches=(
             # The poll reads of both versions check identity in mcp.common.task_status;
             # the 2026-07-28 re-fetch and the 2025-11-25 result in their own modules.
@@ -352,19 +352,19 @@ MUTANTS: tuple[Mutant, ...] = (
     ),
     Mutant(
         name="stale-round-answered",
-        bug="an answer given for an earlier input round is delivered for the pending one (X4)",
+        bug="an answer given for an earlier input round is delivered for the pending one",
         patches=(("longcall.runtime.engine", "record_answers", _answers_to_pending),),
     ),
     Mutant(
         name="cas-removed",
-        bug="the ledger's update does not compare the version it read (L4)",
+        bug="the ledger's update does not compare the version it read",
         patches=(("longcall.ledger.sqlite", "_UPDATE_TO_OPEN", _cas_removed),),
     ),
 )
 MUTANTS += (
     Mutant(
         name="fence-removed",
-        bug="the ledger no longer checks a worker's (owner, epoch) on its writes (D1)",
+        bug="the ledger no longer checks a worker's (owner, epoch) on its writes",
         patches=(
             ("longcall.ledger.sqlite", "_FENCED_UPDATE_TO_OPEN", _fence_removed_sql),
             ("longcall.ledger.sqlite", "_FENCED_UPDATE_TO_TERMINAL", _fence_removed_sql),
@@ -373,12 +373,12 @@ MUTANTS += (
     ),
     Mutant(
         name="lease-ignored",
-        bug="a claim takes operations from workers whose lease has not run out (D1)",
+        bug="a claim takes operations from workers whose lease has not run out",
         patches=(("longcall.ledger.sql", "_LAPSED_OWNERS", _every_lease_lapsed),),
     ),
     Mutant(
         name="shed-every-round",
-        bug="a worker hands back what it holds at every claim round: claims ping-pong (D1)",
+        bug="a worker hands back what it holds at every claim round: claims ping-pong",
         patches=(("longcall.runtime.engine", "Engine._claim_share", _shed_every_round),),
     ),
 )

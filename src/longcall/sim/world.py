@@ -802,7 +802,7 @@ class World:
             self.checker.fail(
                 "stale-epoch reply committed",
                 f"{node}: a {outcome.event.name} of epoch {action.record.execution_epoch}"
-                f" changed the ledger at epoch {self.checker.epoch.get(node, 0)} (D1)",
+                f" changed the ledger at epoch {self.checker.epoch.get(node, 0)}",
             )
 
     # --- scripted happenings ---------------------------------------------------------
