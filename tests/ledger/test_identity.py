@@ -78,8 +78,13 @@ def test_a_foreign_or_damaged_file_is_refused(tmp_path: Path) -> None:
     foreign = tmp_path / "app.db"
     with sqlite3.connect(foreign) as conn:
         conn.execute("CREATE TABLE customers (id INTEGER)")
+    before = foreign.read_bytes()
     with pytest.raises(LedgerRefused, match="not a longcall ledger"):
         SQLiteLedger(foreign)
+    # Left as found: not switched to WAL (a property of the file), not written.
+    assert foreign.read_bytes() == before
+    with sqlite3.connect(foreign) as conn:
+        assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
     damaged = tmp_path / "damaged.db"
     damaged.write_bytes(b"this is not sqlite " * 100)
     with pytest.raises(LedgerRefused, match="damaged"):

@@ -271,11 +271,13 @@ class SQLiteLedger(SqlLedger):
             )
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
-            self._conn.execute("PRAGMA journal_mode=WAL")
             self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
             self._conn.execute("PRAGMA foreign_keys=ON")
             self._conn.execute("PRAGMA busy_timeout=10000")
             self._migrate()
+            # After the migration, which refuses another program's database: WAL is a
+            # property of the file, and a refused file must be left as it was found.
+            self._conn.execute("PRAGMA journal_mode=WAL")
         except sqlite3.DatabaseError as exc:
             self._conn.close()
             if "not a database" in str(exc) or "malformed" in str(exc):
