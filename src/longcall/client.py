@@ -25,6 +25,7 @@ import functools
 import inspect
 import json
 import logging
+import math
 import os
 import re
 import time
@@ -45,6 +46,7 @@ from longcall.core import (
 )
 from longcall.core import events as e
 from longcall.core.keys import canonical_json, digest_bytes, request_digest
+from longcall.core.schedule import cap_at_limits
 from longcall.errors import (
     CallNodeConflict,
     ClientNotStarted,
@@ -285,6 +287,30 @@ def default_ledger_path() -> Path:
 def default_ledger_url() -> str:
     """``$LONGCALL_LEDGER`` if set, else the SQLite file in the user's data directory."""
     return os.environ.get(LEDGER_ENV) or f"sqlite:///{default_ledger_path()}"
+
+
+def _check_resolution(
+    node: str, record: OperationRecord, how: e.Resolution, result: Any, *, now: float
+) -> None:
+    """Refuse a resolution that would be recorded and do nothing: a result with one
+    that takes none, or ``resume`` where polling would stop again at once."""
+    settles = how in (e.Resolution.COMPLETED, e.Resolution.FAILED, e.Resolution.CANCELLED)
+    if result is not None and not settles:
+        raise NotReconcilable(
+            f"a result goes with completed, failed or cancelled; {how.value} takes none"
+        )
+    if how is e.Resolution.RESUME and now >= cap_at_limits(
+        math.inf, record.deadline_at, record.expires_at
+    ):
+        spent = (
+            "wait budget"
+            if record.deadline_at is not None and now >= record.deadline_at
+            else "expiry"
+        )
+        raise NotReconcilable(
+            f"{node!r}: its {spent} has passed, so polling would stop again at once;"
+            " settle it as completed, failed or cancelled from what the server says"
+        )
 
 
 def checked_arguments(arguments: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -694,6 +720,7 @@ class Client:
         except ValueError:
             choices = ", ".join(r.value for r in e.Resolution)
             raise NotReconcilable(f"no resolution {resolution!r} (use {choices})") from None
+        _check_resolution(node, record, how, result, now=time.time())
         try:
             payload = canonical_json(
                 result if result is not None else {"resolution": how.value, "note": note}

@@ -406,3 +406,36 @@ def test_what_the_simulator_and_the_metrics_say_cites_no_requirement_ids() -> No
             if isinstance(text, str) and id(node) not in docstrings and _requirement_ids(text):
                 found.append(f"{module}:{getattr(node, 'lineno', 0)}: {text[:60]!r}")
     assert found == []
+
+
+def test_reconcile_refuses_what_it_would_record_and_not_do(tmp_path: Path) -> None:
+    """A result with a resolution that takes none, and ``resume`` of an operation whose
+    wait budget is spent (polling would stop again at once), are refused with what to
+    do instead; settling it as completed works."""
+    from tests.core.builders import OP_ID, T0, new_record
+
+    from longcall.core import State
+    from longcall.core import events as e
+    from longcall.ledger import SQLiteLedger
+    from longcall.runtime.step import apply_event
+
+    path = tmp_path / "ledger.db"
+    with SQLiteLedger(path) as opened:
+        record = opened.create(new_record(budget_s=0.5, call_node_id="spent"))
+        for event, now in (
+            (e.SubmitAcknowledged(operation_id=OP_ID, poll_interval_s=5.0), T0 + 0.1),
+            (e.WorkingObserved(poll_interval_s=5.0), T0 + 5.2),
+        ):
+            record = apply_event(opened, record, event, now=now, jitter=0.5).record
+        assert record.state is State.RECONCILIATION_REQUIRED
+    url = f"sqlite:///{path}"
+    base = ("ops", "reconcile", "spent", "--note", "n", "--ledger", url)
+    code, _, err = run(*base, "--as", "resume", "--result", "{}")
+    assert code == ExitCode.REFUSED
+    assert_one_line(err, "a result goes with completed, failed or cancelled")
+    code, _, err = run(*base, "--as", "resume")
+    assert code == ExitCode.REFUSED
+    assert_one_line(err, "wait budget has passed", "settle it as completed")
+    code, out, err = run(*base, "--as", "completed", "--result", '{"rows": []}')
+    assert code == 0, err
+    assert "accepted" in out
