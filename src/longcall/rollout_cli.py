@@ -35,6 +35,14 @@ def rollout() -> None:
     """
 
 
+def _a_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    """A protocol or version word as workers are told it (``--runs P=V``): not empty,
+    no spaces, no ``=``, nothing a terminal would obey."""
+    if not value or any(ch.isspace() or ch == "=" or not ch.isprintable() for ch in value):
+        raise click.BadParameter(f"{value!r} is not a protocol or version name", ctx, param)
+    return value
+
+
 def _ledger(url: str | None, *, create: bool = False) -> Ledger:
     """The ledger whose plan is read or changed: the same default as every other
     command's. Reading never makes one; a plan may be set before the first worker
@@ -120,8 +128,8 @@ def _note_if_not_carried(protocol: str, version: str) -> None:
 
 
 @rollout.command("set")
-@click.argument("protocol")
-@click.argument("version")
+@click.argument("protocol", callback=_a_name)
+@click.argument("version", callback=_a_name)
 @click.argument("state", type=click.Choice(ADAPTER_STATES))
 @click.option("--note", default="", help="Why (kept in the plan).")
 @ledger_option
@@ -138,8 +146,8 @@ def rollout_set(protocol: str, version: str, state: str, note: str, ledger_url: 
 
 
 @rollout.command("canary")
-@click.argument("protocol")
-@click.argument("version")
+@click.argument("protocol", callback=_a_name)
+@click.argument("version", callback=_a_name)
 @click.argument("percent", type=FiniteFloatRange(0, 100))
 @click.option("--note", default="", help="Why (kept in the plan).")
 @ledger_option
@@ -163,8 +171,8 @@ def rollout_canary(
 
 
 @rollout.command("shadow")
-@click.argument("protocol")
-@click.argument("version")
+@click.argument("protocol", callback=_a_name)
+@click.argument("version", callback=_a_name)
 @click.option("--note", default="", help="Why (kept in the plan).")
 @ledger_option
 def rollout_shadow(protocol: str, version: str, note: str, ledger_url: str | None) -> None:
@@ -237,9 +245,13 @@ def rollout_shadow_report(ledger_url: str | None, as_json: bool) -> None:
 
 
 @rollout.command("rollback")
-@click.argument("protocol")
-@click.option("--from", "from_version", required=True, help="The version to take out.")
-@click.option("--to", "to_version", required=True, help="The version that takes over.")
+@click.argument("protocol", callback=_a_name)
+@click.option(
+    "--from", "from_version", required=True, callback=_a_name, help="The version to take out."
+)
+@click.option(
+    "--to", "to_version", required=True, callback=_a_name, help="The version that takes over."
+)
 @click.option("--note", default="", help="Why (kept in the plan).")
 @ledger_option
 def rollout_rollback(
@@ -253,6 +265,8 @@ def rollout_rollback(
     """
     from longcall.runtime.rollout import rollback
 
+    if from_version == to_version:
+        raise click.BadParameter("--from and --to name the same version", param_hint="--to")
     with _ledger(ledger_url, create=True) as ledger:
         try:
             rebound = rollback(

@@ -353,6 +353,9 @@ def test_a_taken_metrics_port_is_one_line_for_worker_and_serve(
         (("call", "http://127.0.0.1:99999/mcp", "t"), "not a usable URL"),
         (("ops", "list", "--ledger", "sqlite:relative.db"), "use sqlite:///file.db"),
         (("ops", "list", "--ledger", "sqlite:///x.db?synchronous=bogus"), "synchronous must be"),
+        (("rollout", "set", "", "", "enabled"), "'' is not a protocol or version name"),
+        (("rollout", "set", "2026-07-28", "a b", "enabled"), "not a protocol or version name"),
+        (("rollout", "rollback", "2026-07-28", "--from", "1", "--to", "1"), "the same version"),
         (
             ("call", "http://127.0.0.1:9/mcp", "t", "--node", "evil\nnode\x1b[31m"),
             "'evil\\nnode\\x1b[31m' holds U+000A",
