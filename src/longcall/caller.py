@@ -775,6 +775,23 @@ def worker(
             for line in worker_line(result, previous, ledger_url):
                 console.print(escape(line), soft_wrap=True)
 
+    unreachable: set[str] = set()
+
+    def log_reachability(progress: CallProgress) -> None:
+        """A server that stops answering (and answers again) is a line too: its
+        operations wait without a state change, retried with backoff."""
+        node, stamp = progress.call_node_id, time.strftime("%H:%M:%S")
+        if progress.server_unreachable and node not in unreachable:
+            unreachable.add(node)
+            line = f"{stamp} {node} server unreachable, retrying: {progress.message or ''}"
+        elif not progress.server_unreachable and node in unreachable:
+            unreachable.discard(node)
+            line = f"{stamp} {node} server answers again"
+        else:
+            return
+        if not quiet:
+            console.print(escape(one_line(line)), soft_wrap=True)
+
     ctx.meta[RESUME_KEY] = f"longcall worker{ledger_shown(ledger_url)}"
     versions = _versions_run(runs)
 
@@ -790,6 +807,7 @@ def worker(
             poll_qps_max=qps,
             drive_all=True,
             on_change=log,
+            on_progress=log_reachability,
             disabled_protocols=disabled,
             lease_s=lease_s,
             versions=versions,

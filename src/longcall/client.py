@@ -856,7 +856,9 @@ class Client:
         if self.on_change is not None and (before is None or before[:2] != now[:2]):
             result = await self._on_ledger(result_of, self.ledger, record)
             self._emit(self.on_change, result, before[0] if before else None)
-        if self.on_progress is not None and (before is not None and before[2] != unreachable):
+        # A node first seen failing (a worker adopting it while its server is down) is
+        # reported too: an unseen node counts as reachable.
+        if self.on_progress is not None and (before[2] if before else False) != unreachable:
             self._emit(
                 self.on_progress,
                 Progress(

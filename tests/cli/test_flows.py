@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.e2e.conftest import FaultLayer, serve
+from tests.e2e.conftest import Fault, FaultLayer, serve
 
 from longcall.caller import ExitCode
 from longcall.server import build_reference_server
@@ -225,6 +225,26 @@ async def test_call_wait_shows_the_question_and_takes_an_answer_from_another_ter
     assert waiting.returncode == ExitCode.OK, "".join(seen)
     view = json.loads(out)
     assert view["result"]["structuredContent"] == {"change": "x", "approved": True}
+
+
+async def test_the_worker_says_when_a_server_stops_answering_and_when_it_answers_again(
+    cli: tuple[Cli, Watched],
+) -> None:
+    """Polls that fail leave the state as it is (they are retried with backoff): the
+    worker says so in a line of its own, and again when the server answers; it used to
+    say nothing while it waited."""
+    runner, layer = cli
+    code, view, err = await runner.call("sleep_report", {"seconds": 1, "rows": 1}, "flaky")
+    assert (code, view["state"]) == (ExitCode.OK, "working"), err
+    layer.faults.append(Fault(method="tasks/get", nth=(1, 2), status=503))
+    code, _, err = await runner.run("worker", "--ledger", runner.ledger, "--until-idle")
+    assert code == ExitCode.OK, err
+    down = re.search(r"flaky server unreachable, retrying: .*503", err)
+    back = re.search(r"flaky server answers again", err)
+    assert down, err
+    assert back, err
+    assert down.start() < back.start(), err
+    assert re.search(r"flaky .*→ accepted: ok", err), err
 
 
 async def test_a_cancel_written_by_ops_is_sent_by_the_worker(cli: tuple[Cli, Watched]) -> None:
