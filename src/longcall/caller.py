@@ -757,7 +757,8 @@ def worker(
     servers_path: Path | None,
 ) -> None:
     """Drive (and resume) the open operations of the ledger, logging one line per state
-    change on stderr; several workers share them through leases.
+    change on stderr (and when a server stops or starts answering); several workers
+    share them through leases.
 
     Answers and cancels written by `longcall ops` from another terminal take effect
     within a second. With --until-idle it exits once every operation is accepted or
