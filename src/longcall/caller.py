@@ -181,13 +181,23 @@ def fail(message: str, code: ExitCode) -> NoReturn:
 
 def parse_json(text: str, option: str) -> Any:
     """A JSON value from an option, refused (a usage error) when it is not plain JSON:
-    not JSON, NaN or Infinity, nested too deeply, or a lone surrogate."""
+    not JSON, NaN or Infinity, a name twice in one object, nested too deeply, or a lone
+    surrogate."""
 
     def no_constants(name: str) -> Any:
         raise ValueError(f"{name} is not a JSON number")
 
+    def no_repeated_names(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        # Which of two values a reader keeps is up to the reader: say so, never pick.
+        seen: set[str] = set()
+        for name, _ in pairs:
+            if name in seen:
+                raise ValueError(f"the name {name!r} appears twice in one object")
+            seen.add(name)
+        return dict(pairs)
+
     try:
-        value = json.loads(text, parse_constant=no_constants)
+        value = json.loads(text, parse_constant=no_constants, object_pairs_hook=no_repeated_names)
         canonical_json(value)
     except RecursionError:
         raise click.BadParameter("nested too deeply", param_hint=option) from None
@@ -634,8 +644,8 @@ def call(
     # A server that cannot be named (a malformed URL, an unknown name) is refused
     # before the ledger is opened, or made.
     servers_from(servers_path).resolve(url)
-    node = node or default_node_id(tool, arguments)
-    check_call_node_id(node)
+    node = default_node_id(tool, arguments) if node is None else node
+    check_call_node_id(node)  # an empty --node too: it is not "no --node"
     ctx.meta[RESUME_KEY] = f"longcall ops wait {_quote(node)}{ledger_shown(ledger_url)}"
     view = ProgressView(node, enabled=wait and not quiet)
 

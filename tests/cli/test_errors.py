@@ -354,6 +354,11 @@ def test_a_taken_metrics_port_is_one_line_for_worker_and_serve(
         (("ops", "list", "--ledger", "sqlite:relative.db"), "use sqlite:///file.db"),
         (("ops", "list", "--ledger", "sqlite:///x.db?synchronous=bogus"), "synchronous must be"),
         (("rollout", "set", "", "", "enabled"), "'' is not a protocol or version name"),
+        (("call", "http://127.0.0.1:9/mcp", "t", "--node", ""), "1 to 512 characters"),
+        (
+            ("call", "http://127.0.0.1:9/mcp", "t", "--args", '{"a": 1, "a": 2}'),
+            "'a' appears twice",
+        ),
         (("rollout", "set", "2026-07-28", "a b", "enabled"), "not a protocol or version name"),
         (("rollout", "rollback", "2026-07-28", "--from", "1", "--to", "1"), "the same version"),
         (

@@ -301,8 +301,10 @@ def _server(name: str, entry: Any, path: Path) -> ServerConfig:
     if not isinstance(entry, dict):
         raise ConfigError(f"{where} must be a table")
     url = entry.get("url")
-    if not isinstance(url, str):
+    if url is None:
         raise ConfigError(f"{where} has no url")
+    if not isinstance(url, str):
+        raise ConfigError(f"{where}: url must be a string, not {type(url).__name__}")
     check_url(url)
     headers = entry.get("headers", {})
     if not isinstance(headers, dict) or not all(
