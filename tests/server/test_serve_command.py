@@ -98,6 +98,7 @@ def test_an_open_task_limit_below_one_is_refused(argv: list[str]) -> None:
         (["--metrics-port", "-1"], 2, "--metrics-port: must be 0 to 65535"),
         (["--drop-create-response-at", "-5"], 2, "must be 1 or more"),
         (["--store", "mysql://x", "--port", "0"], 1, "unsupported task store URL"),
+        (["--store", "", "--port", "0"], 1, "names no file"),
         (
             ["--host", "256.1.1.1", "--port", "0", "--store", "sqlite:///:memory:"],
             1,

@@ -55,11 +55,15 @@ def open_store(url: str | None) -> SqlTaskStore:
         dsn = urlunsplit(parts._replace(query=urlencode(libpq)))
         return PostgresTaskStore(dsn, schema=options.get("schema", DEFAULT_SCHEMA))
     synchronous = options.get("synchronous", "FULL")
+    path = None
     if parts.scheme in ("", "file"):
-        return _sqlite(parts.path or url, synchronous)
-    if parts.scheme == "sqlite":
+        path = parts.path or url
+    elif parts.scheme == "sqlite":
         # SQLAlchemy's convention: sqlite:///relative.db, sqlite:////absolute/path.db
         path = parts.path[1:] if parts.path.startswith("/") else parts.path
+    if path is not None:
+        if not path.strip():
+            raise StoreError(f"the task store URL {url!r} names no file")
         return _sqlite(path, synchronous)
     raise StoreError(
         f"unsupported task store URL {url!r} (expected sqlite:///PATH or postgresql://…)"
