@@ -85,6 +85,12 @@ def test_a_foreign_or_damaged_file_is_refused(tmp_path: Path) -> None:
     assert foreign.read_bytes() == before
     with sqlite3.connect(foreign) as conn:
         assert conn.execute("PRAGMA journal_mode").fetchone() == ("delete",)
+    from longcall.server.store import open_store
+
+    store = tmp_path / "tasks.db"
+    open_store(f"sqlite:///{store}").close()
+    with pytest.raises(LedgerRefused, match=r"not a longcall ledger .*a task store"):
+        SQLiteLedger(store)
     damaged = tmp_path / "damaged.db"
     damaged.write_bytes(b"this is not sqlite " * 100)
     with pytest.raises(LedgerRefused, match="damaged"):

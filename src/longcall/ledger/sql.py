@@ -264,6 +264,11 @@ class SqlLedger(Ledger):
         self._execute(conn, "CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
         row = self._execute(conn, "SELECT max(version) FROM schema_version").fetchone()
         current = int(row[0] or 0) if row else 0
+        if current and "operations" not in tables:
+            shown = ", ".join(sorted(tables)[:5])
+            raise LedgerRefused(
+                f"{self._where()} is not a longcall ledger (it holds {shown}: a task store?)"
+            )
         latest = len(self.migrations)
         if current > latest:
             raise SchemaTooNew(self._too_new(current))

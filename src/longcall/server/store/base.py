@@ -342,7 +342,8 @@ class SqlTaskStore:
         if current > len(self.migrations):
             raise StoreError(
                 f"{where}: task store schema version {current} is newer than this server"
-                f" knows ({len(self.migrations)}); upgrade longcall"
+                f" knows ({len(self.migrations)}); upgrade longcall, or check that it is a"
+                " task store (a longcall ledger has a schema version too)"
             )
         for version in range(current + 1, len(self.migrations) + 1):
             for statement in _statements(self.migrations[version - 1]):
