@@ -280,9 +280,9 @@ async def oauth_auth(
     name = server_name or server_url
     if client is not None and client.grant == "client_credentials":
         return SdkAuth(_client_credentials(server_url, tokens, client, name)), None
+    secret = client.secret(name) if client is not None else None  # before a listener opens
     authorizer = Authorizer(announce=announce)
     redirect_uri = await authorizer.start()
-    secret = client.secret(name) if client is not None else None
     method = "none"
     if client is not None and secret is not None:
         method = client.token_endpoint_auth_method
