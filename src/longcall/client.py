@@ -25,7 +25,6 @@ import functools
 import inspect
 import json
 import logging
-import math
 import os
 import re
 import time
@@ -46,7 +45,6 @@ from longcall.core import (
 )
 from longcall.core import events as e
 from longcall.core.keys import canonical_json, digest_bytes, request_digest
-from longcall.core.schedule import cap_at_limits
 from longcall.errors import (
     CallNodeConflict,
     ClientNotStarted,
@@ -299,16 +297,10 @@ def _check_resolution(
         raise NotReconcilable(
             f"a result goes with completed, failed or cancelled; {how.value} takes none"
         )
-    if how is e.Resolution.RESUME and now >= cap_at_limits(
-        math.inf, record.deadline_at, record.expires_at
-    ):
-        spent = (
-            "wait budget"
-            if record.deadline_at is not None and now >= record.deadline_at
-            else "expiry"
-        )
+    ended_by = record.polling_ended_by(now) if how is e.Resolution.RESUME else None
+    if ended_by is not None:
         raise NotReconcilable(
-            f"{node!r}: its {spent} has passed, so polling would stop again at once;"
+            f"{node!r}: its {ended_by} has passed, so polling would stop again at once;"
             " settle it as completed, failed or cancelled from what the server says"
         )
 

@@ -735,10 +735,10 @@ def _finish(record: OperationRecord, commands: list[c.Command]) -> list[c.Comman
 
 def _schedule_poll(r: OperationRecord, x: _Ctx, *, retry_after_s: float | None = None) -> _Out:
     """Plan the next poll under X3, or escalate when the budget or expiry is spent."""
+    ended_by = r.polling_ended_by(x.now)
+    if ended_by is not None:
+        return _escalate(r, f"{ended_by} reached while the server still reports it running")
     limit = cap_at_limits(float("inf"), r.deadline_at, r.expires_at)
-    if x.now >= limit:
-        which = "wait budget" if r.deadline_at is not None and x.now >= r.deadline_at else "expiry"
-        return _escalate(r, f"{which} reached while the server still reports it running")
     delay = poll_delay_s(
         x.policy.poll,
         server_interval_s=r.poll_interval_s,

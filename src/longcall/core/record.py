@@ -131,6 +131,15 @@ class OperationRecord:
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
 
+    def polling_ended_by(self, now: float) -> str | None:
+        """What ends polling at ``now`` (X3): ``"wait budget"``, ``"expiry"``, or None
+        while neither has passed."""
+        if self.deadline_at is not None and now >= self.deadline_at:
+            return "wait budget"
+        if self.expires_at is not None and now >= self.expires_at:
+            return "expiry"
+        return None
+
 
 _RECORD_FIELDS = tuple(field.name for field in dataclasses.fields(OperationRecord))
 # The slot descriptors' setters write past the frozen ``__setattr__`` (as __init__ does).
