@@ -19,6 +19,7 @@ from rich.table import Table
 
 from longcall.caller import FiniteFloatRange, json_option, ledger_option
 from longcall.client import default_ledger_url
+from longcall.core.keys import first_unprintable
 from longcall.errors import LongcallError
 from longcall.ledger import ADAPTER_STATES, AdapterPlan, Ledger, open_ledger
 
@@ -38,7 +39,7 @@ def rollout() -> None:
 def _a_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     """A protocol or version word as workers are told it (``--runs P=V``): not empty,
     no spaces, no ``=``, nothing a terminal would obey."""
-    if not value or any(ch.isspace() or ch == "=" or not ch.isprintable() for ch in value):
+    if not value or first_unprintable(value) or any(ch.isspace() or ch == "=" for ch in value):
         raise click.BadParameter(f"{value!r} is not a protocol or version name", ctx, param)
     return value
 

@@ -74,12 +74,19 @@ _UNPRINTABLE = frozenset(("Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"))
 unassigned and line or paragraph separator characters."""
 
 
+def first_unprintable(text: str) -> str | None:
+    """The first character a terminal would obey rather than show (a control, a
+    direction override, a line break) or cannot show, or None: for names printed on a
+    line of their own."""
+    return next((ch for ch in text if unicodedata.category(ch) in _UNPRINTABLE), None)
+
+
 def check_call_node_id(node: str) -> None:
     """Refuse (:class:`InvalidCallNode`) an id that cannot be stored and shown as given."""
     if not isinstance(node, str) or not node or len(node) > CALL_NODE_ID_MAX:
         shown = f"{len(node)} characters" if isinstance(node, str) and node else repr(node)
         raise InvalidCallNode(f"a call node id is 1 to {CALL_NODE_ID_MAX} characters, not {shown}")
-    bad = next((ch for ch in node if unicodedata.category(ch) in _UNPRINTABLE), None)
+    bad = first_unprintable(node)
     if bad is not None:
         raise InvalidCallNode(
             f"the call node id '{node.encode('unicode_escape').decode('ascii')}' holds"
