@@ -209,7 +209,7 @@ def serve(
       longcall serve --metrics-port 9464
     """
     from longcall.errors import MetricsPortUnavailable
-    from longcall.server.cli import run_reference_server
+    from longcall.server.cli import run_reference_server, start_failure
 
     try:
         run_reference_server(
@@ -224,11 +224,8 @@ def serve(
             metrics_host=metrics_host,
             max_open_tasks=max_open_tasks,
         )
-    except MetricsPortUnavailable as exc:
-        raise click.ClickException(str(exc)) from None
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise click.ClickException(f"cannot serve on {host}:{port}: {reason}") from None
+    except (MetricsPortUnavailable, OSError) as exc:
+        raise click.ClickException(start_failure(exc, host, port)) from None
 
 
 @main.command()

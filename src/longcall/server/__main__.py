@@ -11,7 +11,7 @@ import sys
 from collections.abc import Callable
 
 from longcall.errors import LongcallError
-from longcall.server.cli import run_reference_server
+from longcall.server.cli import run_reference_server, start_failure
 from longcall.server.options import DEFAULT_MAX_OPEN_TASKS_PER_PRINCIPAL
 
 PROG = "python -m longcall.server"
@@ -65,12 +65,8 @@ def main() -> None:
         )
     except KeyboardInterrupt:
         sys.exit(130)
-    except LongcallError as exc:  # the store, the metrics port: each says what it is
-        print(f"{PROG}: {exc}", file=sys.stderr)
-        sys.exit(1)
-    except (OSError, UnicodeError) as exc:  # the address to listen on
-        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-        print(f"{PROG}: cannot serve on {args.host}:{args.port}: {reason}", file=sys.stderr)
+    except (LongcallError, OSError, UnicodeError) as exc:
+        print(f"{PROG}: {start_failure(exc, args.host, args.port)}", file=sys.stderr)
         sys.exit(1)
 
 

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterable
 from urllib.parse import urlsplit, urlunsplit
 
+from longcall.errors import LongcallError
 from longcall.runtime.metrics import http_url
 from longcall.server.app import MCP_PATH, listening_socket
 from longcall.server.examples import build_reference_server
@@ -83,3 +84,13 @@ def _without_password(url: str | None) -> str:
         return url
     netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
     return urlunsplit(parts._replace(netloc=netloc))
+
+
+def start_failure(exc: Exception, host: str, port: int) -> str:
+    """The one line a failed start prints, for ``longcall serve`` and ``python -m
+    longcall.server`` alike: the store's or the metrics port's own words (a
+    LongcallError says what it is), else why ``host:port`` could not be listened on."""
+    if isinstance(exc, LongcallError):
+        return str(exc)
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return f"cannot serve on {host}:{port}: {reason}"
