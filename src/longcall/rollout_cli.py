@@ -8,20 +8,21 @@ route, rebind or compare anything itself.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import random
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import click
 from rich.console import Console
 from rich.table import Table
 
-from longcall.caller import FiniteFloatRange, json_option, ledger_option
-from longcall.client import default_ledger_url
+from longcall.caller import FiniteFloatRange, client_for, json_option, ledger_option
 from longcall.core.keys import first_unprintable
 from longcall.errors import LongcallError
-from longcall.ledger import ADAPTER_STATES, AdapterPlan, Ledger, open_ledger
+from longcall.ledger import ADAPTER_STATES, AdapterPlan, Ledger
 
 
 @click.group()
@@ -44,11 +45,17 @@ def _a_name(ctx: click.Context, param: click.Parameter, value: str) -> str:
     return value
 
 
-def _ledger(url: str | None, *, create: bool = False) -> Ledger:
-    """The ledger whose plan is read or changed: the same default as every other
-    command's. Reading never makes one; a plan may be set before the first worker
-    starts, so a change does (as a first call does)."""
-    return open_ledger(url or default_ledger_url(), create=create)
+@contextlib.contextmanager
+def _ledger(url: str | None, *, create: bool = False) -> Iterator[Ledger]:
+    """The ledger whose plan is read or changed, found as every command finds it (the
+    client's rule: --ledger, $LONGCALL_LEDGER, the data-directory file). Reading never
+    makes one; a plan may be set before the first worker starts, so a change does, as
+    a first call does (with the data directory, for the default file)."""
+    client = client_for(url, create=create)
+    try:
+        yield client.ledger
+    finally:
+        client.close()
 
 
 @rollout.command("status")

@@ -447,3 +447,15 @@ def test_reconcile_refuses_what_it_would_record_and_not_do(tmp_path: Path) -> No
     code, out, err = run(*base, "--as", "completed", "--result", '{"rows": []}')
     assert code == 0, err
     assert "accepted" in out
+
+
+def test_a_plan_set_on_a_fresh_machine_makes_the_default_ledger(tmp_path: Path) -> None:
+    """With neither --ledger nor $LONGCALL_LEDGER, rollout finds the ledger as call does:
+    a change makes the data-directory file (and its directory), a read does not."""
+    env = {"XDG_DATA_HOME": str(tmp_path / "data"), "LONGCALL_LEDGER": ""}
+    code, _, err = run("rollout", "status", env=env)
+    assert code == ExitCode.ERROR
+    assert_one_line(err, "no ledger at")
+    code, _, err = run("rollout", "set", "2026-07-28", "1", "enabled", env=env)
+    assert code == 0, err
+    assert (tmp_path / "data" / "longcall" / "ledger.db").is_file()
