@@ -45,6 +45,7 @@ from longcall.core import (
 )
 from longcall.core import events as e
 from longcall.core.keys import canonical_json, digest_bytes, request_digest
+from longcall.core.notfound import resubmit_repeats_refusal
 from longcall.errors import (
     CallNodeConflict,
     ClientNotStarted,
@@ -296,6 +297,12 @@ def _check_resolution(
     if result is not None and not settles:
         raise NotReconcilable(
             f"a result goes with completed, failed or cancelled; {how.value} takes none"
+        )
+    if how is e.Resolution.NEVER_CREATED and resubmit_repeats_refusal(record):
+        raise NotReconcilable(
+            f"{node!r}: the server refused this very request unread"
+            f" ({record.reconciliation_reason}); resubmitting sends the same request and"
+            " would be refused the same way again: settle it as failed"
         )
     ended_by = record.polling_ended_by(now) if how is e.Resolution.RESUME else None
     if ended_by is not None:

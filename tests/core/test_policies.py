@@ -180,6 +180,7 @@ def test_retryable_set_is_exactly_the_documented_one() -> None:
         FailureKind.VALIDATION,
         FailureKind.TOO_LARGE,
         FailureKind.FOREIGN_IDENTITY,
+        FailureKind.REFUSED_UNREAD,
     }
 
 
