@@ -19,7 +19,14 @@ from typing import Any
 import click
 
 from longcall.cli.call import call
-from longcall.cli.common import EXIT_CODES_HELP, RESUME_KEY, ExitCode, describe_error, exit_code_of
+from longcall.cli.common import (
+    EXIT_CODES_HELP,
+    RESUME_KEY,
+    UNRECORDED_KEY,
+    ExitCode,
+    describe_error,
+    exit_code_of,
+)
 from longcall.cli.demo import demo
 from longcall.cli.ops import ops
 from longcall.cli.rollout import rollout
@@ -28,8 +35,8 @@ from longcall.cli.sim import sim
 from longcall.cli.worker import worker
 
 DEBUG_ENV = "LONGCALL_DEBUG"
-DRIVE_CALLS = ("call", "worker", "ops")
-"""The commands whose calls go on at their servers when the command is interrupted."""
+DRIVE_CALLS = ("call", "ops")
+"""The commands whose call goes on at its server when the command is interrupted."""
 
 
 class LongcallGroup(click.Group):
@@ -60,16 +67,8 @@ class LongcallGroup(click.Group):
             click.echo(f"longcall: {exc.format_message()}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
-            resume = _meta(ctx, RESUME_KEY)
             click.echo("", err=True)
-            if ctx.invoked_subcommand in DRIVE_CALLS:
-                click.echo(
-                    "longcall: interrupted; only local waiting stopped, the call goes on."
-                    + (f" Resume with: {resume}" if resume else ""),
-                    err=True,
-                )
-            else:  # a server, the simulator, a plan change: nothing goes on elsewhere
-                click.echo("longcall: interrupted", err=True)
+            click.echo(f"longcall: {interrupted_line(ctx)}", err=True)
             ctx.exit(int(ExitCode.INTERRUPTED))
         except Exception as exc:
             if ctx.meta.get("longcall.debug"):
@@ -88,6 +87,29 @@ def _has_surrogate(text: str) -> bool:
 def _escaped(text: str) -> bool:
     """Whether every surrogate stands for an undecodable byte (as the OS hands them over)."""
     return all(not "\ud800" <= ch <= "\udfff" or "\udc80" <= ch <= "\udcff" for ch in text)
+
+
+def interrupted_line(ctx: click.Context) -> str:
+    """What Ctrl-C stopped, as the ledger has it: a call node never recorded was never
+    sent; a recorded one goes on (and the line says how to resume it); a worker's
+    operations go on with the next worker; anything else stopped here."""
+    command = ctx.invoked_subcommand
+    if command == "worker":
+        restart = _meta(ctx, RESUME_KEY)
+        return (
+            "interrupted; the worker stopped. Its operations go on at their servers and"
+            " the next worker on this ledger carries them on"
+            + (f" (restart it with: {restart})" if restart else "")
+        )
+    if command not in DRIVE_CALLS:  # a server, the simulator, a plan change
+        return "interrupted"
+    unrecorded = _meta(ctx, UNRECORDED_KEY)
+    if unrecorded is not None and unrecorded():
+        return "interrupted before the call was recorded: nothing was sent"
+    resume = _meta(ctx, RESUME_KEY)
+    return "interrupted; only local waiting stopped, the call goes on." + (
+        f" Resume with: {resume}" if resume else ""
+    )
 
 
 def _meta(ctx: click.Context, key: str) -> Any:

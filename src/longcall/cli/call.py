@@ -13,6 +13,7 @@ import click
 from longcall.cli.common import (
     LONGEST_WAIT_S,
     RESUME_KEY,
+    UNRECORDED_KEY,
     FiniteFloatRange,
     client_for,
     json_option,
@@ -27,6 +28,7 @@ from longcall.cli.common import (
     servers_from,
     servers_option,
     shell_quote,
+    unrecorded_check,
 )
 from longcall.cli.show import ProgressView, ask_a_person, print_result
 from longcall.client import (
@@ -132,6 +134,7 @@ def call(
     node = default_node_id(tool, arguments) if node is None else node
     check_call_node_id(node)  # an empty --node too: it is not "no --node"
     ctx.meta[RESUME_KEY] = f"longcall ops wait {shell_quote(node)}{ledger_shown(ledger_url)}"
+    ctx.meta[UNRECORDED_KEY] = unrecorded_check(ledger_url, node)
     view = ProgressView(node, enabled=wait and not quiet)
 
     async def main() -> CallResult:

@@ -41,6 +41,7 @@ from longcall.errors import (
     ConflictError,
     IntegrityError,
     InvalidArguments,
+    LedgerMissing,
     InvalidCallNode,
     LocalProtocolError,
     LongcallError,
@@ -75,7 +76,7 @@ class ExitCode(enum.IntEnum):
     PENDING = 7
     """Not finished yet (the call goes on)."""
     INTERRUPTED = 130
-    """Ctrl-C: only local waiting stopped; the call goes on."""
+    """Ctrl-C: only local waiting stopped; a recorded call goes on."""
 
 
 EXIT_CODES_HELP = """\b
@@ -89,7 +90,8 @@ Exit codes:
        an action the operation's state does not allow
   6    the server could not be reached
   7    not finished yet (the call goes on)
-  130  interrupted (Ctrl-C): the call goes on; the last line says how to resume
+  130  interrupted (Ctrl-C): a recorded call goes on (the last line says how to
+       resume it); one interrupted before it was recorded was never sent
 """
 
 EXIT_OF_OUTCOME = {
@@ -103,6 +105,9 @@ EXIT_OF_OUTCOME = {
 
 RESUME_KEY = "longcall.resume"
 """Where a command leaves its how-to-resume line for the Ctrl-C handler (ctx.meta)."""
+UNRECORDED_KEY = "longcall.unrecorded"
+"""Where a command that records a call leaves a check for the Ctrl-C handler: true
+while the ledger holds no record of it (then nothing was sent)."""
 MESSAGE_CHARS_MAX = 300
 
 
@@ -308,6 +313,22 @@ def servers_from(path: Path | None) -> ServersConfig:
             return ServersConfig()
         path = default
     return load_servers(path)
+
+
+def unrecorded_check(ledger_url: str | None, node: str) -> Callable[[], bool]:
+    """Whether the ledger holds no record of ``node`` (no ledger at all counts as none):
+    read when Ctrl-C arrives, after every ledger write in flight has ended."""
+
+    def unrecorded() -> bool:
+        try:
+            with on_the_ledger(ledger_url) as client:
+                return client.ledger.find(node) is None
+        except LedgerMissing:
+            return True
+        except LongcallError:
+            return False  # cannot tell: say how to resume, which says what it finds
+
+    return unrecorded
 
 
 @contextlib.contextmanager
