@@ -578,6 +578,7 @@ class Client:
             await executor.aattach(node, tool, args)
         else:
             binding = await self._bind(executor, server, tool, protocol)
+            _check_arguments(binding, args)
             await executor.acall(
                 CallSpec(call_node_id=node, binding=binding, arguments=args, budget_s=budget_s)
             )
@@ -1026,6 +1027,23 @@ def _check_same_target(record: OperationRecord, server: str, protocol: str | Non
         raise CallNodeConflict(
             f"call node {record.call_node_id!r} is bound to protocol {bound};"
             f" this call asks for {wanted} (a call node is one request: use another node)"
+        )
+
+
+def _check_arguments(binding: ToolBinding, arguments: Mapping[str, Any]) -> None:
+    """Arguments the tool's own input schema refuses are refused before anything is
+    recorded or sent (InvalidArguments): a call the server would refuse at once would
+    spend its call node on that refusal. What the schema allows, the server judges."""
+    if binding.input_schema is None:
+        return
+    from longcall.adapters.binding import arguments_violation
+
+    why = arguments_violation(arguments, binding.input_schema)
+    if why is not None:
+        raise InvalidArguments(
+            f"{binding.tool_name}: the arguments do not fit the tool's input schema: {why}"
+            f" (nothing was sent; see the schema with: longcall tools {binding.server}"
+            f" {binding.tool_name})"
         )
 
 

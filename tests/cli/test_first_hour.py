@@ -121,3 +121,51 @@ def test_ctrl_c_while_the_command_loads_is_one_line(
     assert ended.value.code == ExitCode.INTERRUPTED
     err = capsys.readouterr().err
     assert err.strip() == "longcall: interrupted before the command started: nothing was sent"
+
+
+# --- 4. --answer is checked against the form -----------------------------------------
+
+
+async def test_a_misspelt_answer_field_is_refused_and_the_call_waits(
+    cli: tuple[Cli, Holding],
+) -> None:
+    """``--answer aproved=true``: exit 5 naming the form's fields and the command that
+    answers; the call goes on, waiting for the answer, which then settles it."""
+    runner, _ = cli
+    code, _, err = await runner.call("approve", {"change": "x"}, "gate", "--answer", "aproved=true",
+                                     "--wait")  # fmt: skip
+    assert code == ExitCode.REFUSED, err
+    assert "no field 'aproved'" in err and "approved" in err
+    assert "longcall ops answer gate approved=" in err
+    code, view, err = await runner.ops("show", "gate", "--json")
+    assert view["state"] == "input_required", err
+    code, view, err = await runner.call("approve", {"change": "x"}, "gate", "--answer",
+                                        "approved=true", "--wait")  # fmt: skip
+    assert code == ExitCode.OK, err
+    assert view["result"]["structuredContent"]["approved"] is True
+
+
+# --- 5. --args checked against the tool's input schema --------------------------------
+
+
+async def test_arguments_the_schema_refuses_spend_nothing(cli: tuple[Cli, Holding]) -> None:
+    """A missing required argument: a usage error before anything is recorded or sent;
+    the same node then takes the right arguments."""
+    runner, layer = cli
+    code, _, err = await runner.call("approve", {}, "noargs", "--wait")
+    assert code == ExitCode.USAGE, err
+    assert "'change' is a required property" in err and "nothing was sent" in err
+    assert layer.counts.get("tools/call", 0) == 0
+    code, _, _ = await runner.ops("show", "noargs")
+    assert code == ExitCode.REFUSED  # no such call node: nothing was spent
+    code, view, err = await runner.call("fail", {"kind": "tool"}, "noargs", "--wait")
+    assert code == ExitCode.NOT_OK, err
+    assert view["outcome"] == "tool_error"
+
+
+async def test_an_unknown_tool_suggests_the_close_names(cli: tuple[Cli, Holding]) -> None:
+    """``call … sleep_reprot``: refused with the listed name it is one edit away from."""
+    runner, _ = cli
+    code, _, err = await runner.call("sleep_reprot", {}, "typo")
+    assert code == ExitCode.REFUSED, err
+    assert "did you mean 'sleep_report'?" in err

@@ -50,6 +50,9 @@ class ToolBinding:
     submission_lookup: bool
     """The server can prove by submission key whether it created an operation (X2)."""
     output_schema: Mapping[str, Any] | None = None
+    input_schema: Mapping[str, Any] | None = None
+    """The arguments the tool takes, as it lists them (MCP ``inputSchema``): checked
+    before a call is made, so a call the server would refuse spends no call node."""
     sync_timeout_s: float | None = None
     store_id: str | None = None
     """The identity of the durable store the server speaks for, if it says (C5)."""

@@ -6,6 +6,7 @@ client, and prints the result. Must not: decide anything the Python API does not
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import click
@@ -138,6 +139,12 @@ def call(
     view = ProgressView(node, enabled=wait and not quiet)
 
     async def main() -> CallResult:
+        refused: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
+
+        def refuse(error: BaseException) -> None:
+            if not refused.done():
+                refused.set_exception(error)
+
         async with client_for(
             ledger_url,
             create=True,
@@ -146,20 +153,33 @@ def call(
             sign_in=True,
             poll_qps_max=qps,
             on_progress=view.update,
-            on_input=ask_a_person(view, ledger_url, fields) if wait or fields else None,
+            on_input=ask_a_person(view, ledger_url, fields, refuse) if wait or fields else None,
         ) as client:
             with view:
-                return await client.call(
-                    url,
-                    tool,
-                    arguments,
-                    node=node,
-                    protocol=protocol,
-                    wait=wait,
-                    through_input=True,
-                    budget_s=budget_s,
-                    timeout_s=timeout_s,
+                calling = asyncio.ensure_future(
+                    client.call(
+                        url,
+                        tool,
+                        arguments,
+                        node=node,
+                        protocol=protocol,
+                        wait=wait,
+                        through_input=True,
+                        budget_s=budget_s,
+                        timeout_s=timeout_s,
+                    )
                 )
+                # --answer fields that do not fit the form end the command (the call
+                # goes on, waiting for an answer), as `ops answer` refuses them.
+                try:
+                    await asyncio.wait({calling, refused}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not calling.done():
+                        calling.cancel()
+                        await asyncio.gather(calling, return_exceptions=True)
+                if refused.done():
+                    return refused.result()
+                return calling.result()
 
     result = run_async(main)
     print_result(result, as_json=as_json, ledger_url=ledger_url)

@@ -24,6 +24,7 @@ from longcall.client import (
 )
 from longcall.client import Progress as CallProgress
 from longcall.core import State
+from longcall.errors import InvalidAnswer
 
 # --- what people read -----------------------------------------------------------------
 
@@ -182,34 +183,33 @@ class ProgressView:
             self.progress.update(self.task, description=description)
 
 
-def answers_from_fields(request: InputRequest, fields: Mapping[str, str]) -> dict[str, Any] | None:
-    """Answers to each form of a round from ``--answer`` fields, when they cover its
-    required fields; None (a person decides) otherwise."""
-    from longcall.runtime.inputs import answer_from_fields
-
-    if not fields:
-        return None
-    answers: dict[str, Any] = {}
-    for question in request.questions:
-        if not question.is_form:
-            return None
-        known = {f.name for f in question.fields}
-        given = {k: v for k, v in fields.items() if k in known}
-        if not all(f.name in given for f in question.fields if f.required):
-            return None
-        answers[question.key] = answer_from_fields(question, given)
-    return answers
-
-
 def ask_a_person(
-    view: ProgressView, ledger_url: str | None, fields: Mapping[str, str] | None = None
+    view: ProgressView,
+    ledger_url: str | None,
+    fields: Mapping[str, str] | None = None,
+    refuse: Callable[[BaseException], None] | None = None,
 ) -> Callable[[InputRequest], Any]:
     """The input callback of a waiting command: answer from ``--answer`` fields where they
     fit; else show the question and the command that answers it, and leave it to the
-    person (who answers from another terminal while this command keeps waiting)."""
+    person (who answers from another terminal while this command keeps waiting). Fields
+    that do not fit the form (a misspelt name, a value its type cannot read) are handed
+    to ``refuse`` with the command that answers, and the question is left to a person."""
+    from longcall.runtime.inputs import answers_from_form_fields
 
     async def on_input(request: InputRequest) -> dict[str, Any] | None:
-        answers = answers_from_fields(request, fields or {})
+        try:
+            answers = answers_from_form_fields(request, fields or {})
+        except InvalidAnswer as exc:
+            if refuse is None:
+                raise
+            refuse(
+                InvalidAnswer(
+                    f"--answer does not fit the question of {request.call_node_id}: {exc}."
+                    " The call goes on and waits for an answer:"
+                    f" {answer_command(request, ledger_url)}"
+                )
+            )
+            return None
         if answers is not None:
             return answers
         view.asking(input_lines(request, ledger_url))
