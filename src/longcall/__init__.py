@@ -35,6 +35,7 @@ _PUBLIC = {
     "Progress": "longcall.client",
     "ServerUnreachable": "longcall.client",
     "SyncClient": "longcall.client",
+    "SyncClientInLoop": "longcall.client",
     "default_ledger_url": "longcall.client",
     "LedgerUnavailable": "longcall.errors",
     "LongcallError": "longcall.errors",
@@ -63,6 +64,7 @@ if TYPE_CHECKING:
         Progress,
         ServerUnreachable,
         SyncClient,
+        SyncClientInLoop,
         default_ledger_url,
     )
     from longcall.core import State, TerminalReceipt
@@ -112,6 +114,7 @@ __all__ = [
     "ServerUnreachable",
     "State",
     "SyncClient",
+    "SyncClientInLoop",
     "TerminalReceipt",
     "__version__",
     "default_ledger_url",

@@ -59,6 +59,7 @@ from longcall.errors import (
     NotWaitingForInput,
     ServerUnreachable,
     StaleEvent,
+    SyncClientInLoop,
     VersionConflict,
 )
 from longcall.ledger import HistoryRow, Ledger, open_ledger
@@ -136,6 +137,9 @@ class CallResult:
     input: InputRequest | None
     """The questions of the input round waiting for an answer, if any."""
     record: OperationRecord
+    replayed: bool = False
+    """This call sent nothing: its call node was already accepted, and this is its
+    receipt (X2). A new call of the same request needs another call node."""
 
     @property
     def ok(self) -> bool:
@@ -167,6 +171,7 @@ class CallResult:
             "result_digest": self.receipt.result_digest if self.receipt else r.result_digest,
             "warnings": list(self.warnings),
             "receipt": self.receipt is not None,
+            "replayed": self.replayed,
             "reason": self.reason,
             "input_round": r.input_round,
             "input_keys_pending": list(r.input_keys_pending),
@@ -366,8 +371,10 @@ class Client:
         servers: ServersConfig | None = None,
         announce: Callable[[str], None] | None = None,
         versions: Collection[tuple[str, str]] | None = None,
+        push: bool = True,
     ) -> None:
-        """``versions``: the (protocol, adapter version) pairs this process runs; it
+        """``push=False``: no push listener, only polling (for a client that returns
+        once its calls are submitted). ``versions``: the (protocol, adapter version) pairs this process runs; it
         drives only operations bound to one of them (default: every version).
         ``drive_all`` takes over every open operation of the ledger (a worker);
         otherwise only the nodes this client calls or waits on. ``create_ledger=False``
@@ -393,6 +400,7 @@ class Client:
             "disabled_protocols": disabled_protocols,
             "adopt_new": drive_all,
             "versions": versions,
+            "push": push,
         }
         self.servers = servers or ServersConfig()
         self.announce = announce
@@ -582,6 +590,9 @@ class Client:
             await executor.acall(
                 CallSpec(call_node_id=node, binding=binding, arguments=args, budget_s=budget_s)
             )
+        if existing is not None and existing.is_terminal:
+            settled = await self._on_ledger(self.result, node)
+            return dataclasses.replace(settled, replayed=True)
         if wait:
             return await self.wait(node, timeout_s=timeout_s, through_input=through_input)
         await self._until(node, _submitted, SUBMIT_WAIT_S if timeout_s is None else timeout_s)
@@ -1099,6 +1110,7 @@ class SyncClient:
     methods runs, and (being durable) go on at their servers in between."""
 
     def __init__(self, ledger: str | Ledger | None = None, **options: Any) -> None:
+        _refuse_a_running_loop()
         self._client = Client(ledger, **options)
         self._loop = asyncio.Runner()
 
@@ -1117,7 +1129,26 @@ class SyncClient:
             self._loop.close()
 
     def _run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        try:
+            _refuse_a_running_loop()
+        except SyncClientInLoop:
+            coroutine.close()
+            raise
         return self._loop.run(coroutine)
+
+
+def _refuse_a_running_loop() -> None:
+    """SyncClient blocks on a loop of its own: where one already runs (a notebook, an
+    async function) that cannot be, so say what to use instead."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise SyncClientInLoop(
+        "SyncClient cannot run inside a running event loop (a Jupyter notebook, an async"
+        " function): use `async with longcall.Client(...) as client:` and await its"
+        " methods there"
+    )
 
     def call(
         self,
@@ -1169,6 +1200,7 @@ __all__ = [
     "ProgressCallback",
     "ServerUnreachable",
     "SyncClient",
+    "SyncClientInLoop",
     "default_ledger_url",
     "fraction_of",
     "outcome_of",

@@ -17,7 +17,8 @@ The tree, and what a handler does with each branch::
     │   ├── InvalidAnswer           an answer that does not fit its question's form (X4)
     │   ├── NotWaitingForInput      an answer for a node that waits for none, or not that key
     │   ├── NotReconcilable         a manual resolution the operation's state does not allow
-    │   └── ClientNotStarted        calling or waiting outside ``async with Client(...)``
+    │   ├── ClientNotStarted        calling or waiting outside ``async with Client(...)``
+    │   └── SyncClientInLoop        SyncClient inside a running event loop: use Client
     ├── LocalProtocolError       our own rules broken (a bug or a misuse here)
     │   ├── IllegalTransition       no edge for (state, event) in the table (L2)
     │   └── StaleEvent              older than what the record knows: drop it
@@ -113,6 +114,11 @@ class NotReconcilable(UsageError):
 
 class ClientNotStarted(UsageError):
     """Calling or waiting needs the client's driver: ``async with Client(...)``."""
+
+
+class SyncClientInLoop(UsageError):
+    """SyncClient was used where an event loop already runs (Jupyter, an async
+    function): it would need a loop of its own there; ``Client`` is the one to use."""
 
 
 # --- our own rules -----------------------------------------------------------------------
@@ -341,6 +347,7 @@ __all__ = [
     "SchemaTooNew",
     "ServerUnreachable",
     "StaleEpoch",
+    "SyncClientInLoop",
     "StaleEvent",
     "TaskSupportMissing",
     "ToolNotAllowed",

@@ -169,3 +169,64 @@ async def test_an_unknown_tool_suggests_the_close_names(cli: tuple[Cli, Holding]
     code, _, err = await runner.call("sleep_reprot", {}, "typo")
     assert code == ExitCode.REFUSED, err
     assert "did you mean 'sleep_report'?" in err
+
+
+# --- 8. a replay says it sent nothing; 10. arguments from a file or stdin -------------
+
+
+async def test_a_replay_says_nothing_was_sent_and_how_to_call_again(
+    cli: tuple[Cli, Holding], tmp_path: Path
+) -> None:
+    """The same settled call again: its receipt, and on stderr when it was accepted and
+    that nothing was sent; a new --node makes the call again on purpose. Arguments come
+    from @FILE or stdin as well as from the command line."""
+    runner, layer = cli
+    args = {"seconds": 0, "rows": 2}
+    code, first, err = await runner.call("sleep_report", args, "r1", "--wait")
+    assert code == ExitCode.OK, err
+    assert "nothing sent" not in err and first["replayed"] is False
+    (tmp_path / "args.json").write_text(json.dumps(args))
+    code, again, err = await runner.call("sleep_report", args, "r1", "--wait")
+    assert code == ExitCode.OK, err
+    assert again["replayed"] is True and again["result_digest"] == first["result_digest"]
+    assert "r1 was already accepted at " in err and "nothing sent" in err and "--node" in err
+    assert layer.counts["tools/call"] == 1
+    code, out, err = await runner.run(
+        "call", runner.url, "sleep_report", "--args", f"@{tmp_path / 'args.json'}",
+        "--node", "r2", "--ledger", runner.ledger, "--json", "--wait",
+    )  # fmt: skip
+    assert code == ExitCode.OK, err
+    assert json.loads(out)["replayed"] is False
+    assert layer.counts["tools/call"] == 2
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "longcall", "call", runner.url, "sleep_report", "--args", "-",
+        "--node", "r3", "--ledger", runner.ledger, "--json", "--wait",
+        stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env=runner.env,
+    )  # fmt: skip
+    async with asyncio.timeout(CLI_TIMEOUT_S):
+        out_b, err_b = await process.communicate(json.dumps({"seconds": 0, "rows": 3}).encode())
+    assert process.returncode == ExitCode.OK, err_b.decode()
+    assert len(json.loads(out_b)["result"]["structuredContent"]["rows"]) == 3
+    code, _, err = await runner.run("call", runner.url, "sleep_report", "--args",
+                                    f"@{tmp_path / 'missing.json'}", "--ledger", runner.ledger)  # fmt: skip
+    assert code == ExitCode.USAGE and "cannot read" in err
+
+
+# --- 13. a call without --wait leaves nothing the server refuses ----------------------
+
+
+async def test_a_call_without_wait_sends_nothing_the_server_refuses(tmp_path: Path) -> None:
+    """``call`` returning once submitted: the server counts no refused request (it once
+    counted the push stream the exiting command opened and dropped)."""
+    import os
+
+    server = build_reference_server(store=f"sqlite:///{tmp_path / 'tasks.db'}")
+    env = {k: v for k, v in os.environ.items() if k != "LONGCALL_LEDGER"}
+    async with serve(server.asgi_app()) as url:
+        runner = Cli(url, f"sqlite:///{tmp_path / 'ledger.db'}", env)
+        for node in ("a", "b"):
+            code, view, err = await runner.call("sleep_report", {"seconds": 30, "rows": 1}, node)
+            assert code == ExitCode.OK and view["state"] == "working", err
+    # The server has stopped: every request that reached it has been handled and counted.
+    assert dict(server.metrics.refused) == {}

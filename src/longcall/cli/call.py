@@ -24,6 +24,7 @@ from longcall.cli.common import (
     parse_fields,
     parse_json,
     qps_option,
+    read_argument_text,
     quiet_option,
     run_async,
     servers_from,
@@ -31,7 +32,7 @@ from longcall.cli.common import (
     shell_quote,
     unrecorded_check,
 )
-from longcall.cli.show import ProgressView, ask_a_person, print_result
+from longcall.cli.show import ProgressView, ask_a_person, print_result, say_replayed
 from longcall.client import (
     CallResult,
 )
@@ -45,7 +46,11 @@ from longcall.errors import (
 @click.argument("url", metavar="SERVER")
 @click.argument("tool")
 @click.option(
-    "--args", "args_json", default="{}", metavar="JSON", help="Tool arguments, a JSON object."
+    "--args",
+    "args_json",
+    default="{}",
+    metavar="JSON",
+    help="Tool arguments, a JSON object; @FILE reads it from a file, - from stdin.",
 )
 @click.option("--node", default=None, help="Call node id (default: from the tool and arguments).")
 @ledger_option
@@ -103,8 +108,9 @@ def call(
     until it is settled.
 
     Calling the same node again with the same URL, tool and arguments attaches to its
-    operation (or prints its receipt) and never submits twice; anything else on that
-    node is refused. Without --wait the command returns once the server holds the
+    operation (or prints its receipt, saying nothing was sent) and never submits twice;
+    anything else on that node is refused. To make the same call again on purpose,
+    give it a new node: --node NAME. Without --wait the command returns once the server holds the
     operation, and `longcall worker` or `longcall ops wait NODE` drives it on.
 
     With --wait, a question the tool asks is answered from --answer fields when they
@@ -117,9 +123,10 @@ def call(
       longcall call http://127.0.0.1:8765/mcp approve --args '{"change": "x"}' \
           --answer approved=true --wait
       longcall call http://127.0.0.1:8765/v1 crawl --args '{"pages": 2, "items_per_page": 5}'
+      longcall call http://127.0.0.1:8765/mcp sleep_report --args @args.json --wait
       longcall call reports sleep_report --servers servers.toml --wait   # a configured name
     """
-    arguments = parse_json(args_json, "--args")
+    arguments = parse_json(read_argument_text(args_json, "--args"), "--args")
     if not isinstance(arguments, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--args")
     fields = parse_fields(answers, "--answer")
@@ -152,6 +159,7 @@ def call(
             servers_path=servers_path,
             sign_in=True,
             poll_qps_max=qps,
+            push=wait,  # returning once submitted: a push stream would only be dropped
             on_progress=view.update,
             on_input=ask_a_person(view, ledger_url, fields, refuse) if wait or fields else None,
         ) as client:
@@ -182,6 +190,8 @@ def call(
                 return calling.result()
 
     result = run_async(main)
+    if result.replayed:
+        say_replayed(result)
     print_result(result, as_json=as_json, ledger_url=ledger_url)
     if wait or result.settled:
         raise click.exceptions.Exit(int(outcome_exit(result)))

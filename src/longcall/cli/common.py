@@ -196,6 +196,21 @@ def parse_json(text: str, option: str) -> Any:
     return value
 
 
+def read_argument_text(value: str, option: str) -> str:
+    """An option's JSON text as given, or read from a file (``@PATH``) or stdin (``-``):
+    arguments too large for a command line (a usage error when they cannot be read)."""
+    if value == "-":
+        return click.get_text_stream("stdin").read()
+    if not value.startswith("@"):
+        return value
+    path = Path(value[1:])
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise click.BadParameter(f"cannot read {path}: {why}", param_hint=option) from None
+
+
 def parse_fields(items: Sequence[str], option: str) -> dict[str, str]:
     """``FIELD=VALUE`` pairs (the value stays text: the form's type reads it)."""
     fields: dict[str, str] = {}

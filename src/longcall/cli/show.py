@@ -131,6 +131,23 @@ def print_result(result: CallResult, *, as_json: bool, ledger_url: str | None) -
         console.print(escape(step), soft_wrap=True)
 
 
+def say_replayed(result: CallResult) -> None:
+    """On stderr: a replayed call sent nothing, when it was accepted, and how to make the
+    call again on purpose."""
+    import time
+
+    receipt = result.receipt
+    when = receipt.accepted_at if receipt is not None else result.record.updated_at
+    at = time.strftime("%H:%M", time.localtime(when))
+    err_console().print(
+        escape(
+            f"longcall: {result.call_node_id} was already accepted at {at}; nothing sent"
+            " (this is its receipt). To call again on purpose, give a new node: --node NAME"
+        ),
+        soft_wrap=True,
+    )
+
+
 class ProgressView:
     """A progress bar on stderr for one call: fills from the reported fraction, says when
     the server is unreachable, and disappears when the call settles."""

@@ -154,8 +154,11 @@ class Executor:
         metrics: ExecutorMetrics | None = None,
         on_change: Callable[[str], None] | None = None,
         versions: Collection[tuple[str, str]] | None = None,
+        push: bool = True,
     ) -> None:
-        """``adopt_new``: a worker (claims a fair share of every open operation) or a
+        """``push=False``: never open a push listener (a caller that returns once its
+        call is submitted would only open one to drop it as it exits, an aborted
+        request the server counts as refused). ``adopt_new``: a worker (claims a fair share of every open operation) or a
         caller (drives only its own call nodes). ``owner``: the lease holder id
         (default: a new one for this process). ``single_process``: no leases at all —
         only for a process that is alone on its ledger. ``on_change``: called on the
@@ -175,6 +178,7 @@ class Executor:
         self.in_flight_max = in_flight_max
         self.on_progress = on_progress
         self.on_change = on_change
+        self.push = push
         self.metrics = metrics or ExecutorMetrics(clock=clock)
         self._failure: ExecutorFailed | None = None
         """Set once an error escaped the loop: every wait ends with it."""
@@ -684,7 +688,7 @@ class Executor:
         self._listen_dirty = False
         wanted: dict[tuple[str, str], set[str]] = {}
         nodes: dict[tuple[str, str], str] = {}
-        for node, record in self.engine.records.items():
+        for node, record in self.engine.records.items() if self.push else ():
             if record.operation_id is None or record.state is State.RECONCILIATION_REQUIRED:
                 continue
             wanted.setdefault((record.server, record.protocol), set()).add(record.operation_id)
