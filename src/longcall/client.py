@@ -1100,6 +1100,20 @@ def _input_json(request: InputRequest | None) -> dict[str, Any] | None:
     }
 
 
+def _refuse_a_running_loop() -> None:
+    """SyncClient blocks on a loop of its own: where one already runs (a notebook, an
+    async function) that cannot be, so say what to use instead."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise SyncClientInLoop(
+        "SyncClient cannot run inside a running event loop (a Jupyter notebook, an async"
+        " function): use `async with longcall.Client(...) as client:` and await its"
+        " methods there"
+    )
+
+
 # --- for scripts ----------------------------------------------------------------------
 
 
@@ -1136,19 +1150,6 @@ class SyncClient:
             raise
         return self._loop.run(coroutine)
 
-
-def _refuse_a_running_loop() -> None:
-    """SyncClient blocks on a loop of its own: where one already runs (a notebook, an
-    async function) that cannot be, so say what to use instead."""
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return
-    raise SyncClientInLoop(
-        "SyncClient cannot run inside a running event loop (a Jupyter notebook, an async"
-        " function): use `async with longcall.Client(...) as client:` and await its"
-        " methods there"
-    )
 
     def call(
         self,
