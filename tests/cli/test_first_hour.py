@@ -139,8 +139,10 @@ async def test_a_misspelt_answer_field_is_refused_and_the_call_waits(
     assert "longcall ops answer gate approved=" in err
     code, view, err = await runner.ops("show", "gate", "--json")
     assert view["state"] == "input_required", err
-    code, view, err = await runner.call("approve", {"change": "x"}, "gate", "--answer",
-                                        "approved=true", "--wait")  # fmt: skip
+    code, view, err = await runner.ops("answer", "gate", "approved=true", "--json")
+    assert code == ExitCode.OK, err
+    assert view["call_node_id"] == "gate" and view["input_keys_pending"] == []
+    code, view, err = await runner.call("approve", {"change": "x"}, "gate", "--wait")
     assert code == ExitCode.OK, err
     assert view["result"]["structuredContent"]["approved"] is True
 
@@ -230,3 +232,33 @@ async def test_a_call_without_wait_sends_nothing_the_server_refuses(tmp_path: Pa
             assert code == ExitCode.OK and view["state"] == "working", err
     # The server has stopped: every request that reached it has been handled and counted.
     assert dict(server.metrics.refused) == {}
+
+
+# --- 15. rough edges --------------------------------------------------------------------
+
+
+async def test_call_quiet_shows_the_question_once(cli: tuple[Cli, Holding]) -> None:
+    """``call -q --wait`` ending at --timeout with a question open shows it once."""
+    runner, _ = cli
+    code, out, err = await runner.run(
+        "call", runner.url, "approve", "--args", '{"change": "q"}', "--node", "q",
+        "--ledger", runner.ledger, "--wait", "-q", "--timeout", "20",
+    )  # fmt: skip
+    assert code == ExitCode.NEEDS_PERSON, err
+    assert err.count("q needs an answer") == 1, err
+
+
+async def test_ctrl_c_on_a_worker_says_the_worker_stopped(cli: tuple[Cli, Holding]) -> None:
+    """A worker's Ctrl-C says it stopped and its operations go on with the next worker."""
+    runner, _ = cli
+    process = await runner.start("worker", "--ledger", runner.ledger)
+    assert process.stderr is not None
+    async with asyncio.timeout(CLI_TIMEOUT_S):
+        while b"worker: driving" not in await process.stderr.readline():
+            pass
+        process.send_signal(signal.SIGINT)
+        _out, raw = await process.communicate()
+    err = raw.decode()
+    assert process.returncode == ExitCode.INTERRUPTED, err
+    assert "the worker stopped" in err and "the call goes on" not in err
+    assert "restart it with: longcall worker" in err

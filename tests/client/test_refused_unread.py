@@ -79,3 +79,29 @@ async def test_never_created_that_repeats_a_refusal_is_refused(tmp_path: Path) -
         with pytest.raises(NotReconcilable, match="refused the same way again.*as failed"):
             await client.reconcile("n", "never_created", note="retry", actor="op")
         assert client.result("n").state is State.RECONCILIATION_REQUIRED
+
+
+def test_ops_reconcile_says_so_and_prints_json(tmp_path: Path) -> None:
+    """From the command line: never_created refused (exit 5, what to do instead); the
+    resolution it points to works, and --json prints the node after it."""
+    import json
+
+    from click.testing import CliRunner
+    from tests.core.builders import T0, new_record
+
+    from longcall.cli import main
+
+    path = tmp_path / "l.db"
+    with SQLiteLedger(path) as ledger:
+        record = ledger.create(new_record(call_node_id="n"))
+        reason = "not retryable: submit failed (refused_unread): HTTP 413: body over 4096 bytes"
+        apply_event(ledger, record, e.ReconciliationEscalated(reason=reason), now=T0 + 1, jitter=0.5)
+    base = ["ops", "reconcile", "n", "--note", "checked", "--ledger", f"sqlite:///{path}"]
+    runner = CliRunner()
+    refused = runner.invoke(main, [*base, "--as", "never_created"])
+    assert refused.exit_code == 5, refused.output
+    assert "would be refused the same way again: settle it as failed" in refused.output
+    settled = runner.invoke(main, [*base, "--as", "failed", "--json"])
+    assert settled.exit_code == 0, settled.output
+    view = json.loads(settled.output)
+    assert (view["call_node_id"], view["state"]) == ("n", "accepted")

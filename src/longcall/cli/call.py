@@ -120,7 +120,7 @@ def call(
     \b
     Examples:
       longcall call http://127.0.0.1:8765/mcp sleep_report --args '{"seconds": 5, "rows": 3}' --wait
-      longcall call http://127.0.0.1:8765/mcp approve --args '{"change": "x"}' \
+      longcall call http://127.0.0.1:8765/mcp approve --args '{"change": "x"}' \\
           --answer approved=true --wait
       longcall call http://127.0.0.1:8765/v1 crawl --args '{"pages": 2, "items_per_page": 5}'
       longcall call http://127.0.0.1:8765/mcp sleep_report --args @args.json --wait
@@ -192,6 +192,6 @@ def call(
     result = run_async(main)
     if result.replayed:
         say_replayed(result)
-    print_result(result, as_json=as_json, ledger_url=ledger_url)
+    print_result(result, as_json=as_json, ledger_url=ledger_url, asked=view.asked)
     if wait or result.settled:
         raise click.exceptions.Exit(int(outcome_exit(result)))

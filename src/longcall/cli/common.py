@@ -156,6 +156,11 @@ def describe_error(exc: BaseException) -> str:
     )
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 mutant``, ``2 mutants``: a count and its noun, agreed."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def fail(message: str, code: ExitCode) -> NoReturn:
     """End the command with a one-line message on stderr and ``code``."""
     click.echo(f"longcall: {message}", err=True)

@@ -53,7 +53,10 @@ def answer_command(request: InputRequest, ledger_url: str | None) -> str:
         pairs = " ".join(f"{f.name}={shell_quote(f.example())}" for f in fields)
         return f"longcall ops answer {node} {pairs}{where}".replace("  ", " ")
     key = shell_quote(request.questions[0].key)
-    return f'longcall ops answer {node} --key {key} --json \'{{"action": "accept", …}}\'{where}'
+    return (
+        f"longcall ops answer {node} --key {key}"
+        f' --answer-json \'{{"action": "accept", …}}\'{where}'
+    )
 
 
 def input_lines(request: InputRequest, ledger_url: str | None) -> list[str]:
@@ -91,8 +94,11 @@ def next_step(result: CallResult, ledger_url: str | None) -> str | None:
     return None
 
 
-def print_result(result: CallResult, *, as_json: bool, ledger_url: str | None) -> None:
-    """A call node for people (a table on stdout, the next step on stderr) or machines."""
+def print_result(
+    result: CallResult, *, as_json: bool, ledger_url: str | None, asked: bool = False
+) -> None:
+    """A call node for people (a table on stdout, the next step on stderr) or machines;
+    ``asked``: its question was shown already (by the waiting command), not again."""
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
     else:
@@ -123,7 +129,7 @@ def print_result(result: CallResult, *, as_json: bool, ledger_url: str | None) -
                 table.add_row(name, escape(text))
         out_console().print(table)
     console = err_console()
-    if result.input is not None:
+    if result.input is not None and not asked:
         for line in input_lines(result.input, ledger_url):
             console.print(escape(line), soft_wrap=True)
     step = next_step(result, ledger_url)
@@ -165,6 +171,8 @@ class ProgressView:
             disable=not enabled or not console.is_terminal,
         )
         self.task: TaskID | None = None
+        self.asked = False
+        """A question was shown (so the final view need not show it again)."""
 
     def __enter__(self) -> ProgressView:
         self.progress.start()
@@ -177,6 +185,7 @@ class ProgressView:
     def asking(self, lines: Sequence[str]) -> None:
         """Show a question above the bar (or alone, without one), and say the call waits."""
         console = self.progress.console if not self.progress.disable else err_console()
+        self.asked = True
         for line in lines:
             console.print(escape(line), soft_wrap=True)
         if self.task is not None:
