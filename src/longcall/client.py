@@ -598,6 +598,21 @@ class Client:
         await self._until(node, _submitted, SUBMIT_WAIT_S if timeout_s is None else timeout_s)
         return await self._on_ledger(self.result, node)
 
+    async def tools(self, server: str, *, protocol: str | None = None) -> list[dict[str, Any]]:
+        """The tools ``server`` lists (a URL, or a configured name), as listed, each with
+        ``taskSupport`` (forbidden, optional, required) as the negotiated protocol reads
+        it; nothing is recorded. ServerUnreachable when it cannot be reached."""
+        executor = self._driving()
+        target = self.servers.resolve(server)
+        url, protocol = target.url, protocol or target.protocol
+        try:
+            return await executor.tools(url, protocol=protocol)
+        except Exception as exc:
+            unreachable = await _unreachable(url)
+            if unreachable is not None:
+                raise ServerUnreachable(f"cannot reach {url}: {unreachable}") from exc
+            raise
+
     async def wait(
         self, node: str, *, timeout_s: float | None = None, through_input: bool = False
     ) -> CallResult:

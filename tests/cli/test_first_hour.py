@@ -262,3 +262,25 @@ async def test_ctrl_c_on_a_worker_says_the_worker_stopped(cli: tuple[Cli, Holdin
     assert process.returncode == ExitCode.INTERRUPTED, err
     assert "the worker stopped" in err and "the call goes on" not in err
     assert "restart it with: longcall worker" in err
+
+
+# --- 9. what a server offers ----------------------------------------------------------
+
+
+async def test_tools_lists_names_task_support_and_arguments(cli: tuple[Cli, Holding]) -> None:
+    """``longcall tools SERVER``: every tool with its task support and input schema; one
+    tool's schema by name; a wrong name is refused with the close one; nothing recorded."""
+    runner, layer = cli
+    code, out, err = await runner.run("tools", runner.url, "--json")
+    assert code == ExitCode.OK, err
+    listed = {t["name"]: t for t in json.loads(out)}
+    assert {"sleep_report", "crawl", "approve", "fail"} <= set(listed)
+    assert listed["approve"]["inputSchema"]["required"] == ["change"]
+    assert all(t["taskSupport"] in ("forbidden", "optional", "required") for t in listed.values())
+    code, out, err = await runner.run("tools", runner.url)
+    assert code == ExitCode.OK and "sleep_report" in out and "change: string" in out, err
+    code, out, err = await runner.run("tools", runner.url, "approve")
+    assert code == ExitCode.OK and json.loads(out[out.index("{") :])["required"] == ["change"]
+    code, _, err = await runner.run("tools", runner.url, "aprove")
+    assert code == ExitCode.REFUSED and "did you mean 'approve'?" in err
+    assert layer.counts.get("tools/call", 0) == 0

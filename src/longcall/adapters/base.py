@@ -115,6 +115,12 @@ class Adapter(abc.ABC):
     ) -> Outcome | None:
         """Deliver answers for input keys; None when the delivery itself is the outcome."""
 
+    async def tools(self) -> list[dict[str, Any]]:
+        """The tools the server lists, as listed, each with ``taskSupport`` as this
+        protocol reads it (``forbidden``, ``optional`` or ``required``). AdapterError
+        when this protocol has no listing."""
+        raise AdapterError(f"{self.protocol} offers no list of tools")
+
     async def listen(  # noqa: B027 - optional capability: no push by default
         self, operation_ids: Collection[str], on_change: PushSink
     ) -> None:

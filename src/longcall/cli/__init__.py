@@ -4,8 +4,8 @@ Owns: the command group, its options (``-h``, ``--debug``), and the one place wh
 error that ends a command becomes one line on stderr and a documented exit status
 (:class:`~longcall.cli.common.ExitCode`); Ctrl-C says how to resume and exits 130.
 
-The package holds every command, one module per command group (``call``, ``worker``,
-``ops``, ``rollout``, ``serve``, ``sim``, ``demo``), each a thin layer over a public
+The package holds every command, one module per command group (``call``, ``tools``,
+``worker``, ``ops``, ``rollout``, ``serve``, ``sim``, ``demo``), each a thin layer over a public
 API. A command module imports what it drives (the server library, the simulator, the
 executor) only when the command runs, so that ``longcall --help`` stays fast and a
 missing optional dependency only affects its own command.
@@ -32,6 +32,7 @@ from longcall.cli.ops import ops
 from longcall.cli.rollout import rollout
 from longcall.cli.serve import serve
 from longcall.cli.sim import sim
+from longcall.cli.tools import tools
 from longcall.cli.worker import worker
 
 DEBUG_ENV = "LONGCALL_DEBUG"
@@ -136,13 +137,14 @@ def main(ctx: click.Context, debug: bool) -> None:
     \b
     Examples:
       longcall serve --port 8765 &
+      longcall tools http://127.0.0.1:8765/mcp
       longcall call http://127.0.0.1:8765/mcp sleep_report --args '{"seconds": 5, "rows": 3}' --wait
       longcall ops list
     """
     ctx.meta["longcall.debug"] = debug
 
 
-for command in (call, worker, ops, rollout, serve, sim, demo):
+for command in (call, tools, worker, ops, rollout, serve, sim, demo):
     main.add_command(command)
 
 __all__ = ["ExitCode", "main"]

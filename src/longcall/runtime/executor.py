@@ -277,6 +277,11 @@ class Executor:
         adapter = await self._adapter(server, protocol or "")
         return await adapter.bind(tool_name)
 
+    async def tools(self, server: str, *, protocol: str | None = None) -> list[dict[str, Any]]:
+        """Negotiate with the server and list its tools (as listed, with task support)."""
+        adapter = await self._adapter(server, protocol or "")
+        return await adapter.tools()
+
     def call(self, spec: CallSpec) -> OperationRecord:
         """Record a durable call (or attach to its call node) and plan its first request."""
         return self._locked(self._call, spec)

@@ -184,6 +184,17 @@ def listed_tool(
     return tool
 
 
+def listed_tools(
+    channel: RpcChannel, meta: Mapping[str, Any] | None, unflagged: str, *, url: str
+) -> Exchange[list[dict[str, Any]]]:
+    """Every tool the server lists, each with ``taskSupport`` set as read (its own
+    declaration, else ``unflagged``); AdapterError when ``tools/list`` fails."""
+    listed = yield from list_tools(channel, meta)
+    if not isinstance(listed, list):
+        raise AdapterError(f"tools/list failed at {url}: {describe_failure(listed)}")
+    return [{**tool, "taskSupport": task_support_of(tool) or unflagged} for tool in listed]
+
+
 def suggestion(tools: Sequence[Mapping[str, Any]], name: str) -> str:
     """``; did you mean …?`` for the listed names closest to ``name``, else the names
     it lists (a few), so a misspelt tool is one edit away."""
@@ -239,6 +250,7 @@ __all__ = [
     "find_tool",
     "list_tools",
     "listed_tool",
+    "listed_tools",
     "suggestion",
     "task_support_of",
     "tool_binding",
