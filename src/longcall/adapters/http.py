@@ -42,6 +42,7 @@ from longcall.adapters.exchange import (
 )
 from longcall.adapters.sse import LineTooLong, SseDecoder
 from longcall.core.retry import FailureKind
+from longcall.errors import SendWindowPassed
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 _T = TypeVar("_T")
@@ -73,11 +74,6 @@ class SendWindow:
 _SEND_WINDOW: contextvars.ContextVar[SendWindow | None] = contextvars.ContextVar(
     "longcall_send_window", default=None
 )
-
-
-class SendWindowPassed(Exception):
-    """The request's send slot passed before it could leave: nothing was sent (the
-    executor plans the poll again, with a new slot). Not a failure of the server."""
 
 
 @contextlib.contextmanager

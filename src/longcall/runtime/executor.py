@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 
 from longcall.adapters.base import Adapter, AdapterError, Outcome, ToolBinding
 from longcall.adapters.exchange import TransportFailure
-from longcall.adapters.http import SendWindowPassed, send_window
+from longcall.adapters.http import send_window
 from longcall.adapters.mcp.client import McpAdapter
 from longcall.adapters.oauth import default_token_dir
 from longcall.adapters.outcomes import failure_outcome
@@ -67,7 +67,7 @@ from longcall.core.commands import (
     SendSubmit,
 )
 from longcall.core.retry import FailureKind
-from longcall.errors import AdapterDisabled, ExecutorFailed, LongcallError
+from longcall.errors import AdapterDisabled, ExecutorFailed, LongcallError, SendWindowPassed
 from longcall.ledger import CLIENT, WORKER, AdapterPlan, Ledger
 from longcall.runtime.engine import (
     Action,

@@ -46,8 +46,9 @@ from starlette.types import Receive, Scope, Send
 
 from longcall.server.app import LongcallServer
 from longcall.server.errors import (
+    ApiError,
     InvalidParams,
-    LongcallServerError,
+    Refused,
     StoreUnavailable,
     TaskNotFound,
     TooManyOpenTasks,
@@ -55,7 +56,6 @@ from longcall.server.errors import (
 from longcall.server.front import (
     REASON_STORE_UNAVAILABLE,
     STORE_RETRY_AFTER_S,
-    Refused,
     admit,
     parse_json,
     read_body,
@@ -110,49 +110,29 @@ JSONRPC_TO_RPC_CODE = {-32602: INVALID_ARGUMENT, -32601: 12}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)s$")
 
 
-class ApiError(LongcallServerError):
-    """An error answered in the AIP-193 envelope with the matching HTTP status."""
+def api_error_of_refusal(refusal: Refused) -> ApiError:
+    """A refusal of the front door in this facade's envelope (same HTTP status)."""
+    code = CODE_OF_HTTP.get(refusal.status, INVALID_ARGUMENT)
+    return ApiError(code, refusal.message, http_status=refusal.status, headers=refusal.headers)
 
-    def __init__(
-        self,
-        code: int,
-        message: str,
-        reason: str | None = None,
-        *,
-        http_status: int | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.reason = reason
-        self.http_status = http_status
-        self.headers = dict(headers or {})
 
-    @classmethod
-    def refused(cls, refusal: Refused) -> ApiError:
-        """A refusal of the front door in this facade's envelope (same HTTP status)."""
-        code = CODE_OF_HTTP.get(refusal.status, INVALID_ARGUMENT)
-        return cls(code, refusal.message, http_status=refusal.status, headers=refusal.headers)
-
-    def response(self) -> JSONResponse:
-        http_status, status = HTTP_OF_CODE.get(self.code, (500, "INTERNAL"))
-        if self.http_status is not None:
-            http_status = self.http_status
-        details: list[dict[str, Any]] = []
-        if self.reason is not None:
-            details.append(
-                {"@type": ERROR_INFO_TYPE, "reason": self.reason, "domain": ERROR_DOMAIN}
-            )
-        body = {
-            "error": {
-                "code": http_status,
-                "message": self.message,
-                "status": status,
-                "details": details,
-            }
+def api_error_response(error: ApiError) -> JSONResponse:
+    """The error in the AIP-193 envelope, with the matching HTTP status."""
+    http_status, status = HTTP_OF_CODE.get(error.code, (500, "INTERNAL"))
+    if error.http_status is not None:
+        http_status = error.http_status
+    details: list[dict[str, Any]] = []
+    if error.reason is not None:
+        details.append({"@type": ERROR_INFO_TYPE, "reason": error.reason, "domain": ERROR_DOMAIN})
+    body = {
+        "error": {
+            "code": http_status,
+            "message": error.message,
+            "status": status,
+            "details": details,
         }
-        return JSONResponse(body, status_code=http_status, headers=self.headers)
+    }
+    return JSONResponse(body, status_code=http_status, headers=error.headers)
 
 
 def operation_name(task_id: str) -> str:
@@ -264,16 +244,17 @@ class Aip151Facade:
             return await self._route(request, admitted.principal)
         except Refused as exc:
             self.server.metrics.observe_refused(exc.reason)
-            return ApiError.refused(exc).response()
+            return api_error_response(api_error_of_refusal(exc))
         except ApiError as exc:
-            return exc.response()
+            return api_error_response(exc)
         except StoreUnavailable as exc:
             self.server.metrics.observe_refused(REASON_STORE_UNAVAILABLE)
             retry = {"retry-after": str(STORE_RETRY_AFTER_S)}
-            return ApiError(UNAVAILABLE, f"Task store unavailable: {exc}", headers=retry).response()
+            unavailable = ApiError(UNAVAILABLE, f"Task store unavailable: {exc}", headers=retry)
+            return api_error_response(unavailable)
         except Exception:
             logger.exception("internal error on %s %s", request.method, request.url.path)
-            return ApiError(INTERNAL, "Internal error").response()
+            return api_error_response(ApiError(INTERNAL, "Internal error"))
 
     async def _route(self, request: Request, principal: Principal) -> Response:
         rest: str = request.path_params["rest"]
