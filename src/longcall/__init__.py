@@ -4,9 +4,9 @@ The public caller API is here: :class:`Client` (async) and :class:`SyncClient` (
 scripts) make durable calls and return a :class:`CallResult`; input requests arrive as
 an :class:`InputRequest`. The tool side is :mod:`longcall.server`.
 
-The package is layered (DESIGN.md): ``core`` (pure decisions) at the bottom, then
-``ledger`` and ``adapters``, then ``runtime``, then ``client`` / ``server`` / ``sim``,
-then ``cli``.
+The package is layered (docs/design/layers.md): ``core`` (pure decisions) at the
+bottom, then ``ledger`` and ``adapters``, then ``runtime``, then ``client`` / ``server`` /
+``sim``, then ``testing``, then ``cli``.
 """
 
 from __future__ import annotations

@@ -100,7 +100,7 @@ def _window_trace(window: SendWindow) -> Callable[[str, object], Awaitable[None]
 
 
 def failure_of_exception(exc: BaseException) -> TransportFailure:
-    """Translate an httpx exception once, at the boundary (DESIGN.md)."""
+    """Translate an httpx exception once, at the boundary (docs/design/layers.md)."""
     name = type(exc).__name__
     detail = f"{name}: {exc}" if str(exc) else name
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):

@@ -7,7 +7,7 @@ translated to psycopg's ``%s`` here). The rules that decide whether an update or
 acceptance is allowed are :func:`~longcall.ledger.base.check_update` and
 :func:`~longcall.ledger.base.check_acceptance`, shared with the SQLite backend. It
 must not decide anything those functions decide, and must not import anything above
-``longcall.core`` (DESIGN.md import direction).
+``longcall.core`` (docs/design/layers.md).
 
 Every write is one transaction. A transition reads its row ``FOR UPDATE`` (so two
 writers of one call node queue up instead of both reading the old version), checks it,

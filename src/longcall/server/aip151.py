@@ -42,7 +42,6 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from longcall.server.app import LongcallServer
 from longcall.server.errors import (
@@ -62,7 +61,6 @@ from longcall.server.front import (
     require_json_body,
 )
 from longcall.server.model import Principal, ProtocolVersion, TaskRecord, TaskStatus
-from longcall.server.options import CreateFaultPlan
 
 logger = logging.getLogger(__name__)
 
@@ -226,13 +224,10 @@ def _first_text(result: Mapping[str, Any]) -> str | None:
 class Aip151Facade:
     """The AIP-151 HTTP/JSON facade of one :class:`LongcallServer` (S8)."""
 
-    def __init__(
-        self, server: LongcallServer, *, drop_start_response_at: int | None = None
-    ) -> None:
+    def __init__(self, server: LongcallServer) -> None:
         self.server = server
         self.manager = server.manager
         self.registry = server.registry
-        self._faults = CreateFaultPlan(drop_start_response_at)
 
     def routes(self) -> list[Route]:
         return [Route(PREFIX + "/{rest:path}", self.endpoint, methods=["GET", "POST", "DELETE"])]
@@ -350,8 +345,6 @@ class Aip151Facade:
                 f"requestId {request_id!r} named an operation that has expired",
                 "REQUEST_ID_EXPIRED",
             )
-        if created.created and self._faults.should_drop_next_creation():
-            return _DroppedResponse()
         return JSONResponse(render_operation(created.record))
 
     # ---- Operations service -----------------------------------------------------------
@@ -437,11 +430,9 @@ class Aip151Facade:
         return task_id
 
 
-def mount_aip151(
-    server: LongcallServer, *, drop_start_response_at: int | None = None
-) -> Aip151Facade:
+def mount_aip151(server: LongcallServer) -> Aip151Facade:
     """Serve ``server``'s task tools as AIP-151 operations under ``/v1`` (S8)."""
-    facade = Aip151Facade(server, drop_start_response_at=drop_start_response_at)
+    facade = Aip151Facade(server)
     server.routes.extend(facade.routes())
     return facade
 
@@ -499,20 +490,3 @@ def _decode_token(token: str) -> str:
         return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
     except ValueError as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
         raise ApiError(INVALID_ARGUMENT, "invalid pageToken") from exc
-
-
-class _DroppedResponse(Response):
-    """Fault injection: the operation exists, its start response is lost (F1, X2)."""
-
-    def __init__(self) -> None:
-        super().__init__(status_code=200)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", b"1024")],
-            }
-        )
-        raise ConnectionAbortedError("start response dropped on purpose (fault injection)")
