@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from longcall.adapters.routing import Connector
-from longcall.adapters.servers import ConfigError, MissingCredential, load_servers
+from longcall.adapters.servers import load_servers
 from longcall.core import State
-from longcall.errors import ToolNotAllowed
+from longcall.errors import ConfigError, MissingCredential, ToolNotAllowed
 from longcall.ledger import SQLiteLedger
 from longcall.runtime.executor import Executor
 from longcall.server import build_reference_server

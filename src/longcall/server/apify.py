@@ -53,9 +53,9 @@ from longcall.server.app import LongcallServer
 from longcall.server.errors import (
     InvalidParams,
     JsonRpcError,
-    LongcallServerError,
     StoreUnavailable,
     TaskNotFound,
+    ToolCallError,
 )
 from longcall.server.front import (
     REASON_STORE_UNAVAILABLE,
@@ -258,10 +258,6 @@ RUN_OUTPUT_SCHEMA: dict[str, Any] = {
     },
     "required": ["runId", "actorId", "status", "storages", "summary", "nextStep"],
 }
-
-
-class ToolCallError(LongcallServerError):
-    """A tool-side failure answered as a tool result with ``isError: true``."""
 
 
 def actor_tool_name(tool: str) -> str:
