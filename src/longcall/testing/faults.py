@@ -115,9 +115,9 @@ def _created_call(scope: Scope, body: bytes) -> tuple[str, Any] | None:
     if not isinstance(message, dict) or message.get("method") != "tools/call":
         return None
     params = message.get("params")
-    if not isinstance(params, dict):
+    if not isinstance(params, dict) or not isinstance(params.get("name"), str):
         return None
-    return params.get("name"), params.get("arguments")
+    return params["name"], params.get("arguments")
 
 
 async def _read_body(receive: Receive) -> tuple[bytes, bool]:
