@@ -96,7 +96,8 @@ async def test_ctrl_c_before_the_call_is_recorded_says_nothing_was_sent(
     err = raw.decode()
     assert process.returncode == ExitCode.INTERRUPTED, err
     assert "Traceback" not in err
-    assert "nothing was sent" in err and "Resume with" not in err
+    assert "nothing was sent" in err
+    assert "Resume with" not in err
     layer.release.set()
     code, _, err = await runner.ops("show", "early")
     assert code == ExitCode.REFUSED, err
@@ -135,13 +136,15 @@ async def test_a_misspelt_answer_field_is_refused_and_the_call_waits(
     code, _, err = await runner.call("approve", {"change": "x"}, "gate", "--answer", "aproved=true",
                                      "--wait")  # fmt: skip
     assert code == ExitCode.REFUSED, err
-    assert "no field 'aproved'" in err and "approved" in err
+    assert "no field 'aproved'" in err
+    assert "approved" in err
     assert "longcall ops answer gate approved=" in err
     code, view, err = await runner.ops("show", "gate", "--json")
     assert view["state"] == "input_required", err
     code, view, err = await runner.ops("answer", "gate", "approved=true", "--json")
     assert code == ExitCode.OK, err
-    assert view["call_node_id"] == "gate" and view["input_keys_pending"] == []
+    assert view["call_node_id"] == "gate"
+    assert view["input_keys_pending"] == []
     code, view, err = await runner.call("approve", {"change": "x"}, "gate", "--wait")
     assert code == ExitCode.OK, err
     assert view["result"]["structuredContent"]["approved"] is True
@@ -156,7 +159,8 @@ async def test_arguments_the_schema_refuses_spend_nothing(cli: tuple[Cli, Holdin
     runner, layer = cli
     code, _, err = await runner.call("approve", {}, "noargs", "--wait")
     assert code == ExitCode.USAGE, err
-    assert "'change' is a required property" in err and "nothing was sent" in err
+    assert "'change' is a required property" in err
+    assert "nothing was sent" in err
     assert layer.counts.get("tools/call", 0) == 0
     code, _, _ = await runner.ops("show", "noargs")
     assert code == ExitCode.REFUSED  # no such call node: nothing was spent
@@ -186,12 +190,16 @@ async def test_a_replay_says_nothing_was_sent_and_how_to_call_again(
     args = {"seconds": 0, "rows": 2}
     code, first, err = await runner.call("sleep_report", args, "r1", "--wait")
     assert code == ExitCode.OK, err
-    assert "nothing sent" not in err and first["replayed"] is False
+    assert "nothing sent" not in err
+    assert first["replayed"] is False
     (tmp_path / "args.json").write_text(json.dumps(args))
     code, again, err = await runner.call("sleep_report", args, "r1", "--wait")
     assert code == ExitCode.OK, err
-    assert again["replayed"] is True and again["result_digest"] == first["result_digest"]
-    assert "r1 was already accepted at " in err and "nothing sent" in err and "--node" in err
+    assert again["replayed"] is True
+    assert again["result_digest"] == first["result_digest"]
+    assert "r1 was already accepted at " in err
+    assert "nothing sent" in err
+    assert "--node" in err
     assert layer.counts["tools/call"] == 1
     code, out, err = await runner.run(
         "call", runner.url, "sleep_report", "--args", f"@{tmp_path / 'args.json'}",
@@ -210,9 +218,12 @@ async def test_a_replay_says_nothing_was_sent_and_how_to_call_again(
         out_b, err_b = await process.communicate(json.dumps({"seconds": 0, "rows": 3}).encode())
     assert process.returncode == ExitCode.OK, err_b.decode()
     assert len(json.loads(out_b)["result"]["structuredContent"]["rows"]) == 3
-    code, _, err = await runner.run("call", runner.url, "sleep_report", "--args",
-                                    f"@{tmp_path / 'missing.json'}", "--ledger", runner.ledger)  # fmt: skip
-    assert code == ExitCode.USAGE and "cannot read" in err
+    missing = f"@{tmp_path / 'missing.json'}"
+    code, _, err = await runner.run(
+        "call", runner.url, "sleep_report", "--args", missing, "--ledger", runner.ledger
+    )
+    assert code == ExitCode.USAGE
+    assert "cannot read" in err
 
 
 # --- 13. a call without --wait leaves nothing the server refuses ----------------------
@@ -229,7 +240,8 @@ async def test_a_call_without_wait_sends_nothing_the_server_refuses(tmp_path: Pa
         runner = Cli(url, f"sqlite:///{tmp_path / 'ledger.db'}", env)
         for node in ("a", "b"):
             code, view, err = await runner.call("sleep_report", {"seconds": 30, "rows": 1}, node)
-            assert code == ExitCode.OK and view["state"] == "working", err
+            assert code == ExitCode.OK, err
+            assert view["state"] == "working"
     # The server has stopped: every request that reached it has been handled and counted.
     assert dict(server.metrics.refused) == {}
 
@@ -240,7 +252,7 @@ async def test_a_call_without_wait_sends_nothing_the_server_refuses(tmp_path: Pa
 async def test_call_quiet_shows_the_question_once(cli: tuple[Cli, Holding]) -> None:
     """``call -q --wait`` ending at --timeout with a question open shows it once."""
     runner, _ = cli
-    code, out, err = await runner.run(
+    code, _out, err = await runner.run(
         "call", runner.url, "approve", "--args", '{"change": "q"}', "--node", "q",
         "--ledger", runner.ledger, "--wait", "-q", "--timeout", "20",
     )  # fmt: skip
@@ -260,7 +272,8 @@ async def test_ctrl_c_on_a_worker_says_the_worker_stopped(cli: tuple[Cli, Holdin
         _out, raw = await process.communicate()
     err = raw.decode()
     assert process.returncode == ExitCode.INTERRUPTED, err
-    assert "the worker stopped" in err and "the call goes on" not in err
+    assert "the worker stopped" in err
+    assert "the call goes on" not in err
     assert "restart it with: longcall worker" in err
 
 
@@ -278,9 +291,13 @@ async def test_tools_lists_names_task_support_and_arguments(cli: tuple[Cli, Hold
     assert listed["approve"]["inputSchema"]["required"] == ["change"]
     assert all(t["taskSupport"] in ("forbidden", "optional", "required") for t in listed.values())
     code, out, err = await runner.run("tools", runner.url)
-    assert code == ExitCode.OK and "sleep_report" in out and "change: string" in out, err
+    assert code == ExitCode.OK, err
+    assert "sleep_report" in out
+    assert "change: string" in out
     code, out, err = await runner.run("tools", runner.url, "approve")
-    assert code == ExitCode.OK and json.loads(out[out.index("{") :])["required"] == ["change"]
+    assert code == ExitCode.OK
+    assert json.loads(out[out.index("{") :])["required"] == ["change"]
     code, _, err = await runner.run("tools", runner.url, "aprove")
-    assert code == ExitCode.REFUSED and "did you mean 'approve'?" in err
+    assert code == ExitCode.REFUSED
+    assert "did you mean 'approve'?" in err
     assert layer.counts.get("tools/call", 0) == 0

@@ -12,8 +12,8 @@ import pytest
 from tests.e2e.conftest import serve
 
 from longcall import CallOutcome, Client, State
-from longcall.errors import NotReconcilable
 from longcall.core import events as e
+from longcall.errors import NotReconcilable
 from longcall.ledger import SQLiteLedger
 from longcall.runtime.step import apply_event
 from longcall.server import ServerOptions, build_reference_server
@@ -46,7 +46,8 @@ async def test_an_oversized_create_is_a_terminal_error_naming_the_limit(
             result = await client.call(small_server, "sleep_report", big, protocol=version)
     assert (result.state, result.outcome) == (State.ACCEPTED, CallOutcome.PROTOCOL_ERROR)
     message = result.result["error"]["message"]
-    assert "refused the request unread" in message and f"over {BODY_LIMIT} bytes" in message
+    assert "refused the request unread" in message
+    assert f"over {BODY_LIMIT} bytes" in message
     assert result.result["error"]["http_status"] == 413
     assert result.record.last_error == message
 
@@ -76,7 +77,7 @@ async def test_never_created_that_repeats_a_refusal_is_refused(tmp_path: Path) -
         record = apply_event(ledger, record, event, now=T0 + 1, jitter=0.5).record
         assert record.state is State.RECONCILIATION_REQUIRED
     async with Client(f"sqlite:///{path}") as client:
-        with pytest.raises(NotReconcilable, match="refused the same way again.*as failed"):
+        with pytest.raises(NotReconcilable, match=r"refused the same way again.*as failed"):
             await client.reconcile("n", "never_created", note="retry", actor="op")
         assert client.result("n").state is State.RECONCILIATION_REQUIRED
 
@@ -95,7 +96,9 @@ def test_ops_reconcile_says_so_and_prints_json(tmp_path: Path) -> None:
     with SQLiteLedger(path) as ledger:
         record = ledger.create(new_record(call_node_id="n"))
         reason = "not retryable: submit failed (refused_unread): HTTP 413: body over 4096 bytes"
-        apply_event(ledger, record, e.ReconciliationEscalated(reason=reason), now=T0 + 1, jitter=0.5)
+        apply_event(
+            ledger, record, e.ReconciliationEscalated(reason=reason), now=T0 + 1, jitter=0.5
+        )
     base = ["ops", "reconcile", "n", "--note", "checked", "--ledger", f"sqlite:///{path}"]
     runner = CliRunner()
     refused = runner.invoke(main, [*base, "--as", "never_created"])

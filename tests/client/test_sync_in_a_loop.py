@@ -15,7 +15,7 @@ pytestmark = pytest.mark.anyio
 
 async def test_sync_client_inside_a_running_loop_says_to_use_client(tmp_path: Path) -> None:
     """Made, or used, inside a running loop: SyncClientInLoop naming Client."""
-    with pytest.raises(SyncClientInLoop, match="use `async with longcall.Client"):
+    with pytest.raises(SyncClientInLoop, match=r"use `async with longcall\.Client"):
         SyncClient(f"sqlite:///{tmp_path / 'l.db'}")
     assert issubclass(SyncClientInLoop, UsageError)
 

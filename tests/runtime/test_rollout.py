@@ -62,9 +62,7 @@ def test_a_canary_on_a_fresh_plan_is_a_share_not_every_call() -> None:
     assert all((c == "2") == (canary_bucket(n) < 10.0) for n, c in zip(nodes, chosen, strict=True))
     assert 0.07 <= chosen.count("2") / len(nodes) <= 0.13
     taken_out = plan(("1", "draining", 0.0), ("2", "canary", 10.0))
-    assert {route(taken_out, protocol="test", offered="1", call_node_id=n) for n in nodes} == {
-        "2"
-    }
+    assert {route(taken_out, protocol="test", offered="1", call_node_id=n) for n in nodes} == {"2"}
 
 
 def test_disabled_adapter_refuses_new_calls_and_keeps_its_own(tmp_path: Path) -> None:
@@ -137,8 +135,18 @@ def test_rollout_commands(tmp_path: Path) -> None:
     assert rows == {("1", "enabled", 0.0), ("2", "canary", 5.0)}
     done = runner.invoke(
         main,
-        ["rollout", "rollback", "mcp", "--from", "2", "--to", "1", "--for-other-builds"]
-        + ["--ledger", ledger],
+        [
+            "rollout",
+            "rollback",
+            "mcp",
+            "--from",
+            "2",
+            "--to",
+            "1",
+            "--for-other-builds",
+            "--ledger",
+            ledger,
+        ],
     )
     assert done.exit_code == 0, done.output
     assert "0 in-flight operations handed to 1" in done.output
@@ -187,14 +195,16 @@ def test_a_plan_routing_new_calls_where_no_worker_of_this_build_goes_is_refused(
     refused = run("canary", "2026-07-28", "2", "10", "--note", "x")
     assert refused.exit_code == 5, refused.output
     assert "no worker of this build runs 2026-07-28 2" in refused.output
-    assert "--for-other-builds" in refused.output and "runs 2026-07-28 1" in refused.output
+    assert "--for-other-builds" in refused.output
+    assert "runs 2026-07-28 1" in refused.output
     assert run("set", "2026-07-28", "2", "enabled").exit_code == 5
     assert run("rollback", "2026-07-28", "--from", "1", "--to", "2").exit_code == 5
     assert run("canary", "2026-07-28", "2", "0").exit_code == 0  # a share of nothing
     assert run("set", "2026-07-28", "2", "disabled").exit_code == 0  # taking out: always
     shown = run("status")
     assert shown.exit_code == 0, shown.output
-    assert "this build runs:" in shown.output and "2026-07-28 1" in shown.output
+    assert "this build runs:" in shown.output
+    assert "2026-07-28 1" in shown.output
     status = json.loads(run("status", "--json").output)
     assert {(r["adapter_version"], r["state"]) for r in status} == {("2", "disabled")}
 

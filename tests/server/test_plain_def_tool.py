@@ -31,9 +31,10 @@ async def test_a_plain_def_tool_runs_on_a_worker_thread(tmp_path: Path) -> None:
         return {"sum": a + b, "same_thread": int(threading.get_ident() == loop_thread)}
 
     with anyio.fail_after(BOUND_S):
-        async with serve(server.asgi_app()) as url, Client(
-            f"sqlite:///{tmp_path / 'l.db'}"
-        ) as client:
+        async with (
+            serve(server.asgi_app()) as url,
+            Client(f"sqlite:///{tmp_path / 'l.db'}") as client,
+        ):
             result = await client.call(url, "add", {"a": 2, "b": 3})
     assert result.outcome is CallOutcome.OK, result.reason
     assert result.result["structuredContent"] == {"sum": 5, "same_thread": 0}

@@ -3,8 +3,9 @@
 Owns: :func:`binding_of`, the binding a mapping made earlier in this process or one it
 makes now (a restarted process has none, and its result fetch must still check the
 output schema), :func:`schema_violation`, the check of a result value against the
-output schema a tool declares, and :func:`arguments_violation`, the check of a call's arguments against the tool's
-input schema, and :func:`checked_validator`, the one cache of checked
+output schema a tool declares, :func:`arguments_violation`, the check of a call's
+arguments against the tool's input schema, and :func:`checked_validator`, the one
+cache of checked
 JSON Schemas (output schemas here, input forms in the runtime).
 
 Must not: perform I/O (the binding is made by the mapping's own ``bind`` exchange), or

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -23,8 +24,6 @@ from rich.console import Console
 
 from longcall.adapters.servers import (
     SERVERS_ENV,
-    ConfigError,
-    MissingCredential,
     ServersConfig,
     default_servers_path,
     load_servers,
@@ -38,13 +37,15 @@ from longcall.client import (
 from longcall.core.keys import canonical_json
 from longcall.errors import (
     AdapterError,
+    ConfigError,
     ConflictError,
     IntegrityError,
     InvalidArguments,
-    LedgerMissing,
     InvalidCallNode,
+    LedgerMissing,
     LocalProtocolError,
     LongcallError,
+    MissingCredential,
     NotFoundError,
     ServerUnreachable,
     UnavailableError,
@@ -205,7 +206,7 @@ def read_argument_text(value: str, option: str) -> str:
     """An option's JSON text as given, or read from a file (``@PATH``) or stdin (``-``):
     arguments too large for a command line (a usage error when they cannot be read)."""
     if value == "-":
-        return click.get_text_stream("stdin").read()
+        return sys.stdin.read()
     if not value.startswith("@"):
         return value
     path = Path(value[1:])

@@ -54,8 +54,7 @@ def answer_command(request: InputRequest, ledger_url: str | None) -> str:
         return f"longcall ops answer {node} {pairs}{where}".replace("  ", " ")
     key = shell_quote(request.questions[0].key)
     return (
-        f"longcall ops answer {node} --key {key}"
-        f' --answer-json \'{{"action": "accept", …}}\'{where}'
+        f'longcall ops answer {node} --key {key} --answer-json \'{{"action": "accept", …}}\'{where}'
     )
 
 

@@ -72,9 +72,7 @@ def new_calls_to(plan: AdapterPlan) -> bool:
     return plan.state == "enabled" or (plan.state == "canary" and plan.canary_percent > 0)
 
 
-def uncarried_target(
-    plan: AdapterPlan, carried: frozenset[tuple[str, str]]
-) -> str | None:
+def uncarried_target(plan: AdapterPlan, carried: frozenset[tuple[str, str]]) -> str | None:
     """Why setting ``plan`` would route new calls to a version no worker of this build
     runs (``carried``: the versions this build's adapters bind), or None when it would
     not. Such calls wait for a worker of another build, and a caller of this build is
@@ -244,10 +242,10 @@ __all__ = [
     "compare_shadow",
     "differences",
     "new_calls_to",
-    "uncarried_target",
     "rollback",
     "route",
     "shadow_call_node",
     "shadow_report",
     "shadow_versions",
+    "uncarried_target",
 ]

@@ -27,8 +27,7 @@ from longcall.adapters.mcp.rpc import (
     RpcChannel,
     RpcReply,
 )
-from longcall.adapters.mcp.tools import listed_tools
-from longcall.adapters.mcp.tools import listed_tool, task_support_of, tool_binding
+from longcall.adapters.mcp.tools import listed_tool, listed_tools, task_support_of, tool_binding
 from longcall.adapters.outcomes import foreign_identity, submit_failed, unsupported
 from longcall.adapters.outcomes import request_failed as transport_request_failed
 from longcall.core.events import (

@@ -20,10 +20,10 @@ from longcall.adapters.mcp import modern
 from longcall.adapters.mcp.common import submit_failure, with_progress
 from longcall.adapters.mcp.results import verify_result
 from longcall.adapters.mcp.rpc import MODERN, RpcChannel, call
-from longcall.adapters.mcp.tools import listed_tools
 from longcall.adapters.mcp.tools import (
     declared_sync_timeout_s,
     listed_tool,
+    listed_tools,
     param_headers,
     task_support_of,
     tool_binding,

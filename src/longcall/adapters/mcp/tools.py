@@ -10,7 +10,6 @@ digest (L1: a changed tool is another tool), the idempotency reading (X2:
 from __future__ import annotations
 
 import difflib
-
 import json
 import re
 from collections.abc import Mapping, Sequence
