@@ -148,6 +148,14 @@ class CallResult:
         return self.outcome is CallOutcome.OK
 
     @property
+    def structured(self) -> Any:
+        """The result a program reads: an MCP tool result's ``structuredContent`` when
+        it has one, else the accepted result as it is (None until accepted)."""
+        if isinstance(self.result, dict) and "structuredContent" in self.result:
+            return self.result["structuredContent"]
+        return self.result
+
+    @property
     def settled(self) -> bool:
         """Nothing more happens without a person: accepted, or waiting for one."""
         return self.outcome is not CallOutcome.PENDING

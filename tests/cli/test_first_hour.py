@@ -301,3 +301,24 @@ async def test_tools_lists_names_task_support_and_arguments(cli: tuple[Cli, Hold
     assert code == ExitCode.REFUSED
     assert "did you mean 'approve'?" in err
     assert layer.counts.get("tools/call", 0) == 0
+
+
+# --- also: the result alone, for pipes ------------------------------------------------
+
+
+async def test_call_wait_result_prints_only_the_structured_result(
+    cli: tuple[Cli, Holding],
+) -> None:
+    """``--wait --result``: stdout is the structured result as JSON and nothing else;
+    without --wait it is a usage error."""
+    runner, _ = cli
+    args = '{"pages": 1, "items_per_page": 2}'
+    code, out, err = await runner.run(
+        "call", runner.url, "crawl", "--args", args, "--ledger", runner.ledger, "--wait", "--result"
+    )
+    assert code == ExitCode.OK, err
+    assert len(json.loads(out)["items"]) == 2
+    code, _, err = await runner.run(
+        "call", runner.url, "crawl", "--args", args, "--ledger", runner.ledger, "--result"
+    )
+    assert code == ExitCode.USAGE, err

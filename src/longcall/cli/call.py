@@ -7,6 +7,7 @@ client, and prints the result. Must not: decide anything the Python API does not
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 
 import click
@@ -63,6 +64,12 @@ from longcall.errors import (
     help="With --wait: stop waiting after this many seconds (the call goes on).",
 )
 @json_option
+@click.option(
+    "--result",
+    "result_only",
+    is_flag=True,
+    help="With --wait: print only the result (its structured content) as JSON, for pipes.",
+)
 @quiet_option
 @click.option(
     "--protocol",
@@ -97,6 +104,7 @@ def call(
     wait: bool,
     timeout_s: float | None,
     as_json: bool,
+    result_only: bool,
     quiet: bool,
     protocol: str | None,
     budget_s: float | None,
@@ -124,8 +132,12 @@ def call(
           --answer approved=true --wait
       longcall call http://127.0.0.1:8765/v1 crawl --args '{"pages": 2, "items_per_page": 5}'
       longcall call http://127.0.0.1:8765/mcp sleep_report --args @args.json --wait
+      longcall call http://127.0.0.1:8765/mcp crawl --args '{"pages": 1, "items_per_page": 2}' \\
+          --wait --result | jq .items
       longcall call reports sleep_report --servers servers.toml --wait   # a configured name
     """
+    if result_only and not wait:
+        raise click.UsageError("--result prints a settled call's result: use it with --wait")
     arguments = parse_json(read_argument_text(args_json, "--args"), "--args")
     if not isinstance(arguments, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--args")
@@ -190,8 +202,11 @@ def call(
                 return calling.result()
 
     result = run_async(main)
-    if result.replayed:
+    if result.replayed and not result_only:
         say_replayed(result)
-    print_result(result, as_json=as_json, ledger_url=ledger_url, asked=view.asked)
+    if result_only and result.record.is_terminal:
+        click.echo(json.dumps(result.structured, indent=2, sort_keys=True))
+    else:
+        print_result(result, as_json=as_json, ledger_url=ledger_url, asked=view.asked)
     if wait or result.settled:
         raise click.exceptions.Exit(int(outcome_exit(result)))
