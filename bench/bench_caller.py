@@ -41,6 +41,7 @@ import httpx
 
 OPERATIONS = int(os.environ.get("LONGCALL_BENCH_CALLER_OPS", "192"))
 CONCURRENCY = 32
+FLOOR_CONNECTIONS = int(os.environ.get("LONGCALL_BENCH_FLOOR_CONNECTIONS", str(CONCURRENCY)))
 ROUNDS = 3
 TARGET = 5.0
 STARTUP_LIMIT_S = 60.0
@@ -165,7 +166,7 @@ async def floor_round(url: str, count: int) -> tuple[float, Counted]:
     gate = asyncio.Semaphore(CONCURRENCY)
     # One pool of keep-alive connections, one per sequence in flight: each sequence
     # holds one connection at a time, and a connection serves sequence after sequence.
-    limits = httpx.Limits(max_connections=CONCURRENCY, max_keepalive_connections=CONCURRENCY)
+    limits = httpx.Limits(max_connections=FLOOR_CONNECTIONS, max_keepalive_connections=FLOOR_CONNECTIONS)
     async with httpx.AsyncClient(
         timeout=TASK_LIMIT_S, limits=limits, event_hooks={"request": [counted.request]}
     ) as http:

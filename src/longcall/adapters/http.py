@@ -60,10 +60,20 @@ class SendWindow:
     polls of several workers then bunched up at the server beyond the cap (X3, D1).
     Asked for the first request of the block only: a poll is one request."""
 
-    def __init__(self, may_leave: Callable[[], bool]) -> None:
+    def __init__(
+        self, may_leave: Callable[[], bool], is_open: Callable[[], bool] | None = None
+    ) -> None:
         self._may_leave = may_leave
+        self._is_open = is_open
         self.asked = False
         """Whether a request asked (an adapter that sends without this driver never does)."""
+
+    def is_open(self) -> bool:
+        """Whether the slot has not passed yet, asked before the request takes a
+        connection: ``may_leave`` without its side effects. A request stopped at the
+        last moment costs its connection (httpcore closes a connection whose request
+        was never written); one stopped here costs nothing."""
+        return self._is_open is None or self._is_open()
 
     def may_leave(self) -> bool:
         self.asked = True
@@ -81,10 +91,13 @@ class SendWindowPassed(Exception):
 
 
 @contextlib.contextmanager
-def send_window(may_leave: Callable[[], bool]) -> Iterator[SendWindow]:
+def send_window(
+    may_leave: Callable[[], bool], is_open: Callable[[], bool] | None = None
+) -> Iterator[SendWindow]:
     """Within this block (this task), the next request the driver sends leaves only if
-    ``may_leave()`` says so at the moment it is written (see :class:`SendWindow`)."""
-    window = SendWindow(may_leave)
+    ``may_leave()`` says so at the moment it is written (see :class:`SendWindow`);
+    ``is_open`` (no side effects) is asked first, before a connection is taken."""
+    window = SendWindow(may_leave, is_open)
     token = _SEND_WINDOW.set(window)
     try:
         yield window
@@ -191,6 +204,8 @@ class HttpDriver:
         extensions = None
         if window is not None:
             _SEND_WINDOW.set(None)  # the first request only (this task's own context)
+            if not window.is_open():
+                raise SendWindowPassed("the send slot passed before the request could leave")
             extensions = {"trace": _window_trace(window)}
         try:
             async with self.http.stream(
