@@ -44,6 +44,9 @@ from longcall.adapters.sse import LineTooLong, SseDecoder
 from longcall.core.retry import FailureKind
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
+ANSWER_DRAIN_S = 0.1
+"""How long the end of an event stream is awaited after the answer came (the
+connection then goes back to the pool); a stream still open then is cut."""
 _T = TypeVar("_T")
 
 EventObserver = Callable[[SseEvent], None]
@@ -253,11 +256,14 @@ class HttpDriver:
         stopped = False
         cut: str | None = None
         size = 0
+        answered = False
         with anyio.CancelScope() as watch_scope:
             if watch is not None:
                 watch_scope.deadline = anyio.current_time() + watch.wait_s
             try:
                 async for chunk in response.aiter_bytes():
+                    if answered:
+                        continue  # the stream's rest after the answer: read, not kept
                     size += len(chunk)
                     if size > self.response_bytes_max:
                         return self._too_large(response.status_code)
@@ -270,7 +276,13 @@ class HttpDriver:
                             # Gather the siblings sent with it, then stop (X4).
                             watch_scope.deadline = anyio.current_time() + watch.gather_s
                         if request.answer_id is not None and _is_response(event, request.answer_id):
-                            watch_scope.cancel()  # the answer is here; nothing after it
+                            # The answer is here; nothing after it counts. The stream's
+                            # end (a server closes it right after the answer) is still
+                            # read, briefly: httpcore closes a connection whose response
+                            # was not read to its end instead of returning it to the pool.
+                            answered = True
+                            drained = anyio.current_time() + ANSWER_DRAIN_S
+                            watch_scope.deadline = min(watch_scope.deadline, drained)
             except LineTooLong as exc:
                 return exc.failure(response.status_code)
             except httpx.HTTPError as exc:
@@ -279,7 +291,7 @@ class HttpDriver:
                 cut = failure_of_exception(exc).detail
         if watch_scope.cancelled_caught and watch is not None:
             stopped = True
-        if scope.cancel_called:
+        if scope.cancel_called and not answered:
             return TransportFailure(
                 kind=FailureKind.TIMEOUT,
                 detail=f"no complete answer within {request.timeout_s:g} s",
