@@ -122,41 +122,40 @@ async def _floor_sequence(
     http: httpx.AsyncClient, url: str, ids: itertools.count[int], counted: Counted
 ) -> None:
     """One operation as a bare client makes it, over one keep-alive connection."""
-    if True:
 
-        async def call(method: str, params: dict[str, Any], name: str) -> dict[str, Any]:
-            headers = {
-                "accept": "application/json, text/event-stream",
-                "content-type": "application/json",
-                "mcp-protocol-version": "2026-07-28",
-                "mcp-method": method,
-                "mcp-name": name,
-            }
-            body = {"jsonrpc": "2.0", "id": next(ids), "method": method,
-                    "params": {**params, "_meta": ENVELOPE}}  # fmt: skip
-            response = await http.post(
-                url,
-                content=json.dumps(body).encode(),
-                headers=headers,
-                extensions={"trace": counted.trace()},
-            )
-            payload = response.json()
-            if "result" not in payload:
-                raise RuntimeError(f"{method} failed: {payload}")
-            return dict(payload["result"])
+    async def call(method: str, params: dict[str, Any], name: str) -> dict[str, Any]:
+        headers = {
+            "accept": "application/json, text/event-stream",
+            "content-type": "application/json",
+            "mcp-protocol-version": "2026-07-28",
+            "mcp-method": method,
+            "mcp-name": name,
+        }
+        body = {"jsonrpc": "2.0", "id": next(ids), "method": method,
+                "params": {**params, "_meta": ENVELOPE}}  # fmt: skip
+        response = await http.post(
+            url,
+            content=json.dumps(body).encode(),
+            headers=headers,
+            extensions={"trace": counted.trace()},
+        )
+        payload = response.json()
+        if "result" not in payload:
+            raise RuntimeError(f"{method} failed: {payload}")
+        return dict(payload["result"])
 
-        params = {"name": "sleep_report", "arguments": ARGUMENTS}
-        created = await call("tools/call", params, "sleep_report")
-        task_id = created["taskId"]
-        pause = created.get("pollIntervalMs", 500) / 1000
-        while True:
-            await asyncio.sleep(pause)
-            task = await call("tasks/get", {"taskId": task_id}, task_id)
-            if task["status"] == "completed":
-                return
-            if task["status"] != "working":
-                raise RuntimeError(f"task {task_id} ended {task['status']}")
-            pause = task.get("pollIntervalMs", 500) / 1000
+    params = {"name": "sleep_report", "arguments": ARGUMENTS}
+    created = await call("tools/call", params, "sleep_report")
+    task_id = created["taskId"]
+    pause = created.get("pollIntervalMs", 500) / 1000
+    while True:
+        await asyncio.sleep(pause)
+        task = await call("tasks/get", {"taskId": task_id}, task_id)
+        if task["status"] == "completed":
+            return
+        if task["status"] != "working":
+            raise RuntimeError(f"task {task_id} ended {task['status']}")
+        pause = task.get("pollIntervalMs", 500) / 1000
 
 
 async def floor_round(url: str, count: int) -> tuple[float, Counted]:
@@ -166,7 +165,9 @@ async def floor_round(url: str, count: int) -> tuple[float, Counted]:
     gate = asyncio.Semaphore(CONCURRENCY)
     # One pool of keep-alive connections, one per sequence in flight: each sequence
     # holds one connection at a time, and a connection serves sequence after sequence.
-    limits = httpx.Limits(max_connections=FLOOR_CONNECTIONS, max_keepalive_connections=FLOOR_CONNECTIONS)
+    limits = httpx.Limits(
+        max_connections=FLOOR_CONNECTIONS, max_keepalive_connections=FLOOR_CONNECTIONS
+    )
     async with httpx.AsyncClient(
         timeout=TASK_LIMIT_S, limits=limits, event_hooks={"request": [counted.request]}
     ) as http:
@@ -266,8 +267,9 @@ def worker_round(url: str, count: int, ledger_path: Path, tag: str) -> float:
     """CPU seconds a ``longcall worker --until-idle`` process spends on ``count`` operations
     (its start-up, measured by a run with none, taken off)."""
     seed_unowned(url, count, ledger_path, tag)
+    ledger = f"sqlite:///{ledger_path}?synchronous=normal"
     command = [sys.executable, "-m", "longcall", "worker", "--until-idle", "--quiet",
-               "--ledger", f"sqlite:///{ledger_path}?synchronous=normal", "--qps", "1000"]  # fmt: skip
+               "--ledger", ledger, "--qps", "1000"]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(process.pid, 0)
     process.returncode = os.waitstatus_to_exitcode(status)

@@ -260,9 +260,11 @@ async def test_a_send_window_already_passed_stops_the_request_before_a_connectio
     async with CountingServer() as server:
         d = HttpDriver(server.url)
         asked: list[bool] = []
-        with send_window(lambda: asked.append(True) or True, lambda: False):
-            with pytest.raises(SendWindowPassed):
-                await d.send(HttpRequest(body=b"{}"))
+        with (
+            send_window(lambda: asked.append(True) or True, lambda: False),
+            pytest.raises(SendWindowPassed),
+        ):
+            await d.send(HttpRequest(body=b"{}"))
         await d.aclose()
     assert asked == []
     assert (server.requests, server.connections) == (0, 0)

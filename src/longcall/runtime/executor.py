@@ -738,7 +738,7 @@ class Executor:
                     # Breaking the running stream now would cost its connection; the
                     # new operations wait for the next reopen (polls carry them).
                     self._listen_dirty = True
-                    retry = self._listen_retry_at
+                    retry: float | None = self._listen_retry_at
                     self._listen_retry_at = reopen_at if retry is None else min(retry, reopen_at)
                     continue
                 current[1].cancel()
