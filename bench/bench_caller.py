@@ -11,7 +11,10 @@ alternating rounds so that load swings hit each alike:
 - **client**: the public ``longcall.Client`` with its own SQLite ledger
   (``synchronous=normal``), ``CONCURRENCY`` calls at a time;
 - **worker**: ``longcall worker --until-idle --quiet`` (a child process) driving the same
-  number of operations written unowned into its ledger beforehand.
+  number of operations written unowned into its ledger beforehand; its start-up (a run
+  that finds nothing to do) is taken off. It makes one exchange more per operation than
+  the others: a record it did not create may have been sent already, so it looks the
+  submission up by its key before it sends it.
 
 The figure is CPU time of the caller process (user + system, ``getrusage``), never wall
 time: other processes share the machine's cores. Targets: client / floor <= 5 and
