@@ -79,6 +79,7 @@ class _MissedImports(importlib.abc.MetaPathFinder):
 
 
 @pytest.mark.anyio
+@pytest.mark.slow
 async def test_no_import_fails_while_a_call_is_driven(tmp_path: Path) -> None:
     """A library's optional import on the request path is installed: a failed one walks
     sys.path at every request (httpcore's sniffio once cost a quarter of the CPU)."""
