@@ -796,14 +796,14 @@ class Executor:
             log.exception("adapter failed on %s for %s", action.kind, action.call_node_id)
             outcome = failure_outcome(action.kind, _failure(FailureKind.TRANSPORT, repr(exc)))
         if outcome is None:
-            await self._off_loop(self.engine.finish, action)
+            await self._off_loop(self.engine.end_without_reply, action)
         elif outcome is NotSent.SLOT_MISSED:
             await self._off_loop(self.engine.slot_missed, action, now=self.clock())
         elif outcome is NotSent.HELD:
             pass  # the engine planned it again for the end of the Retry-After
         else:
             assert isinstance(outcome, Outcome)
-            await self._off_loop(self.engine.complete, action, outcome, now=self.clock())
+            await self._off_loop(self.engine.apply_reply, action, outcome, now=self.clock())
             if isinstance(outcome.event, (e.SubmitAcknowledged, e.SubmissionFound)):
                 self._listen_dirty = True  # a new operation id to listen for (X3)
             if outcome.progress is not None or isinstance(outcome.event, e.WorkingObserved):
