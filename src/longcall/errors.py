@@ -246,6 +246,10 @@ class MetricsPortUnavailable(UnavailableError):
     """``/metrics`` could not be served on the port asked for (taken, or not allowed)."""
 
 
+class ConsolePortUnavailable(UnavailableError):
+    """The console could not listen on the host and port asked for (taken, or not allowed)."""
+
+
 class DriverStopped(UnavailableError):
     """The driver stopped (an error, or its client was closed) while a caller waited.
 
@@ -313,6 +317,7 @@ __all__ = [
     "CallNodeConflict",
     "ClientNotStarted",
     "ConflictError",
+    "ConsolePortUnavailable",
     "CorruptRow",
     "DigestMismatch",
     "DriverStopped",

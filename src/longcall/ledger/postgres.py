@@ -194,6 +194,9 @@ class PostgresLedger(SqlLedger):
 
     migrations = MIGRATIONS
     creation_order = "seq"
+    json_text = "(record_json::jsonb ->> '{name}')"
+    json_number = "((record_json::jsonb ->> '{name}')::double precision)"
+    json_length = "jsonb_array_length(record_json::jsonb -> '{name}')"
     # FOR UPDATE: a concurrent writer of this row waits for our commit, then reads the
     # version we wrote, so its check raises VersionConflict (L4).
     row_lock = " FOR UPDATE"

@@ -56,7 +56,10 @@ from longcall.ledger.base import (
     Fence,
     HistoryRow,
     Ledger,
+    ListedOperation,
+    OperationQuery,
     OutboxRow,
+    ServerUse,
     ShadowComparison,
     VersionSet,
     WorkerRow,
@@ -204,6 +207,12 @@ class SqlLedger(Ledger):
     """Appended to the read of the rows a claim is about to take (PostgreSQL: skip the
     rows another claimer holds locked; SQLite: the write transaction already excludes
     every other writer)."""
+    json_text: ClassVar[str]
+    """SQL reading the text of the stored record's field ``{name}``."""
+    json_number: ClassVar[str]
+    """SQL reading the stored record's numeric field ``{name}``."""
+    json_length: ClassVar[str]
+    """SQL reading the length of the stored record's array field ``{name}``."""
     duplicate_errors: ClassVar[tuple[type[BaseException], ...]]
     """Driver errors that mean a create met an existing call node or submission key."""
     integrity_errors: ClassVar[tuple[type[BaseException], ...]]
@@ -954,6 +963,118 @@ class SqlLedger(Ledger):
                 compared_at_utc=str(r[6]),
             )
             for r in rows
+        ]
+
+    # --- the operator's view (the console) ------------------------------------------
+
+    def _waiting_on(self) -> str:
+        """The CASE naming what an operation waits on (``WAITING_REASONS``, first match
+        wins); its one parameter is ``now`` (whose leases are live)."""
+        pending = self.json_length.format(name="input_keys_pending")
+        failed = self.json_number.format(name="failed_attempts")
+        return (
+            "CASE WHEN open IS NULL THEN 'nothing'"
+            " WHEN state = 'reconciliation_required' THEN 'operator'"
+            f" WHEN state = 'input_required' AND {pending} > 0 THEN 'person'"
+            " WHEN owner IS NULL OR owner NOT IN"
+            " (SELECT owner FROM workers WHERE lease_until > ?) THEN 'worker'"
+            f" WHEN {failed} > 0 THEN 'backoff'"
+            " ELSE 'server' END"
+        )
+
+    def _query_where(self, query: OperationQuery) -> tuple[str, list[object]]:
+        """The WHERE clause (without the page bounds) of ``query`` and its parameters."""
+        clauses: list[str] = []
+        params: list[object] = []
+        if query.states:
+            clauses.append(f"state IN ({marks(len(query.states))})")
+            params.extend(s.value for s in query.states)
+        if query.server is not None:
+            clauses.append("server = ?")
+            params.append(query.server)
+        if query.tool is not None:
+            clauses.append(f"{self.json_text.format(name='tool_name')} = ?")
+            params.append(query.tool)
+        if query.server_status is not None:
+            clauses.append(f"{self.json_text.format(name='server_status')} = ?")
+            params.append(query.server_status.value)
+        if query.created_after_utc is not None:
+            clauses.append("created_at_utc >= ?")
+            params.append(query.created_after_utc)
+        if query.created_before_utc is not None:
+            clauses.append("created_at_utc < ?")
+            params.append(query.created_before_utc)
+        if query.search:
+            clauses.append(
+                "(call_node_id = ? OR operation_id = ? OR substr(call_node_id, 1, ?) = ?)"
+            )
+            params.extend((query.search, query.search, len(query.search), query.search))
+        if query.min_epoch is not None:
+            clauses.append("execution_epoch >= ?")
+            params.append(query.min_epoch)
+        if query.waiting is not None:
+            # The open flag first: it narrows to an index before the CASE is read.
+            clauses.append("open IS NULL" if query.waiting == "nothing" else "open = 1")
+            clauses.append(f"{self._waiting_on()} = ?")
+            params.extend((query.now, query.waiting))
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+    def browse(self, query: OperationQuery) -> list[ListedOperation]:
+        order = self.creation_order
+        where, params = self._query_where(query)
+        if query.after_seq is not None:
+            bound = f"{order} > ?" if query.oldest_first else f"{order} < ?"
+            where = f"{where} AND {bound}" if where else f" WHERE {bound}"
+            params.append(query.after_seq)
+        direction = "ASC" if query.oldest_first else "DESC"
+        rows = self._read(
+            f"SELECT {order}, record_json, owner, created_at_utc FROM operations{where}"
+            f" ORDER BY {order} {direction} LIMIT ?",
+            (*params, query.limit),
+        )
+        return [
+            ListedOperation(
+                seq=int(row[0]),
+                record=codec.loads_record(str(row[1])),
+                owner=None if row[2] is None else str(row[2]),
+                created_at_utc=str(row[3]),
+            )
+            for row in rows
+        ]
+
+    def outbox_of(self, call_node_id: str) -> OutboxRow | None:
+        rows = self._read(
+            f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE call_node_id = ?", (call_node_id,)
+        )
+        return outbox_row(rows[0]) if rows else None
+
+    def count(self, query: OperationQuery) -> int:
+        where, params = self._query_where(query)
+        rows = self._read(f"SELECT count(*) FROM operations{where}", params)
+        return int(rows[0][0])
+
+    def count_by_state(self) -> dict[State, int]:
+        rows = self._read("SELECT state, count(*) FROM operations GROUP BY state")
+        return {State(state): int(n) for state, n in rows}
+
+    def server_use(self) -> list[ServerUse]:
+        failed = self.json_number.format(name="failed_attempts")
+        rows = self._read(
+            "SELECT server, protocol, adapter_version, count(*), count(open),"
+            f" sum(CASE WHEN open = 1 AND {failed} > 0 THEN 1 ELSE 0 END)"
+            " FROM operations GROUP BY server, protocol, adapter_version"
+            " ORDER BY server, protocol, adapter_version"
+        )
+        return [
+            ServerUse(
+                server=str(row[0]),
+                protocol=str(row[1]),
+                adapter_version=str(row[2]),
+                operations=int(row[3]),
+                open=int(row[4]),
+                failing=int(row[5] or 0),
+            )
+            for row in rows
         ]
 
     def _executemany(self, conn: Any, query: str, rows: Sequence[Params]) -> None:

@@ -247,6 +247,9 @@ class SQLiteLedger(SqlLedger):
 
     migrations = MIGRATIONS
     creation_order = "rowid"
+    json_text = "json_extract(record_json, '$.{name}')"
+    json_number = "json_extract(record_json, '$.{name}')"
+    json_length = "json_array_length(record_json, '$.{name}')"
     duplicate_errors = (sqlite3.IntegrityError,)
     integrity_errors = (sqlite3.IntegrityError,)
 
