@@ -50,7 +50,10 @@ SECURITY_HEADERS = {
     "content-security-policy": CSP,
     "x-content-type-options": "nosniff",
     "x-frame-options": "DENY",
-    "referrer-policy": "no-referrer",
+    # same-origin, not no-referrer: under no-referrer a browser sends "Origin: null" on
+    # the console's own form posts, which the Origin check could not tell from a
+    # sandboxed attacker frame.
+    "referrer-policy": "same-origin",
     "cache-control": "no-store",
     "cross-origin-opener-policy": "same-origin",
     "cross-origin-resource-policy": "same-origin",
@@ -370,9 +373,10 @@ class Guard:
 
 def _same_origin(request: Request, host: str) -> bool:
     origin = request.headers.get("origin")
-    if origin is not None:
+    if origin is not None and origin != "null":
         return origin == f"http://{host}"
-    # No Origin (an old browser): only a same-origin fetch is believed.
+    # No Origin, or an opaque one: only the browser's own word that the request comes
+    # from this origin is believed (a page cannot set Sec-Fetch-Site).
     return request.headers.get("sec-fetch-site") == "same-origin"
 
 

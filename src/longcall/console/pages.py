@@ -327,18 +327,19 @@ class Filters:
 
     def query(self, now: float) -> OperationQuery:
         """The ledger query (unknown values refused by the enums, as ValueError)."""
-        after_utc = before_utc = None
+        after = before = None
         if self.age:
+            if self.age not in _AGE_BOUNDS:
+                raise ValueError(f"no age {self.age!r} (use {', '.join(a for a in AGES if a)})")
             side, seconds = _AGE_BOUNDS[self.age]
-            bound = datetime.fromtimestamp(now - seconds, UTC).isoformat()
-            after_utc, before_utc = (bound, None) if side == "after" else (None, bound)
+            after, before = (now - seconds, None) if side == "after" else (None, now - seconds)
         return OperationQuery(
             states=(State(self.state),) if self.state else (),
             server_status=ServerStatus(self.status) if self.status else None,
             tool=self.tool or None,
             server=self.server or None,
-            created_after_utc=after_utc,
-            created_before_utc=before_utc,
+            created_after=after,
+            created_before=before,
             search=self.q or None,
             waiting=self.waiting or None,
             now=now,

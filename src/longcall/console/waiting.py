@@ -60,7 +60,10 @@ def waiting_on(
         return Waiting(
             reason="worker",
             headline=f"a worker to drive it: {held}",
-            details=("a running `longcall worker` on this ledger claims it within a second",),
+            details=(
+                "a running `longcall worker` on this ledger claims it within a second",
+                _last_status(record),
+            ),
         )
     lease = f"held by {owner} at execution epoch {record.execution_epoch}"
     if record.failed_attempts > 0:
@@ -74,13 +77,17 @@ def waiting_on(
         reason="server",
         headline=_server_headline(record),
         details=(
-            f"last status: {record.server_status_raw or _value(record.server_status)}"
-            + (f" — {record.status_message}" if record.status_message else ""),
+            _last_status(record),
             f"polls so far: {record.poll_count}",
             lease,
         ),
         until=record.next_poll_at,
     )
+
+
+def _last_status(record: OperationRecord) -> str:
+    status = record.server_status_raw or _value(record.server_status)
+    return f"last status: {status}" + (f" — {record.status_message}" if record.status_message else "")
 
 
 def _value(status: object) -> str:

@@ -998,12 +998,13 @@ class SqlLedger(Ledger):
         if query.server_status is not None:
             clauses.append(f"{self.json_text.format(name='server_status')} = ?")
             params.append(query.server_status.value)
-        if query.created_after_utc is not None:
-            clauses.append("created_at_utc >= ?")
-            params.append(query.created_after_utc)
-        if query.created_before_utc is not None:
-            clauses.append("created_at_utc < ?")
-            params.append(query.created_before_utc)
+        created = self.json_number.format(name="created_at")
+        if query.created_after is not None:
+            clauses.append(f"{created} >= ?")
+            params.append(query.created_after)
+        if query.created_before is not None:
+            clauses.append(f"{created} < ?")
+            params.append(query.created_before)
         if query.search:
             clauses.append(
                 "(call_node_id = ? OR operation_id = ? OR substr(call_node_id, 1, ?) = ?)"

@@ -166,7 +166,7 @@ def _after_ack(steps: _Steps, kind: str, message: str) -> None:
         case "fetching_result":
             steps(e.TerminalObserved(status=ServerStatus.COMPLETED))(e.ResultFetchStarted())
         case "accepted_ok":
-            rows = {"content": [{"type": "text", "text": message}], "rows": list(range(120))}
+            rows = {"content": [{"type": "text", "text": message}], "rows": list(range(300))}
             _fetched(steps, ResultKind.VALUE, rows)
         case "accepted_empty":
             _fetched(steps, ResultKind.VALUE, {"content": [], "items": []}, empty=True)

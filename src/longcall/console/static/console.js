@@ -6,6 +6,10 @@
 (function () {
   const PERIOD_MS = 2000;
   const indicator = () => document.getElementById("live");
+  // Every drawing of a form carries a fresh action id: not a change worth a swap.
+  const comparable = (html) => html.replace(/name="action_id" value="[^"]*"/g, "");
+  // A section where someone typed or chose something is left as it is.
+  const touched = (section) => section.querySelector("form[data-touched]") !== null;
   async function refresh() {
     try {
       const response = await fetch(window.location.href, {
@@ -18,8 +22,8 @@
       let changed = 0;
       for (const section of fresh.querySelectorAll("[data-live][id]")) {
         const current = document.getElementById(section.id);
-        if (!current || current.innerHTML === section.innerHTML) continue;
-        if (current.contains(document.activeElement)) continue;
+        if (!current || comparable(current.innerHTML) === comparable(section.innerHTML)) continue;
+        if (current.contains(document.activeElement) || touched(current)) continue;
         current.replaceWith(document.importNode(section, true));
         changed += 1;
       }
@@ -45,6 +49,12 @@
   }
   // A form is sent once: a second click while the first POST runs does nothing
   // (the server also keeps each action id to one write).
+  for (const kind of ["input", "change"]) {
+    document.addEventListener(kind, (event) => {
+      const form = event.target.closest && event.target.closest("form");
+      if (form) form.dataset.touched = "1";
+    });
+  }
   document.addEventListener("submit", (event) => {
     const form = event.target;
     if (form.dataset.sent) {
