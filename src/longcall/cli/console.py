@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import ipaddress
+import sys
 
 import click
 
@@ -56,6 +57,7 @@ def console(ledger_url: str | None, port: int, host: str) -> None:
 
     server, sock = open_console(ledger_url or default_ledger_url(), host=host, port=port)
     click.echo(server.url)
+    sys.stdout.flush()  # the first line, at once: a script waits for it through a pipe
     if not _loopback(host):
         click.echo(
             f"longcall: the console listens on {host}, beyond this machine: anyone who can"

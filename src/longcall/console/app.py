@@ -403,10 +403,8 @@ def open_console(
 ) -> tuple[Console, socket.socket]:
     """A console on a listening socket of ``host`` (``port`` 0: a free one): connections
     queue from now on, so its URL can be handed out before serving starts."""
-    from longcall.server.app import listening_socket
-
     try:
-        sock = listening_socket(host, port)
+        sock = _listening_socket(host, port)
     except OSError as exc:
         raise ConsolePortUnavailable(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}"
@@ -416,6 +414,20 @@ def open_console(
     except BaseException:
         sock.close()
         raise
+
+
+def _listening_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket (the server library's own would import all of it)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except BaseException:
+        sock.close()
+        raise
+    return sock
 
 
 async def serve(console: Console, sock: socket.socket) -> None:
