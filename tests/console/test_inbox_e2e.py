@@ -100,12 +100,15 @@ def test_an_answer_from_the_inbox_resumes_the_tool_once(
     ledger = f"sqlite:///{ledger_path}"
     store = tmp_path / "tasks.db"
 
-    server = Process(["serve", "--store", f"sqlite:///{store}", "--port", "0"], env, tmp_path / "serve.log")
+    server = Process(
+        ["serve", "--store", f"sqlite:///{store}", "--port", "0"], env, tmp_path / "serve.log"
+    )
     processes.append(server)
     url = server.line_matching(r"serving MCP at (http://\S+/mcp)").group(1)
     call = subprocess.run(
         [sys.executable, "-m", "longcall", "call", url, "approve", "--args",
-         json.dumps({"change": "rotate the signing keys"}), "--node", "gate", "--ledger", ledger, "--json"],
+         json.dumps({"change": "rotate the signing keys"}), "--node", "gate",
+         "--ledger", ledger, "--json"],
         env=env, capture_output=True, text=True, timeout=START_TIMEOUT_S, check=False,
     )  # fmt: skip
     assert call.returncode == 0, call.stderr
@@ -139,7 +142,10 @@ def test_an_answer_from_the_inbox_resumes_the_tool_once(
         assert len(receipts) == 1
         assert ledger_db.outbox_of("gate") is not None
         result = json.loads(ledger_db.result_payload("gate") or b"null")
-        assert result["structuredContent"] == {"change": "rotate the signing keys", "approved": True}
+        assert result["structuredContent"] == {
+            "change": "rotate the signing keys",
+            "approved": True,
+        }
         events = [h.event for h in ledger_db.history("gate")]
         assert events.count("InputAnswered") == 1
     db = sqlite3.connect(store)

@@ -24,8 +24,8 @@ from longcall.testing.sample import HOSTILE, KINDS, fill
 pytestmark = pytest.mark.slow
 
 WAIT_MS = 30_000
-OPEN_KINDS = [k for k in KINDS if k not in
-              ("accepted_ok", "accepted_empty", "tool_error", "protocol_error", "cancelled")]  # fmt: skip
+TERMINAL_KINDS = ("accepted_ok", "accepted_empty", "tool_error", "protocol_error", "cancelled")
+OPEN_KINDS = [k for k in KINDS if k not in TERMINAL_KINDS]
 
 
 @pytest.fixture
@@ -65,7 +65,10 @@ def base(console: Console) -> str:
 
 
 def column(tab: Any, index: int) -> list[str]:
-    return [c.strip() for c in tab.locator(f"#ops-table tbody tr td:nth-child({index})").all_inner_texts()]
+    return [
+        c.strip()
+        for c in tab.locator(f"#ops-table tbody tr td:nth-child({index})").all_inner_texts()
+    ]
 
 
 def test_home_puts_what_needs_a_person_first(page: Any, console: Console, shots: Shots) -> None:
@@ -80,14 +83,17 @@ def test_home_puts_what_needs_a_person_first(page: Any, console: Console, shots:
     for state in State:
         assert state.value in states
     health = page.locator("#health").inner_text()
-    assert "completion rate" in health and "4 of 8 accepted completed ok" in health
+    assert "completion rate" in health
+    assert "4 of 8 accepted completed ok" in health
     assert "outcome UNKNOWN" in health
     shots.take(page, "home")
     page.click("text=/All \\d+ operations/")
     assert page.url.endswith("/operations")
 
 
-def test_list_shows_every_state_and_its_filters_work(page: Any, console: Console, shots: Shots) -> None:
+def test_list_shows_every_state_and_its_filters_work(
+    page: Any, console: Console, shots: Shots
+) -> None:
     """Every local state is listed (the demo's among them); state, waiting-on, tool,
     server status and search filters narrow the list as they say."""
     page.goto(f"{base(console)}/operations")
@@ -103,7 +109,8 @@ def test_list_shows_every_state_and_its_filters_work(page: Any, console: Console
         ["reconcile_lost", "reconcile_unsent", "evil-reconcile_lost", "evil-reconcile_unsent"]
     )
     page.goto(f"{base(console)}/operations?waiting=worker")
-    assert "evil-working" in column(page, 1) and "working" not in column(page, 1)
+    assert "evil-working" in column(page, 1)
+    assert "working" not in column(page, 1)
     page.goto(f"{base(console)}/operations?tool=deploy&status=")
     assert sorted(column(page, 1)) == ["evil-reconcile_unsent", "reconcile_unsent"]
     page.goto(f"{base(console)}/operations?status=failed")
@@ -116,12 +123,15 @@ def test_list_shows_every_state_and_its_filters_work(page: Any, console: Console
     page.wait_for_url(re.compile(r"q=task-evil-working"))
     assert column(page, 1) == ["evil-working"]
     page.goto(f"{base(console)}/operations?age=gt1h")
-    assert len(column(page, 1)) == len(KINDS) and "evil-working" not in column(page, 1)
+    assert len(column(page, 1)) == len(KINDS)
+    assert "evil-working" not in column(page, 1)
     page.click("#ops-table a.node >> nth=0")
     assert "/op/" in page.url
 
 
-def test_every_open_operation_has_a_banner_and_a_timeline(page: Any, console: Console, shots: Shots) -> None:
+def test_every_open_operation_has_a_banner_and_a_timeline(
+    page: Any, console: Console, shots: Shots
+) -> None:
     """Each non-terminal sample shows a typed "waiting on" banner; the timeline folds
     repeated polls into one row; the identity names epoch and cancel generation."""
     reasons = {}
@@ -139,7 +149,8 @@ def test_every_open_operation_has_a_banner_and_a_timeline(page: Any, console: Co
     timeline = page.locator("#timeline").inner_text()
     assert "WorkingObserved ×3" in timeline
     identity = page.locator("#identity").inner_text()
-    assert "execution epoch" in identity and "cancel generation" in identity
+    assert "execution epoch" in identity
+    assert "cancel generation" in identity
     assert "worker-1" in identity
     assert "next at" in page.locator("#banner").inner_text()
     shots.take(page, "operation")
@@ -147,13 +158,17 @@ def test_every_open_operation_has_a_banner_and_a_timeline(page: Any, console: Co
     assert "waiting for a person" in page.locator(".clocks").inner_text()
 
 
-def test_receipts_keep_tool_and_protocol_errors_apart(page: Any, console: Console, shots: Shots) -> None:
+def test_receipts_keep_tool_and_protocol_errors_apart(
+    page: Any, console: Console, shots: Shots
+) -> None:
     """A tool error and a protocol error are told apart; zero items are warned about;
     the result is paged; the outbox row is shown."""
     page.goto(f"{base(console)}/op/tool_error")
-    assert page.locator(".tool-error").count() == 1 and page.locator(".protocol-error").count() == 0
+    assert page.locator(".tool-error").count() == 1
+    assert page.locator(".protocol-error").count() == 0
     page.goto(f"{base(console)}/op/protocol_error")
-    assert page.locator(".protocol-error").count() == 1 and page.locator(".tool-error").count() == 0
+    assert page.locator(".protocol-error").count() == 1
+    assert page.locator(".tool-error").count() == 0
     page.goto(f"{base(console)}/op/accepted_empty")
     assert page.locator(".zero-items").count() == 1
     page.goto(f"{base(console)}/op/accepted_ok")
@@ -188,14 +203,20 @@ def test_no_token_no_page_and_no_write_from_another_origin(
     with httpx.Client(base_url=base(console)) as bare:
         for path in ("/", "/operations", "/op/working", "/static/console.js"):
             response = bare.get(path)
-            assert response.status_code == 403 and "working" not in response.text
+            assert response.status_code == 403
+            assert "working" not in response.text
         assert bare.get("/?token=wrong").status_code == 403
         posted = bare.post("/act/cancel", data={"node": "working", "version": "5"})
         assert posted.status_code == 403
-        rebound = bare.get(f"/?token={console.token}", headers={"host": f"evil.example:{console.port}"})
+        rebound = bare.get(
+            f"/?token={console.token}", headers={"host": f"evil.example:{console.port}"}
+        )
         assert rebound.status_code == 421
     page.goto(f"{base(console)}/op/working")
-    assert "default-src 'none'" in (page.request.get(f"{base(console)}/").headers["content-security-policy"])
+    assert (
+        "default-src 'none'"
+        in (page.request.get(f"{base(console)}/").headers["content-security-policy"])
+    )
     action_id = page.locator("form.cancel input[name=action_id]").get_attribute("value")
     version = page.locator("form.cancel input[name=version]").get_attribute("value")
     # Another site (another port of 127.0.0.1 is the same site, so the cookie goes
@@ -214,7 +235,8 @@ def test_no_token_no_page_and_no_write_from_another_origin(
         assert "Cross-site request refused" in page.content()
     with SQLiteLedger(ledger_path) as ledger:
         record = ledger.get("working")
-        assert record.state is State.WORKING and str(record.version) == version
+        assert record.state is State.WORKING
+        assert str(record.version) == version
 
 
 def test_a_reconciliation_from_the_page_ends_with_one_receipt(
@@ -247,7 +269,10 @@ def test_a_reconciliation_from_the_page_ends_with_one_receipt(
     form.locator("button").click()
     page.wait_for_selector("#flash")
     assert "Done" in page.locator("#flash").inner_text()
-    assert "longcall ops reconcile reconcile_lost --as completed" in page.locator("#flash").inner_text()
+    assert (
+        "longcall ops reconcile reconcile_lost --as completed"
+        in page.locator("#flash").inner_text()
+    )
     assert page.locator("#banner").inner_text().startswith("Accepted")
     # The same form sent again later (another action id, the old row version).
     again = page.request.post(
@@ -258,7 +283,8 @@ def test_a_reconciliation_from_the_page_ends_with_one_receipt(
     assert "changed since this page was drawn" in again.text()
     with SQLiteLedger(ledger_path) as ledger:
         receipts = [r for r in ledger.receipts() if r.call_node_id == "reconcile_lost"]
-        assert len(receipts) == 1 and receipts[0].resolved_by == "ops-alice: the server's log shows it finished"
+        assert len(receipts) == 1
+        assert receipts[0].resolved_by == "ops-alice: the server's log shows it finished"
         assert ledger.outbox_of("reconcile_lost") is not None
         assert ledger.result_payload("reconcile_lost") == b'{"rows":3}'
 
@@ -277,7 +303,9 @@ def test_a_stale_form_and_a_repeated_action_write_nothing(
     headers = {"origin": base(console)}
     first = page.request.post(f"{base(console)}/act/cancel", form=form, headers=headers)
     second = page.request.post(f"{base(console)}/act/cancel", form=form, headers=headers)
-    assert first.ok and second.ok and first.url == second.url
+    assert first.ok
+    assert second.ok
+    assert first.url == second.url
     assert "requested (generation 1)" in second.text()
     with SQLiteLedger(ledger_path) as ledger:
         history = ledger.history("working")
@@ -294,9 +322,11 @@ def test_servers_and_workers_page(page: Any, console: Console, shots: Shots) -> 
     operations held; the rollout plan."""
     page.goto(f"{base(console)}/servers")
     servers = page.locator("#servers").inner_text()
-    assert "2026-07-28" in servers and "http://127.0.0.1:9/mcp" in servers
+    assert "2026-07-28" in servers
+    assert "http://127.0.0.1:9/mcp" in servers
     workers = page.locator("#workers").inner_text()
-    assert "worker-1" in workers and "until" in workers
+    assert "worker-1" in workers
+    assert "until" in workers
     assert "Rollout plan" in page.locator("#plan").inner_text()
     shots.take(page, "servers")
 
@@ -317,4 +347,3 @@ def _static_site(folder: Path) -> Iterator[str]:
     finally:
         httpd.shutdown()
         httpd.server_close()
-

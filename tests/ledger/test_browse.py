@@ -42,7 +42,8 @@ def test_the_waiting_filter_and_the_banner_agree(ledger: Ledger) -> None:
     # Once the worker's lease lapses, everything it held waits for a worker.
     lapsed = {r.record.call_node_id for r in ledger.browse(
         OperationQuery(waiting="worker", now=NOW + 200_000.0, limit=100))}  # fmt: skip
-    assert nodes["working"] in lapsed and nodes["retrying"] in lapsed
+    assert nodes["working"] in lapsed
+    assert nodes["retrying"] in lapsed
 
 
 def test_filters_select_what_they_name(ledger: Ledger) -> None:
@@ -81,7 +82,8 @@ def test_pages_follow_creation_order_without_gaps(ledger: Ledger) -> None:
         seen += [row.record.call_node_id for row in page]
         query = dataclasses.replace(query, after_seq=page[-1].seq)
     assert len(seen) == len(set(seen)) == 2 * len(KINDS)
-    assert seen[0] == f"b-{KINDS[-1]}" and seen[-1] == KINDS[0]
+    assert seen[0] == f"b-{KINDS[-1]}"
+    assert seen[-1] == KINDS[0]
     oldest = ledger.browse(OperationQuery(limit=3, oldest_first=True))
     assert [r.record.call_node_id for r in oldest] == list(KINDS[:3])
 
@@ -96,7 +98,8 @@ def test_created_bounds_and_outbox_row(ledger: Ledger) -> None:
     assert newer == set(KINDS[len(KINDS) // 2 :])
     assert older == len(KINDS) // 2
     outbox = ledger.outbox_of(nodes["accepted_ok"])
-    assert outbox is not None and outbox.call_node_id == nodes["accepted_ok"]
+    assert outbox is not None
+    assert outbox.call_node_id == nodes["accepted_ok"]
     assert ledger.outbox_of(nodes["working"]) is None
 
 

@@ -8,6 +8,7 @@ hold any page or rule of the console (``longcall.console`` does).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ipaddress
 import sys
 
@@ -64,7 +65,5 @@ def console(ledger_url: str | None, port: int, host: str) -> None:
             " reach it and holds the address above can act on the ledger",
             err=True,
         )
-    try:
+    with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(server, sock))
-    except KeyboardInterrupt:
-        pass

@@ -290,13 +290,16 @@ class Console:
         resolution = form.get("resolution", "")
         note, actor = form.get("note", "").strip(), form.get("actor", "").strip()
         if not note or not actor:
-            return ActionOutcome(node=node, ok=False, cli="",
-                                 message="a reconciliation records who and why: give both")  # fmt: skip
+            why = "a reconciliation records who and why: give both"
+            return ActionOutcome(node=node, ok=False, cli="", message=why)
         raw = form.get("result_json", "").strip()
         result = _json(raw) if raw else None
         after = await self.client.reconcile(node, resolution, note=note, actor=actor, result=result)
         q = pages.quoted
-        line = f"longcall ops reconcile {q(node)} --as {q(resolution)} --note {q(note)} --actor {q(actor)}"
+        line = (
+            f"longcall ops reconcile {q(node)} --as {q(resolution)} --note {q(note)}"
+            f" --actor {q(actor)}"
+        )
         if raw:
             line += f" --result {q(raw)}"
         return ActionOutcome(

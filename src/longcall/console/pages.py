@@ -188,7 +188,8 @@ def home(ledger: Ledger, view: View) -> Html:
         states,
         el("section", el("h2", "Health"), _health(ledger, counts), id="health", data_live=True),
         cli(
-            f"longcall ops list --state input_required --state reconciliation_required{view.cli_ledger}"
+            "longcall ops list --state input_required --state reconciliation_required"
+            + view.cli_ledger
         ),
     ]
     return layout("Home", view, body, counts=counts)
@@ -375,7 +376,7 @@ def operations(ledger: Ledger, view: View, filters: Filters) -> Html:
                 "server status",
                 "created",
                 "note",
-            ),  # fmt: skip
+            ),
             body_rows,
             class_="ops",
             id="ops-table",
@@ -442,13 +443,13 @@ def _filter_form(filters: Filters) -> Html:
         labelled(
             "local state",
             _select("state", filters.state, [("", "any"), *((s.value, s.value) for s in State)]),
-        ),  # fmt: skip
+        ),
         labelled(
             "server status",
             _select(
                 "status", filters.status, [("", "any"), *((s.value, s.value) for s in ServerStatus)]
             ),
-        ),  # fmt: skip
+        ),
         labelled(
             "waiting on",
             _select(
@@ -456,7 +457,7 @@ def _filter_form(filters: Filters) -> Html:
                 filters.waiting,
                 [("", "anything"), *((w, WAITING_WORDS[w]) for w in WAITING_REASONS)],
             ),
-        ),  # fmt: skip
+        ),
         labelled("age", _select("age", filters.age, AGES.items())),
         labelled("tool", el("input", name="tool", value=filters.tool, id="f-tool")),
         labelled("server", el("input", name="server", value=filters.server, id="f-server")),
@@ -605,6 +606,19 @@ def _timeline(history: Sequence[HistoryRow]) -> Html:
     )
 
 
+TOOL_ERROR_TEXT = (
+    "Tool error: the tool itself reported a failure (MCP isError, or a failed run)."
+    " The call reached the tool."
+)
+PROTOCOL_ERROR_TEXT = (
+    "Protocol error: the server answered with a JSON-RPC error; this is not the tool's own result."
+)
+ZERO_ITEMS_TEXT = (
+    "Zero items: the call completed but returned nothing. Check that the tool was asked for"
+    " the right thing."
+)
+
+
 def _receipt(ledger: Ledger, record: OperationRecord, view: View, page: int) -> Html:
     if not record.is_terminal:
         return Html("")
@@ -614,14 +628,11 @@ def _receipt(ledger: Ledger, record: OperationRecord, view: View, page: int) -> 
     parts: list[Child] = [el("h2", "Receipt and result")]
     kind = record.result_kind
     if kind is ResultKind.TOOL_ERROR:
-        parts.append(el("p", "Tool error: the tool itself reported a failure (MCP isError or a"
-                             " failed run). The call reached the tool.", class_="error tool-error"))  # fmt: skip
+        parts.append(el("p", TOOL_ERROR_TEXT, class_="error tool-error"))
     elif kind is ResultKind.PROTOCOL_ERROR:
-        parts.append(el("p", "Protocol error: the server answered with a JSON-RPC error; this is"
-                             " not the tool's own result.", class_="error protocol-error"))  # fmt: skip
+        parts.append(el("p", PROTOCOL_ERROR_TEXT, class_="error protocol-error"))
     if "empty_result" in record.warnings:
-        parts.append(el("p", "Zero items: the call completed but returned nothing. Check that the"
-                             " tool was asked for the right thing.", class_="warning zero-items"))  # fmt: skip
+        parts.append(el("p", ZERO_ITEMS_TEXT, class_="warning zero-items"))
     if record.resolved_by:
         parts.append(el("p", f"Settled by an operator — {record.resolved_by}", class_="warning"))
     rows: list[tuple[str, Child]] = []
@@ -687,10 +698,11 @@ def inbox(ledger: Ledger, view: View) -> Html:
                 ),
                 el(
                     "p",
-                    f"deadline {stamp(request.deadline_at)} ({relative(request.deadline_at, view.now)})"
+                    f"deadline {stamp(request.deadline_at)}"
+                    f" ({relative(request.deadline_at, view.now)})"
                     f" · asked {relative(record.updated_at, view.now)}",
                     class_="quiet",
-                ),  # fmt: skip
+                ),
                 answer_forms(request, record, view),
                 class_="question",
                 id=f"q-{request.call_node_id}",
@@ -735,7 +747,7 @@ def _question_form(
                 if field.description
                 else None,
                 control,
-            )  # fmt: skip
+            )
         )
     if not question.is_form:
         controls.append(
@@ -743,7 +755,7 @@ def _question_form(
                 "label",
                 "whole answer (JSON)",
                 el("textarea", '{"action": "accept", "content": {}}', name="answer_json", rows="4"),
-            )  # fmt: skip
+            )
         )
     pairs = " ".join(f"{f.name}={quoted(f.example())}" for f in question.fields if f.required)
     answer_line = (
@@ -757,7 +769,7 @@ def _question_form(
             "p",
             el("span", question.message or "(no message)", class_="message"),
             el("span", f" [key {question.key}, round {request.input_round}]", class_="quiet"),
-        ),  # fmt: skip
+        ),
         el(
             "form",
             hidden(**bound, action_id=view.new_action()),
@@ -773,7 +785,8 @@ def _question_form(
             hidden(**bound, action_id=view.new_action(), decline="1"),
             el("button", "Decline", type="submit", class_="danger"),
             cli(
-                f"longcall ops answer {quoted(node)} --key {quoted(question.key)} --decline{view.cli_ledger}"
+                f"longcall ops answer {quoted(node)} --key {quoted(question.key)} --decline"
+                + view.cli_ledger
             ),
             method="post",
             action="/act/answer",
@@ -837,7 +850,7 @@ def reconcile_form(ledger: Ledger, record: OperationRecord, view: View) -> Html:
         (
             "lookups and answers",
             join(el("div", f"{h.at_utc}: {h.event} → {h.state.value}") for h in lookups) or "none",
-        ),  # fmt: skip
+        ),
         ("remote operation id", record.operation_id or "none recorded"),
         (
             "last server status",
@@ -851,7 +864,7 @@ def reconcile_form(ledger: Ledger, record: OperationRecord, view: View) -> Html:
             "yes: resubmitting cannot repeat a side effect"
             if record.tool_idempotent
             else "no: resubmitting may repeat its side effect",
-        ),  # fmt: skip
+        ),
     ]
     allowed = resolutions(record, now=view.now)
     choices = [
@@ -860,7 +873,7 @@ def reconcile_form(ledger: Ledger, record: OperationRecord, view: View) -> Html:
             el("input", type="radio", name="resolution", value=r.value, required=True),
             f" {r.value} — {_RESOLUTION_WORDS[r]}",
             class_="choice",
-        )  # fmt: skip
+        )
         for r in allowed
     ]
     return join(
@@ -874,7 +887,7 @@ def reconcile_form(ledger: Ledger, record: OperationRecord, view: View) -> Html:
                     "label",
                     "reason (kept in the record and the receipt)",
                     el("input", name="note", required=True, autocomplete="off"),
-                ),  # fmt: skip
+                ),
                 el(
                     "label",
                     "operator",
@@ -884,12 +897,13 @@ def reconcile_form(ledger: Ledger, record: OperationRecord, view: View) -> Html:
                     "label",
                     "result JSON (completed / failed / cancelled; optional)",
                     el("textarea", "", name="result_json", rows="3"),
-                ),  # fmt: skip
+                ),
                 el("button", "Resolve", type="submit"),
                 cli(
-                    f"longcall ops reconcile {quoted(node)} --as {'|'.join(r.value for r in allowed)}"
+                    f"longcall ops reconcile {quoted(node)}"
+                    f" --as {'|'.join(r.value for r in allowed)}"
                     f" --note WHY --actor NAME{view.cli_ledger}"
-                ),  # fmt: skip
+                ),
                 method="post",
                 action="/act/reconcile",
                 class_="action reconcile",
@@ -953,14 +967,14 @@ def servers(ledger: Ledger, view: View) -> Html:
                 ),
                 use_rows,
                 class_="servers",
-            ),  # fmt: skip
+            ),
             el(
                 "p",
                 "Each worker polls a server at most --qps times a second (20 by default; a"
                 " servers file sets it per server), one budget shared through the ledger."
                 " Its circuit breaker and poll rate are on its /metrics endpoint.",
                 class_="quiet",
-            ),  # fmt: skip
+            ),
             id="servers",
             data_live=True,
         ),
@@ -973,7 +987,7 @@ def servers(ledger: Ledger, view: View) -> Html:
                 class_="workers",
             )
             if worker_rows
-            else el("p", "No worker is registered.", class_="quiet"),  # fmt: skip
+            else el("p", "No worker is registered.", class_="quiet"),
             id="workers",
             data_live=True,
         ),
@@ -990,7 +1004,7 @@ def servers(ledger: Ledger, view: View) -> Html:
                 "p",
                 "No rollout plan: new calls use the version each adapter offers.",
                 class_="quiet",
-            ),  # fmt: skip
+            ),
             cli(f"longcall rollout status{view.cli_ledger}"),
             id="plan",
         ),
@@ -1019,7 +1033,7 @@ def refused(title: str, message: str) -> Html:
             el("head", el("meta", charset="utf-8"), el("title", title)),
             el("body", el("h1", title), el("p", message)),
             lang="en",
-        )  # fmt: skip
+        )
     )
 
 

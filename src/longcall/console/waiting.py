@@ -87,7 +87,9 @@ def waiting_on(
 
 def _last_status(record: OperationRecord) -> str:
     status = record.server_status_raw or _value(record.server_status)
-    return f"last status: {status}" + (f" — {record.status_message}" if record.status_message else "")
+    return f"last status: {status}" + (
+        f" — {record.status_message}" if record.status_message else ""
+    )
 
 
 def _value(status: object) -> str:

@@ -147,6 +147,7 @@ __all__ = [
     "PollGrant",
     "SQLiteLedger",
     "SchemaTooNew",
+    "ServerUse",
     "ShadowComparison",
     "UnsupportedLedgerURL",
     "VersionSet",
