@@ -4,7 +4,8 @@ page in the same process (O2: p95 < 300 ms).
 
 The ledger is filled fast: the sample's operations (one per local state and outcome,
 each made by real transitions) are copied row by row under new call node ids, task ids,
-submission keys, servers, tools and creation times — the operations rows only (the
+submission keys, servers, tools and creation times (one every half second, the newest
+now) — the operations rows only (the
 list reads nothing else; history, receipts and results stay with the originals).
 Each view is rendered ``ROUNDS`` times in alternation, so load swings hit all alike.
 """
@@ -16,6 +17,7 @@ import sqlite3
 import statistics
 import tempfile
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 
 from longcall.ledger import SQLiteLedger, codec
@@ -40,6 +42,7 @@ COLUMNS = (
     "call_node_id", "version", "state", "server", "operation_id", "submission_key",
     "request_digest", "tool_digest", "record_json", "created_at_utc", "updated_at_utc",
     "owner", "execution_epoch", "open", "protocol", "adapter_version", "shadow_of",
+    "tool_name", "failing",
 )  # fmt: skip
 
 
@@ -73,6 +76,10 @@ def build(path: Path, count: int, now: float) -> None:
                 record.submission_key,
             )
             row[8] = codec.dumps(record)
+            row[9] = datetime.fromtimestamp(record.created_at, UTC).isoformat(
+                timespec="microseconds"
+            )
+            row[17] = tool
             rows.append(row)
         marks = ", ".join("?" * len(COLUMNS))
         conn.executemany(f"INSERT INTO operations ({', '.join(COLUMNS)}) VALUES ({marks})", rows)

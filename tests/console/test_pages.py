@@ -17,6 +17,7 @@ import pytest
 from tests.console.conftest import Shots, running_console
 
 from longcall.console import Console
+from longcall.console.pages import utc_stamp
 from longcall.core import State
 from longcall.ledger import SQLiteLedger
 from longcall.testing.sample import HOSTILE, KINDS, fill
@@ -32,9 +33,11 @@ OPEN_KINDS = [k for k in KINDS if k not in TERMINAL_KINDS]
 def ledger_path(tmp_path: Path) -> Path:
     """A ledger with every sample kind, normal and hostile, one worker holding most."""
     path = tmp_path / "ledger.db"
-    with SQLiteLedger(path) as ledger:
-        now = time.time()
+    now = time.time()
+    two_hours_ago = utc_stamp(now - 7_200)  # the ledger's own stamps, as if then
+    with SQLiteLedger(path, utc_now=lambda: two_hours_ago) as ledger:
         fill(ledger, now=now - 7_200, worker="worker-1")
+    with SQLiteLedger(path) as ledger:
         fill(ledger, now=now - 60, prefix="evil-", hostile=True)
     return path
 

@@ -35,10 +35,12 @@ from longcall.ledger import (
     WorkerRow,
 )
 from longcall.runtime.inputs import InputQuestion, InputRequest, pending_request
-from longcall.runtime.metrics import MEDIAN_WINDOW
 
 PAGE_SIZE = 50
 RESULT_PAGE_LINES = 200
+HEALTH_WINDOW = 300
+"""The health figures are over the last this many accepted operations: each is a record
+to decode at every home page (the worker's own median is over 1,000, in memory)."""
 QUEUE_LIMIT = 200
 """Rows of the inbox and the reconciliation queue read per page (oldest first)."""
 AGES = {"": "any age", "lt1h": "newer than 1 h", "lt24h": "newer than 24 h",
@@ -75,6 +77,19 @@ def stamp(at: float | None) -> str:
     if at is None:
         return "—"
     return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def utc_stamp(at: float) -> str:
+    """A time as the ledger stamps its rows (text that sorts as time does)."""
+    return datetime.fromtimestamp(at, UTC).isoformat(timespec="microseconds")
+
+
+def stamp_seconds(text: str) -> float | None:
+    """A ledger stamp as seconds (None if it is not one)."""
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError:
+        return None
 
 
 def relative(at: float | None, now: float) -> str:
@@ -251,7 +266,7 @@ def _failing_servers(ledger: Ledger) -> Html:
 def _health(ledger: Ledger, counts: Mapping[State, int]) -> Html:
     recent = [
         i.record
-        for i in ledger.browse(OperationQuery(states=tuple(TERMINAL_STATES), limit=MEDIAN_WINDOW))
+        for i in ledger.browse(OperationQuery(states=tuple(TERMINAL_STATES), limit=HEALTH_WINDOW))
     ]
     accepted = [r for r in recent if r.state is State.ACCEPTED]
     ok = sum(1 for r in accepted if outcome_of(r) is CallOutcome.OK)
@@ -282,7 +297,7 @@ def _health(ledger: Ledger, counts: Mapping[State, int]) -> Html:
     ]
     note = el(
         "p",
-        f"Over the last {len(recent)} accepted operations (at most {MEDIAN_WINDOW}). A worker's"
+        f"Over the last {len(recent)} accepted operations (at most {HEALTH_WINDOW}). A worker's"
         " own counters and breaker states are on its /metrics endpoint.",
         class_="quiet",
     )
@@ -333,14 +348,15 @@ class Filters:
             if self.age not in _AGE_BOUNDS:
                 raise ValueError(f"no age {self.age!r} (use {', '.join(a for a in AGES if a)})")
             side, seconds = _AGE_BOUNDS[self.age]
-            after, before = (now - seconds, None) if side == "after" else (None, now - seconds)
+            bound = utc_stamp(now - seconds)
+            after, before = (bound, None) if side == "after" else (None, bound)
         return OperationQuery(
             states=(State(self.state),) if self.state else (),
             server_status=ServerStatus(self.status) if self.status else None,
             tool=self.tool or None,
             server=self.server or None,
-            created_after=after,
-            created_before=before,
+            created_after_utc=after,
+            created_before_utc=before,
             search=self.q or None,
             waiting=self.waiting or None,
             now=now,
@@ -411,7 +427,7 @@ def _list_row(row: ListedOperation, live: set[str], now: float) -> list[Child]:
         r.tool_name,
         r.server,
         r.server_status_raw or (r.server_status.value if r.server_status else ""),
-        relative(r.created_at, now),
+        relative(stamp_seconds(row.created_at_utc), now),
         el("span", _note(r), class_="note"),
     ]
 

@@ -175,9 +175,9 @@ class OperationQuery:
     server: str | None = None
     tool: str | None = None
     server_status: ServerStatus | None = None
-    created_after: float | None = None
-    """Created at or after this time (the record's own ``created_at``)."""
-    created_before: float | None = None
+    created_after_utc: str | None = None
+    """Created at or after this ledger stamp (``utc_now_iso``'s text, which sorts)."""
+    created_before_utc: str | None = None
     search: str | None = None
     """A call node id, its beginning, or a remote operation (task) id."""
     waiting: str | None = None

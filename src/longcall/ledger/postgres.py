@@ -175,6 +175,21 @@ MIGRATIONS: tuple[str, ...] = (
         compared_at_utc TEXT NOT NULL
     );
     """,
+    # The operator's console's indexes, as in the SQLite backend's migration 7.
+    """
+    ALTER TABLE operations ADD COLUMN tool_name TEXT NOT NULL DEFAULT '';
+    ALTER TABLE operations ADD COLUMN failing SMALLINT CHECK (failing = 1);
+    UPDATE operations SET tool_name = record_json::jsonb ->> 'tool_name',
+        failing = CASE WHEN open = 1
+                       AND (record_json::jsonb ->> 'failed_attempts')::int > 0 THEN 1 END;
+    CREATE INDEX operations_by_tool ON operations (tool_name, seq);
+    CREATE INDEX operations_by_created ON operations (created_at_utc);
+    CREATE INDEX operations_by_server ON operations (server, protocol, adapter_version, open);
+    CREATE INDEX operations_failing ON operations (server, protocol, adapter_version)
+        WHERE failing = 1;
+    CREATE INDEX operations_claimed_again ON operations (execution_epoch)
+        WHERE execution_epoch >= 2;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -306,6 +321,11 @@ class PostgresLedger(SqlLedger):
         return int(inserted[0])
 
     # --- operations ------------------------------------------------------------------
+
+    def _prefix(self, text: str) -> tuple[str, tuple[object, ...]]:
+        # A database collation need not order text by code point, so a key range
+        # would not be exactly the prefix: ask for the prefix itself.
+        return "starts_with(call_node_id, ?)", (text,)
 
     def update(
         self,

@@ -163,6 +163,12 @@ _REBOUND_UPDATE = (
 )
 
 
+def failing_flag(record: OperationRecord) -> int | None:
+    """The ``failing`` column: 1 for an open operation whose last request failed (claims
+    and rollbacks keep ``failed_attempts``, so only the writes of a new record set it)."""
+    return 1 if record.failed_attempts > 0 and not record.is_terminal else None
+
+
 def dumps_versions(versions: VersionSet | None) -> str | None:
     """The versions a worker runs, as stored (None: every one)."""
     return None if versions is None else json.dumps(sorted([p, v] for p, v in versions))
@@ -213,6 +219,9 @@ class SqlLedger(Ledger):
     """SQL reading the stored record's numeric field ``{name}``."""
     json_length: ClassVar[str]
     """SQL reading the length of the stored record's array field ``{name}``."""
+    failing: ClassVar[str] = "failing = 1"
+    """An open operation whose last request failed (the column ``failing_flag`` writes,
+    and the condition of the partial index ``operations_failing``)."""
     duplicate_errors: ClassVar[tuple[type[BaseException], ...]]
     """Driver errors that mean a create met an existing call node or submission key."""
     integrity_errors: ClassVar[tuple[type[BaseException], ...]]
@@ -449,6 +458,8 @@ class SqlLedger(Ledger):
             "protocol": record.protocol,
             "adapter_version": record.adapter_version,
             "shadow_of": record.shadow_of,
+            "tool_name": record.tool_name,
+            "failing": failing_flag(record),
         }
 
     def create(
@@ -543,7 +554,7 @@ class SqlLedger(Ledger):
         cursor = self._execute(
             conn,
             "UPDATE operations SET version = ?, state = ?, operation_id = ?, record_json = ?,"
-            " updated_at_utc = ?, execution_epoch = ?, open = ?"
+            " updated_at_utc = ?, execution_epoch = ?, open = ?, failing = ?"
             f" WHERE call_node_id = ? AND version = ?{fenced}",
             (
                 record.version,
@@ -553,6 +564,7 @@ class SqlLedger(Ledger):
                 now_utc,
                 record.execution_epoch,
                 None if record.is_terminal else 1,
+                failing_flag(record),
                 record.call_node_id,
                 expected,
                 *((owner, record.execution_epoch) if owner is not None else ()),
@@ -971,16 +983,27 @@ class SqlLedger(Ledger):
         """The CASE naming what an operation waits on (``WAITING_REASONS``, first match
         wins); its one parameter is ``now`` (whose leases are live)."""
         pending = self.json_length.format(name="input_keys_pending")
-        failed = self.json_number.format(name="failed_attempts")
         return (
             "CASE WHEN open IS NULL THEN 'nothing'"
             " WHEN state = 'reconciliation_required' THEN 'operator'"
             f" WHEN state = 'input_required' AND {pending} > 0 THEN 'person'"
             " WHEN owner IS NULL OR owner NOT IN"
             " (SELECT owner FROM workers WHERE lease_until > ?) THEN 'worker'"
-            f" WHEN {failed} > 0 THEN 'backoff'"
+            f" WHEN {self.failing} THEN 'backoff'"
             " ELSE 'server' END"
         )
+
+    _WAITING_NARROWS: ClassVar[dict[str, str]] = {
+        "nothing": "open IS NULL",
+        "operator": "state = 'reconciliation_required'",
+        "person": "state = 'input_required'",
+    }
+    """An indexed condition each reason implies, read before the CASE."""
+
+    def _prefix(self, text: str) -> tuple[str, tuple[object, ...]]:
+        """Call node ids beginning with ``text``: a range of the primary key (SQLite
+        compares text by code point, so the range is exactly the prefix)."""
+        return "(call_node_id >= ? AND call_node_id < ?)", (text, text + "\U0010ffff")
 
     def _query_where(self, query: OperationQuery) -> tuple[str, list[object]]:
         """The WHERE clause (without the page bounds) of ``query`` and its parameters."""
@@ -993,29 +1016,28 @@ class SqlLedger(Ledger):
             clauses.append("server = ?")
             params.append(query.server)
         if query.tool is not None:
-            clauses.append(f"{self.json_text.format(name='tool_name')} = ?")
+            clauses.append("tool_name = ?")
             params.append(query.tool)
         if query.server_status is not None:
             clauses.append(f"{self.json_text.format(name='server_status')} = ?")
             params.append(query.server_status.value)
-        created = self.json_number.format(name="created_at")
-        if query.created_after is not None:
-            clauses.append(f"{created} >= ?")
-            params.append(query.created_after)
-        if query.created_before is not None:
-            clauses.append(f"{created} < ?")
-            params.append(query.created_before)
+        if query.created_after_utc is not None:
+            clauses.append("created_at_utc >= ?")
+            params.append(query.created_after_utc)
+        if query.created_before_utc is not None:
+            clauses.append("created_at_utc < ?")
+            params.append(query.created_before_utc)
         if query.search:
-            clauses.append(
-                "(call_node_id = ? OR operation_id = ? OR substr(call_node_id, 1, ?) = ?)"
-            )
-            params.extend((query.search, query.search, len(query.search), query.search))
+            prefix, prefix_params = self._prefix(query.search)
+            clauses.append(f"(call_node_id = ? OR operation_id = ? OR {prefix})")
+            params.extend((query.search, query.search, *prefix_params))
         if query.min_epoch is not None:
             clauses.append("execution_epoch >= ?")
             params.append(query.min_epoch)
         if query.waiting is not None:
-            # The open flag first: it narrows to an index before the CASE is read.
-            clauses.append("open IS NULL" if query.waiting == "nothing" else "open = 1")
+            clauses.append(self._WAITING_NARROWS.get(query.waiting, "open = 1"))
+            if query.waiting == "backoff":
+                clauses.append(self.failing)  # the partial index's condition
             clauses.append(f"{self._waiting_on()} = ?")
             params.extend((query.now, query.waiting))
         return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
@@ -1059,13 +1081,17 @@ class SqlLedger(Ledger):
         return {State(state): int(n) for state, n in rows}
 
     def server_use(self) -> list[ServerUse]:
-        failed = self.json_number.format(name="failed_attempts")
+        # Two index-only reads: every operation by server and version, and the few
+        # open ones whose last request failed (the partial index).
         rows = self._read(
-            "SELECT server, protocol, adapter_version, count(*), count(open),"
-            f" sum(CASE WHEN open = 1 AND {failed} > 0 THEN 1 ELSE 0 END)"
-            " FROM operations GROUP BY server, protocol, adapter_version"
-            " ORDER BY server, protocol, adapter_version"
+            "SELECT server, protocol, adapter_version, count(*), count(open) FROM operations"
+            " GROUP BY server, protocol, adapter_version ORDER BY server, protocol, adapter_version"
         )
+        failing = self._read(
+            "SELECT server, protocol, adapter_version, count(*) FROM operations"
+            f" WHERE {self.failing} GROUP BY server, protocol, adapter_version"
+        )
+        failed = {(str(r[0]), str(r[1]), str(r[2])): int(r[3]) for r in failing}
         return [
             ServerUse(
                 server=str(row[0]),
@@ -1073,7 +1099,7 @@ class SqlLedger(Ledger):
                 adapter_version=str(row[2]),
                 operations=int(row[3]),
                 open=int(row[4]),
-                failing=int(row[5] or 0),
+                failing=failed.get((str(row[0]), str(row[1]), str(row[2])), 0),
             )
             for row in rows
         ]
