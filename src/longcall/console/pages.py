@@ -211,7 +211,7 @@ def home(ledger: Ledger, view: View) -> Html:
 
 
 def _inbox_summary(ledger: Ledger, view: View) -> Html:
-    requests = _waiting_for_people(ledger, view.now)
+    requests, waiting = _waiting_for_people(ledger, view.now, limit=10)
     if not requests:
         return el("p", "No input request waits for an answer.", class_="quiet")
     rows = [
@@ -221,11 +221,11 @@ def _inbox_summary(ledger: Ledger, view: View) -> Html:
             relative(r.deadline_at, view.now),
             relative(created, view.now),
         )
-        for r, created in requests[:10]
+        for r, created in requests
     ]
     return el(
         "div",
-        el("h3", el("a", f"Input requests ({len(requests)})", href="/inbox")),
+        el("h3", el("a", f"Input requests ({waiting})", href="/inbox")),
         table(("call node", "question", "deadline", "asked"), rows, class_="inbox-summary"),
     )
 
@@ -306,18 +306,25 @@ def _health(ledger: Ledger, counts: Mapping[State, int]) -> Html:
     )
 
 
-def _waiting_for_people(ledger: Ledger, now: float) -> list[tuple[InputRequest, float]]:
-    """Pending input requests, nearest deadline first, then oldest first."""
+def _waiting_for_people(
+    ledger: Ledger, now: float, *, limit: int = QUEUE_LIMIT
+) -> tuple[list[tuple[InputRequest, float]], int]:
+    """The first ``limit`` pending input requests, nearest deadline first, then oldest
+    first, and how many wait (among the oldest ``QUEUE_LIMIT``). Only the requests shown
+    have their questions read."""
     rows = ledger.browse(
         OperationQuery(waiting="person", now=now, oldest_first=True, limit=QUEUE_LIMIT)
     )
+    records = sorted(
+        (row.record for row in rows),
+        key=lambda r: (r.input_deadline_at is None, r.input_deadline_at or 0.0, r.created_at),
+    )
     found: list[tuple[InputRequest, float]] = []
-    for row in rows:
-        request = pending_request(ledger, row.record)
+    for record in records[:limit]:
+        request = pending_request(ledger, record)
         if request is not None:
-            found.append((request, row.record.created_at))
-    found.sort(key=lambda pair: (pair[0].deadline_at is None, pair[0].deadline_at or 0, pair[1]))
-    return found
+            found.append((request, record.created_at))
+    return found, len(records)
 
 
 # --- operations list -------------------------------------------------------------------
@@ -699,7 +706,7 @@ def _result_pages(ledger: Ledger, node: str, page: int) -> Html:
 
 def inbox(ledger: Ledger, view: View) -> Html:
     counts = ledger.count_by_state()
-    requests = _waiting_for_people(ledger, view.now)
+    requests, _waiting = _waiting_for_people(ledger, view.now)
     items: list[Child] = []
     for request, _created in requests:
         record = ledger.get(request.call_node_id)
