@@ -114,7 +114,10 @@ def test_an_answer_from_the_inbox_resumes_the_tool_once(
     assert call.returncode == 0, call.stderr
     console = Process(["console", "--ledger", ledger], env, tmp_path / "console.log")
     processes.append(console)
-    address = console.line_matching(r"^(http://127\.0\.0\.1:\d+/\?token=[\w-]+)$").group(1)
+    first = console.lines.get(timeout=START_TIMEOUT_S)  # its very first line: the address
+    found = re.fullmatch(r"(http://127\.0\.0\.1:\d+/\?token=[\w-]{40,})\n", first or "")
+    assert found is not None, first
+    address = found.group(1)
     base = address.split("/?", 1)[0]
 
     context = browser.new_context(viewport={"width": 1360, "height": 900})

@@ -184,10 +184,12 @@ def test_receipts_keep_tool_and_protocol_errors_apart(
 
 def test_hostile_status_messages_stay_text(page: Any, console: Console) -> None:
     """A status message, error, reason and question holding <script> and <img onerror>
-    are shown as their characters on every page, and never run."""
+    are shown as their characters on every page, and never run; no page holds the
+    token."""
     for path in ("/", "/operations", "/op/evil-working", "/op/evil-retrying",
                  "/op/evil-tool_error", "/inbox", "/reconcile"):  # fmt: skip
         page.goto(base(console) + path)
+        assert console.token not in page.content(), path  # no credential in a page
         assert page.evaluate("window.__pwned") is None, path
         assert page.locator("img").count() == 0, path
         assert page.locator("body script").count() == 0, path

@@ -111,3 +111,24 @@ def test_server_use_counts_open_and_failing(ledger: Ledger) -> None:
     (use,) = ledger.server_use()
     assert (use.server, use.protocol, use.adapter_version) == ("http://a/mcp", "2026-07-28", "1")
     assert (use.operations, use.open, use.failing) == (len(KINDS), 11, 1)
+
+
+def test_the_failing_flag_follows_each_write(ledger: Ledger) -> None:
+    """A failed request marks the open operation failing (the retry filter and the
+    failing servers find it); the next good answer and the acceptance clear it."""
+    from longcall.core import events as e
+    from longcall.runtime.step import apply_event
+
+    nodes = fill(ledger, now=NOW, worker="w1")
+    node = nodes["retrying"]
+
+    def retrying() -> set[str]:
+        query = OperationQuery(waiting="backoff", now=NOW + 1.0, limit=100)
+        return {row.record.call_node_id for row in ledger.browse(query)}
+
+    assert retrying() == {node}
+    assert ledger.server_use()[0].failing == 1
+    record = ledger.get(node)
+    apply_event(ledger, record, e.WorkingObserved(status_message="back"), now=NOW + 60, jitter=0.5)
+    assert retrying() == set()
+    assert ledger.server_use()[0].failing == 0
