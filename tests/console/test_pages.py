@@ -352,3 +352,16 @@ def _static_site(folder: Path) -> Iterator[str]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+def test_the_ledger_address_is_shown_without_its_secrets() -> None:
+    """A page (and its CLI lines) shows the ledger URL without any password, in the
+    address or among its options; the schema and other options stay."""
+    from longcall.console import shown_ledger
+
+    url = "postgresql://ops:s3cret@db:5432/lc?password=p2&schema=calls&sslmode=require"
+    shown = shown_ledger(url)
+    assert shown == "postgresql://ops@db:5432/lc?schema=calls&sslmode=require"
+    assert "s3cret" not in shown
+    assert "p2" not in shown
+    assert shown_ledger("sqlite:////var/lib/ledger.db") == "sqlite:////var/lib/ledger.db"

@@ -62,17 +62,24 @@ ACTION_LOG_SIZE = 2_000
 FORM_BYTES_MAX = 256 * 1024
 
 
+SECRET_OPTIONS = frozenset({"password", "sslpassword", "passfile", "sslkey"})
+"""libpq options a ledger URL may carry that are, or point at, a secret."""
+
+
 def shown_ledger(ledger_url: str) -> str:
-    """The ledger URL as a page may show it: no password, no query (which may hold one)."""
-    text = ledger_url.split("?", 1)[0].split("#", 1)[0]
+    """The ledger URL as a page may show it: no password, in the address or among its
+    options (``?schema=`` and the like are kept: a CLI line needs them)."""
+    text, _, query = ledger_url.split("#", 1)[0].partition("?")
+    kept = [(k, v) for k, v in parse_qsl(query, keep_blank_values=True)
+            if k.lower() not in SECRET_OPTIONS]  # fmt: skip
     scheme, sep, rest = text.partition("://")
-    if not sep:
-        return text
-    authority, slash, path = rest.partition("/")
-    if "@" in authority:
-        user, host = authority.rsplit("@", 1)
-        authority = f"{user.split(':', 1)[0]}@{host}"
-    return f"{scheme}://{authority}{slash}{path}"
+    if sep:
+        authority, slash, path = rest.partition("/")
+        if "@" in authority:
+            user, host = authority.rsplit("@", 1)
+            authority = f"{user.split(':', 1)[0]}@{host}"
+        text = f"{scheme}://{authority}{slash}{path}"
+    return text + (f"?{urlencode(kept)}" if kept else "")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
