@@ -237,7 +237,7 @@ def test_no_token_no_page_and_no_write_from_another_origin(
         with page.expect_response(f"{base(console)}/act/cancel") as answer:
             page.evaluate("document.getElementById('f').submit()")
         assert answer.value.status == 403
-        assert "Cross-site request refused" in page.content()
+        assert "Cross-site request refused" in answer.value.text()
     with SQLiteLedger(ledger_path) as ledger:
         record = ledger.get("working")
         assert record.state is State.WORKING
