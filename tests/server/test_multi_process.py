@@ -45,7 +45,7 @@ SUBMISSION_KEY = "dev.longcall/submissionKey"
 class Serve:
     """One ``longcall serve`` child process."""
 
-    def __init__(self, store_url: str, log: Path) -> None:
+    def __init__(self, store_url: str, log: Path, *, lease_s: float = LEASE_S) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self._log = log.open("wb")
@@ -61,7 +61,7 @@ class Serve:
                 "--port",
                 str(self.port),
                 "--lease-seconds",
-                str(LEASE_S),
+                str(lease_s),
             ],
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=self._log,

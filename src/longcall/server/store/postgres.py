@@ -3,8 +3,9 @@
 Owns the PostgreSQL schema and its forward migrations (mirroring SQLite's), the psycopg 3
 connections (one per worker thread, autocommit with explicit transactions), the advisory
 locks that serialise migrations and one principal's creations (the open-task quota),
-``FOR UPDATE SKIP LOCKED`` claims of expired leases, and the translation of
-``psycopg`` errors. Must not: restate a query (they are :class:`SqlTaskStore`'s), nor
+``FOR UPDATE SKIP LOCKED`` claims of expired leases, each process's session-level
+advisory lock whose being free proves it gone (D1), and the translation of ``psycopg``
+errors. Must not: restate a query (they are :class:`SqlTaskStore`'s), nor
 import the caller-side ledger.
 
 All tables live in one PostgreSQL schema (``public`` by default; ``?schema=name`` in the
@@ -14,6 +15,9 @@ URL), so several stores, or one per test, share a database without touching each
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import logging
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,6 +26,8 @@ from psycopg import sql
 
 from longcall.server.errors import StoreError, StoreUnavailable
 from longcall.server.store.base import ACTIVE_IN, SqlTaskStore, to_pyformat
+
+logger = logging.getLogger(__name__)
 
 DEFAULT_SCHEMA = "public"
 CONNECT_TIMEOUT_S = 10
@@ -110,6 +116,10 @@ class PostgresTaskStore(SqlTaskStore):
         self._dsn = dsn
         self.schema = schema
         self._connect_timeout_s = connect_timeout_s
+        self._owner_key: int | None = None
+        self._owner_conn: psycopg.Connection[Any] | None = None
+        """The session holding this process's advisory lock for its whole life (D1)."""
+        self._owner_lock = threading.Lock()
         try:
             self.run_sync(self._open)
         except BaseException:
@@ -172,6 +182,70 @@ class PostgresTaskStore(SqlTaskStore):
             return StoreError(f"the PostgreSQL task store failed: {exc}")
         return None
 
+    # ---- proof of an owner's death (D1) -------------------------------------------------------
+
+    _skip_locked = " FOR UPDATE SKIP LOCKED"
+
+    def _hold_owner(self, conn: Any, owner: str) -> None:
+        with self._owner_lock:
+            if self._owner_conn is not None:
+                return
+            self._owner_key = owner_lock_key(owner)
+            self._take_owner_lock()
+
+    def _take_owner_lock(self) -> None:
+        """Open the owner's own session and take its lock (the caller holds _owner_lock)."""
+        assert self._owner_key is not None
+        session = self._connect()
+        row = session.execute("SELECT pg_try_advisory_lock(%s)", (self._owner_key,)).fetchone()
+        if not row or row[0] is not True:
+            session.close()
+            # Someone holds it: a claimer proving this owner dead right now. Its
+            # claims are seen at the next renewal, which stops the runs it took.
+            raise StoreUnavailable("this process's liveness lock is held by another session")
+        self._owner_conn = session
+
+    def _keep_owner(self) -> None:
+        """A lost session lost the lock with it: take it again before renewing."""
+        with self._owner_lock:
+            session = self._owner_conn
+            if self._owner_key is None:
+                return
+            if session is not None:
+                try:
+                    session.execute("SELECT 1")
+                    return
+                except psycopg.Error:
+                    with contextlib.suppress(Exception):
+                        session.close()
+                    self._owner_conn = None
+            logger.warning("the task store session holding this process's lock was lost")
+            self._take_owner_lock()
+
+    def _prove_dead(self, conn: Any, owner: str, now: float, until: float) -> bool:
+        # Just after a database restart every session is gone, the live processes'
+        # too, until they reconnect (each does at its next renewal): a free lock
+        # proves a death only on a database up for longer than one lease.
+        lease_s = max(until - now, 0.0)
+        row = conn.execute(
+            "SELECT CASE WHEN pg_postmaster_start_time()"
+            " < clock_timestamp() - make_interval(secs => %s)"
+            " THEN pg_try_advisory_xact_lock(%s) ELSE false END",
+            (lease_s, owner_lock_key(owner)),
+        ).fetchone()
+        # A transaction-level lock: held until the claim commits, so the owner cannot
+        # take it back meanwhile, and released by the commit.
+        return bool(row and row[0] is True)
+
+    def close(self) -> None:
+        """Release the connections, the worker threads and this process's lock session."""
+        super().close()
+        with self._owner_lock:
+            session, self._owner_conn = self._owner_conn, None
+        if session is not None:
+            with contextlib.suppress(Exception):
+                session.close()
+
     def _lock_principal(self, conn: Any, principal: str) -> None:
         # The quota counts open tasks then inserts: one principal's creations queue here.
         conn.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"longcall.quota:{principal}",))
@@ -185,3 +259,9 @@ class PostgresTaskStore(SqlTaskStore):
             (now, owner, limit),
         ).fetchall()
         return [(str(row[0]), int(row[1])) for row in rows]
+
+
+def owner_lock_key(owner: str) -> int:
+    """The advisory lock key of ``owner`` (a signed 64-bit digest of its id)."""
+    digest = hashlib.sha256(f"longcall.task-owner:{owner}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)
