@@ -22,11 +22,11 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from test_multi_process import Serve
 
 from conftest import ModernClient
-from longcall.server.store import open_store
+from longcall.server.store import SqliteTaskStore, open_store
 from longcall.server.store.base import DEAD_OWNER_NOTE
-from test_multi_process import Serve
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -40,7 +40,7 @@ HOLDER = textwrap.dedent(
     """
     import asyncio, sys, time
     from longcall.server.model import NewTask, ProtocolVersion
-    from longcall.server.store import open_store
+    from longcall.server.store import SqliteTaskStore, open_store
 
     async def main(url, owner):
         store = open_store(url)
@@ -183,8 +183,6 @@ async def test_two_live_servers_never_take_each_others_tasks(
 def test_a_lock_file_is_never_seen_free_while_its_process_lives(tmp_path: Path) -> None:
     """SQLite: the lock file is locked before it gets its name, and a clean close removes
     it; a stale one of a dead process without tasks is swept at the next start."""
-    from longcall.server.store import SqliteTaskStore
-
     store = SqliteTaskStore(tmp_path / "s.db")
     owner = _owner_id()
     asyncio.run(store.hold_owner(owner))

@@ -30,6 +30,8 @@ from longcall.server.store.base import ACTIVE_IN, SqlTaskStore, to_pyformat
 logger = logging.getLogger(__name__)
 
 DEFAULT_SCHEMA = "public"
+OWNER_META_PREFIX = "owner-lock:"
+"""``store_meta`` names of the owners holding a liveness lock (value: its key)."""
 CONNECT_TIMEOUT_S = 10
 WORKERS = 4
 
@@ -117,6 +119,7 @@ class PostgresTaskStore(SqlTaskStore):
         self.schema = schema
         self._connect_timeout_s = connect_timeout_s
         self._owner_key: int | None = None
+        self._owner_name = ""
         self._owner_conn: psycopg.Connection[Any] | None = None
         """The session holding this process's advisory lock for its whole life (D1)."""
         self._owner_lock = threading.Lock()
@@ -190,8 +193,31 @@ class PostgresTaskStore(SqlTaskStore):
         with self._owner_lock:
             if self._owner_conn is not None:
                 return
+            self._sweep_owners(conn)
             self._owner_key = owner_lock_key(owner)
+            self._owner_name = OWNER_META_PREFIX + owner
             self._take_owner_lock()
+
+    def _sweep_owners(self, conn: Any) -> None:
+        """Forget the dead owners that hold no task any more (their rows would pile up)."""
+        rows = conn.execute(
+            "SELECT name FROM store_meta WHERE name LIKE %s", (OWNER_META_PREFIX + "%",)
+        ).fetchall()
+        for (name,) in rows:
+            owner = str(name)[len(OWNER_META_PREFIX) :]
+            with conn.transaction():
+                held = conn.execute(
+                    f"SELECT 1 FROM tasks WHERE owner = %s AND {ACTIVE_IN} LIMIT 1", (owner,)
+                ).fetchone()
+                if held is None and self._lock_free(conn, owner):
+                    conn.execute("DELETE FROM store_meta WHERE name = %s", (name,))
+
+    def _lock_free(self, conn: Any, owner: str) -> bool:
+        """Take ``owner``'s lock for this transaction if nobody holds it."""
+        row = conn.execute(
+            "SELECT pg_try_advisory_xact_lock(%s)", (owner_lock_key(owner),)
+        ).fetchone()
+        return bool(row and row[0] is True)
 
     def _take_owner_lock(self) -> None:
         """Open the owner's own session and take its lock (the caller holds _owner_lock)."""
@@ -203,6 +229,14 @@ class PostgresTaskStore(SqlTaskStore):
             # Someone holds it: a claimer proving this owner dead right now. Its
             # claims are seen at the next renewal, which stops the runs it took.
             raise StoreUnavailable("this process's liveness lock is held by another session")
+        # Named once the lock is held, before any task is ours (and again after a lost
+        # session, whose name a claimer may have removed): only an owner named here
+        # ever held a lock, so only its lock being free proves anything (a process of
+        # an older version, or a row written by hand, holds none).
+        session.execute(
+            "INSERT INTO store_meta (name, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
+            (self._owner_name, str(self._owner_key)),
+        )
         self._owner_conn = session
 
     def _keep_owner(self) -> None:
@@ -227,15 +261,20 @@ class PostgresTaskStore(SqlTaskStore):
         # too, until they reconnect (each does at its next renewal): a free lock
         # proves a death only on a database up for longer than one lease.
         lease_s = max(until - now, 0.0)
+        name = OWNER_META_PREFIX + owner
         row = conn.execute(
-            "SELECT CASE WHEN pg_postmaster_start_time()"
-            " < clock_timestamp() - make_interval(secs => %s)"
-            " THEN pg_try_advisory_xact_lock(%s) ELSE false END",
-            (lease_s, owner_lock_key(owner)),
+            "SELECT pg_postmaster_start_time() < clock_timestamp() - make_interval(secs => %s),"
+            " EXISTS (SELECT 1 FROM store_meta WHERE name = %s)",
+            (lease_s, name),
         ).fetchone()
+        if not row or row[0] is not True or row[1] is not True:
+            return False
         # A transaction-level lock: held until the claim commits, so the owner cannot
-        # take it back meanwhile, and released by the commit.
-        return bool(row and row[0] is True)
+        # take it back meanwhile, and released by the commit, which also forgets it.
+        if not self._lock_free(conn, owner):
+            return False
+        conn.execute("DELETE FROM store_meta WHERE name = %s", (name,))
+        return True
 
     def close(self) -> None:
         """Release the connections, the worker threads and this process's lock session."""
@@ -243,6 +282,9 @@ class PostgresTaskStore(SqlTaskStore):
         with self._owner_lock:
             session, self._owner_conn = self._owner_conn, None
         if session is not None:
+            with contextlib.suppress(Exception):
+                # A clean stop hands its leases back: nothing to prove about it any more.
+                session.execute("DELETE FROM store_meta WHERE name = %s", (self._owner_name,))
             with contextlib.suppress(Exception):
                 session.close()
 
