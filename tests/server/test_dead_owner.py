@@ -31,7 +31,7 @@ from longcall.server.store.base import DEAD_OWNER_NOTE
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 LEASE_S = 60.0
-TAKEOVER_LIMIT_S = 30.0
+TAKEOVER_LIMIT_S = 50.0
 """A generous bound for a loaded machine, still well inside the lease: a takeover
 within it is the proof's, never the lease's."""
 CHILD_LIMIT_S = 30.0
