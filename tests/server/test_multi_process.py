@@ -69,9 +69,11 @@ class Serve:
         )
         self.killed_at: float | None = None
 
-    async def wait_ready(self, http: httpx.AsyncClient) -> None:
+    async def wait_ready(
+        self, http: httpx.AsyncClient, *, limit_s: float = STARTUP_LIMIT_S
+    ) -> None:
         """Bounded poll: a separate process gives no event to wait on."""
-        deadline = time.monotonic() + STARTUP_LIMIT_S
+        deadline = time.monotonic() + limit_s
         client = ModernClient(http, self.url)
         while True:
             try:

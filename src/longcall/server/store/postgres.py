@@ -31,7 +31,8 @@ logger = logging.getLogger(__name__)
 
 DEFAULT_SCHEMA = "public"
 OWNER_META_PREFIX = "owner-lock:"
-"""``store_meta`` names of the owners holding a liveness lock (value: its key)."""
+"""``store_meta`` names of the owners holding a liveness lock (value: when, in UNIX
+seconds of the database's clock, the owner took it)."""
 CONNECT_TIMEOUT_S = 10
 WORKERS = 4
 
@@ -233,9 +234,12 @@ class PostgresTaskStore(SqlTaskStore):
         # session, whose name a claimer may have removed): only an owner named here
         # ever held a lock, so only its lock being free proves anything (a process of
         # an older version, or a row written by hand, holds none).
+        # The value is when (database clock) the lock was taken: see _prove_dead.
         session.execute(
-            "INSERT INTO store_meta (name, value) VALUES (%s, %s) ON CONFLICT DO NOTHING",
-            (self._owner_name, str(self._owner_key)),
+            "INSERT INTO store_meta (name, value)"
+            " VALUES (%s, extract(epoch FROM clock_timestamp())::text)"
+            " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+            (self._owner_name,),
         )
         self._owner_conn = session
 
@@ -257,17 +261,17 @@ class PostgresTaskStore(SqlTaskStore):
             self._take_owner_lock()
 
     def _prove_dead(self, conn: Any, owner: str, now: float, until: float) -> bool:
-        # Just after a database restart every session is gone, the live processes'
-        # too, until they reconnect (each does at its next renewal): a free lock
-        # proves a death only on a database up for longer than one lease.
-        lease_s = max(until - now, 0.0)
+        # A database restart ends every session, the live processes' too, until they
+        # reconnect (each does before its next renewal, and notes the time again): a
+        # free lock proves a death only if its owner took it since the database
+        # started, so its session ended while this database ran.
         name = OWNER_META_PREFIX + owner
         row = conn.execute(
-            "SELECT pg_postmaster_start_time() < clock_timestamp() - make_interval(secs => %s),"
-            " EXISTS (SELECT 1 FROM store_meta WHERE name = %s)",
-            (lease_s, name),
+            "SELECT EXISTS (SELECT 1 FROM store_meta WHERE name = %s"
+            " AND value::double precision > extract(epoch FROM pg_postmaster_start_time()))",
+            (name,),
         ).fetchone()
-        if not row or row[0] is not True or row[1] is not True:
+        if not row or row[0] is not True:
             return False
         # A transaction-level lock: held until the claim commits, so the owner cannot
         # take it back meanwhile, and released by the commit, which also forgets it.
