@@ -37,7 +37,8 @@ KILL_AFTER = 400
 """Creations acknowledged before the second process is killed (its tasks are mid-run)."""
 CONCURRENCY = 24
 PRINCIPALS = 4
-STARTUP_LIMIT_S = 30.0
+STARTUP_LIMIT_S = 180.0
+"""Generous: three servers starting together on a loaded 2-core machine took over 30 s."""
 SETTLE_LIMIT_S = 90.0
 SUBMISSION_KEY = "dev.longcall/submissionKey"
 

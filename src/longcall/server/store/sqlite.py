@@ -20,18 +20,21 @@ host are never judged by their lock: docs/design/server-task-store.md).
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import logging
 import os
 import socket
 import sqlite3
+import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from longcall.server.errors import StoreError, StoreLost, StoreUnavailable
 from longcall.server.store.base import ACTIVE_IN, SqlTaskStore
+
+if sys.platform != "win32":
+    import fcntl
 
 logger = logging.getLogger(__name__)
 
@@ -194,15 +197,20 @@ class SqliteTaskStore(SqlTaskStore):
         return self.owners_dir / f"{name}.lock"
 
     def _hold_owner(self, conn: sqlite3.Connection, owner: str) -> None:
+        if sys.platform == "win32":
+            return  # no flock: nothing proves a death, leases decide alone
         if self.path == MEMORY or self._owner_fd is not None:
             return
         self._sweep_owner_locks(conn)
-        self.owners_dir.mkdir(mode=0o700, exist_ok=True)
         final = self.owner_lock_path(owner)
         # Locked and written under a name no sweep or proof looks at, then renamed: a
         # lock file is never seen unlocked while its process lives.
         staging = final.with_suffix(f".new-{os.getpid()}")
-        fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        try:
+            self.owners_dir.mkdir(mode=0o700, exist_ok=True)
+            fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise StoreError(f"cannot make the lock file {final}: {exc}") from exc
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             os.write(fd, owner.encode())
@@ -231,6 +239,8 @@ class SqliteTaskStore(SqlTaskStore):
                     os.close(fd)
 
     def _prove_dead(self, conn: sqlite3.Connection, owner: str, now: float, until: float) -> bool:
+        if sys.platform == "win32":
+            return False
         if self.path == MEMORY or owner.split("/", 1)[0] != socket.gethostname():
             # Another host's process: its lock, if any, is not this kernel's to judge.
             return False
@@ -317,6 +327,8 @@ class SqliteTaskStore(SqlTaskStore):
 def _try_lock(path: Path) -> int | None:
     """The open, exclusively locked ``path``, or None when another process holds its
     lock or it does not exist (nothing then proves its owner dead)."""
+    if sys.platform == "win32":
+        return None
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
     except FileNotFoundError:
