@@ -34,6 +34,8 @@ STEP_TIMEOUT_S = 120.0
 REFUSED = 5
 DOCUMENTED_REFUSALS = ("approved=maybe", " NODE ")
 """Lines the docs show being refused (a wrong-shaped answer, a placeholder node)."""
+LONG_RUNNING = ("console",)
+"""Commands that serve until stopped: started in the background, stopped at the end."""
 NOT_EXAMPLES = ("export LONGCALL_LEDGER=",)
 """A console block with one of these is not for the default ledger: left out."""
 COLLISIONS = ("RequestDigestMismatch", "holds another request", "was called at", "bound to")
@@ -211,6 +213,9 @@ async def test_readme_then_guide_in_order_on_one_default_ledger(user: User) -> N
         if words[1] == "worker":
             process = await user.start(user.argv(step.text))
             followers.append(asyncio.ensure_future(user.follow_worker(process)))
+            continue
+        if words[1] in LONG_RUNNING:
+            await user.start(user.argv(step.text))  # serves until stopped, as in a terminal
             continue
         if words[1:3] == ["ops", "answer"] and followers:
             await user.until_worker_says(f"{words[3]} needs an answer")
