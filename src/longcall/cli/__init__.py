@@ -7,8 +7,8 @@ error that ends a command becomes one line on stderr and a documented exit statu
 The package holds every command, one module per command group (``call``, ``tools``,
 ``worker``, ``ops``, ``rollout``, ``serve``, ``sim``, ``demo``, ``console``), each a thin
 layer over a public API. A command module imports what it drives (the server library,
-the simulator, the executor) only when the command runs, so that ``longcall --help`` stays fast and a
-missing optional dependency only affects its own command.
+the simulator, the executor) only when the command runs, so that ``longcall --help``
+stays fast and a missing optional dependency only affects its own command.
 """
 
 from __future__ import annotations
