@@ -232,3 +232,12 @@ async def test_readme_then_guide_in_order_on_one_default_ledger(user: User) -> N
         follower.cancel()
     assert any("python" in r for r in ran), ran
     assert any("ops answer" in r for r in ran), ran
+
+
+def test_the_readme_says_how_longcall_gets_on_path_before_the_tour() -> None:
+    """After `make demo` the command is in .venv/bin: the README says to activate it (or
+    to install the package) before its first `longcall` command."""
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    first_command = text.index("\nlongcall serve")
+    assert -1 < text.find(". .venv/bin/activate") < first_command
+    assert -1 < text.find("pip install .") < first_command
