@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import socket
 from datetime import timedelta
 from pathlib import Path
@@ -107,6 +108,15 @@ def build(store: str, *, auth: bool, lease_s: float, ttl_s: float | None) -> Fas
         while not Path(gate).exists():
             await asyncio.sleep(0.02)
         return f"runs: {len(Path(log).read_text().splitlines())}"
+
+    @mcp.tool(task=FAST, annotations=IDEMPOTENT)
+    async def record_run(log: str, gate: str, ctx: Context) -> str:
+        """Idempotent: append "<task id> <pid>" to ``log``, wait for ``gate``, finish."""
+        with Path(log).open("a") as out:
+            out.write(f"{ctx.task_id} {os.getpid()}\n")
+        while not Path(gate).exists():
+            await asyncio.sleep(0.02)
+        return f"ran in {os.getpid()}"
 
     @mcp.tool(task=FAST)
     async def charge(log: str, gate: str) -> str:
