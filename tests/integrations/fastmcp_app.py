@@ -157,21 +157,13 @@ def build(store: str, *, auth: bool, lease_s: float, ttl_s: float | None) -> Fas
     return mcp
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("store")
-    parser.add_argument("port_file", type=Path)
-    parser.add_argument("--auth", action="store_true")
-    parser.add_argument("--lease-s", type=float, default=15.0)
-    parser.add_argument("--ttl-s", type=float, default=None)
-    args = parser.parse_args()
-    mcp = build(args.store, auth=args.auth, lease_s=args.lease_s, ttl_s=args.ttl_s)
+def serve(mcp: FastMCP, port_file: Path) -> None:
+    """Serve ``mcp`` at /mcp on a free 127.0.0.1 port, announced in ``port_file``."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     sock.bind(("127.0.0.1", 0))
     sock.listen(128)
     app = mcp.http_app(path="/mcp", json_response=True, stateless_http=True)
-    port_file: Path = args.port_file
 
     class Server(uvicorn.Server):
         async def startup(self, sockets: Any = None) -> None:
@@ -183,6 +175,17 @@ def main() -> None:
 
     config = uvicorn.Config(app, log_level="warning", lifespan="on", timeout_graceful_shutdown=1)
     asyncio.run(Server(config).serve(sockets=[sock]))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("store")
+    parser.add_argument("port_file", type=Path)
+    parser.add_argument("--auth", action="store_true")
+    parser.add_argument("--lease-s", type=float, default=15.0)
+    parser.add_argument("--ttl-s", type=float, default=None)
+    args = parser.parse_args()
+    serve(build(args.store, auth=args.auth, lease_s=args.lease_s, ttl_s=args.ttl_s), args.port_file)
 
 
 if __name__ == "__main__":
