@@ -133,11 +133,17 @@ class App:
         self.url = ""
         self._starts = itertools.count()
 
-    async def start(self) -> App:
+    async def start_on(self, url: str) -> App:
+        """Start again on the port of ``url`` (a caller names the server by its URL)."""
+        return await self.start(port=int(url.rsplit(":", 1)[1].split("/")[0]))
+
+    async def start(self, port: int = 0) -> App:
         index = next(self._starts)
         port_file = self.workdir / f"port-{secrets.token_hex(4)}"
         log = (self.workdir / f"app-{index}-{secrets.token_hex(2)}.log").open("wb")
         argv = [sys.executable, str(APP), self.store, str(port_file), *self.flags]
+        if port:
+            argv += ["--port", str(port)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
         log.close()

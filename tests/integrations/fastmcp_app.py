@@ -1,6 +1,6 @@
 """A FastMCP app whose tasks run on ``LongcallTasks`` (the app a FastMCP user has, with
 the one-line swap), served as a child process:
-``python fastmcp_app.py STORE_URL PORT_FILE [--auth] [--lease-s N] [--ttl-s N]``.
+``python fastmcp_app.py STORE_URL PORT_FILE [--auth] [--lease-s N] [--ttl-s N] [--port N]``.
 
 It binds a free 127.0.0.1 port, writes the port to PORT_FILE once serving, and serves
 MCP at /mcp until stopped. ``--auth`` requires one of the bearer tokens in ``TOKENS``
@@ -157,11 +157,11 @@ def build(store: str, *, auth: bool, lease_s: float, ttl_s: float | None) -> Fas
     return mcp
 
 
-def serve(mcp: FastMCP, port_file: Path) -> None:
-    """Serve ``mcp`` at /mcp on a free 127.0.0.1 port, announced in ``port_file``."""
+def serve(mcp: FastMCP, port_file: Path, port: int = 0) -> None:
+    """Serve ``mcp`` at /mcp on 127.0.0.1 (``port``, 0: a free one), announced in ``port_file``."""
     sock = socket.socket()
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind(("127.0.0.1", 0))
+    sock.bind(("127.0.0.1", port))
     sock.listen(128)
     app = mcp.http_app(path="/mcp", json_response=True, stateless_http=True)
 
@@ -184,8 +184,10 @@ def main() -> None:
     parser.add_argument("--auth", action="store_true")
     parser.add_argument("--lease-s", type=float, default=15.0)
     parser.add_argument("--ttl-s", type=float, default=None)
+    parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
-    serve(build(args.store, auth=args.auth, lease_s=args.lease_s, ttl_s=args.ttl_s), args.port_file)
+    mcp = build(args.store, auth=args.auth, lease_s=args.lease_s, ttl_s=args.ttl_s)
+    serve(mcp, args.port_file, args.port)
 
 
 if __name__ == "__main__":
