@@ -85,7 +85,12 @@ class RawClient:
             "mcp-method": method,
         }
         routed = name or body_params.get("name") or body_params.get("taskId")
-        if routed is not None and method in ("tools/call", "tasks/get", "tasks/update", "tasks/cancel"):
+        if routed is not None and method in (
+            "tools/call",
+            "tasks/get",
+            "tasks/update",
+            "tasks/cancel",
+        ):
             headers["mcp-name"] = str(routed)
         if self.token is not None:
             headers["authorization"] = f"Bearer {self.token}"
@@ -145,7 +150,9 @@ class App:
         if port:
             argv += ["--port", str(port)]
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-        self.process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=env)
+        self.process = subprocess.Popen(  # noqa: ASYNC220 (returns at once)
+            argv, stdout=log, stderr=subprocess.STDOUT, env=env
+        )
         log.close()
         # A bounded poll of another process's announcement: it gives no event to wait on.
         deadline = time.monotonic() + STARTUP_LIMIT_S
@@ -161,7 +168,9 @@ class App:
         return anyio.run(self.start)
 
     def log_text(self) -> str:
-        return "\n".join(p.read_text(errors="replace") for p in sorted(self.workdir.glob("app-*.log")))
+        return "\n".join(
+            p.read_text(errors="replace") for p in sorted(self.workdir.glob("app-*.log"))
+        )
 
     def stop(self) -> None:
         """A graceful stop (SIGTERM): the lifespan ends and hands leases back."""

@@ -21,7 +21,6 @@ from fastmcp import Context, FastMCP
 from fastmcp.exceptions import ToolError
 from fastmcp.utilities.tasks import TaskConfig
 from mcp.shared.exceptions import MCPError
-
 from tests.integrations.fastmcp_app import serve
 
 NAME_FORM = {"type": "object", "properties": {"name": {"type": "string"}}, "required": ["name"]}

@@ -16,11 +16,10 @@ import pytest
 
 pytest.importorskip("fastmcp_tasks")
 
-from fastmcp import Client  # noqa: E402
-from fastmcp.exceptions import ToolError  # noqa: E402
-from fastmcp_tasks.client import call_tool_task  # noqa: E402
-
-from tests.integrations.conftest import App  # noqa: E402
+from fastmcp import Client
+from fastmcp.exceptions import ToolError
+from fastmcp_tasks.client import call_tool_task
+from tests.integrations.conftest import App
 
 pytestmark = pytest.mark.anyio
 
@@ -59,7 +58,7 @@ async def test_client_task_handle_reads_progress_and_cancels(
     with anyio.fail_after(LIMIT_S):
         async with Client(shared_app.url, timeout=LIMIT_S) as client:
             task = await call_tool_task(client, "steps", {"gate": str(tmp_path / "never")})
-            while (status := await task.status()).status_message != "step 1 of 2":
+            while (status := await task.status()).status_message != "step 1 of 2":  # noqa: ASYNC110
                 await anyio.sleep(0.05)
             assert status.status == "working"
             await task.cancel()

@@ -20,7 +20,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from tests.interop.harness import ROOT, node_env, node_or_fail, stop
 
 pytestmark = pytest.mark.slow

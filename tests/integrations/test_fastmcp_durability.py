@@ -14,7 +14,6 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-
 from tests.integrations.conftest import SUBMISSION_KEY, App, RawClient, running
 
 pytestmark = pytest.mark.anyio
@@ -23,8 +22,15 @@ pytestmark = pytest.mark.anyio
 async def wait_for_lines(path: Path, count: int, limit_s: float = 20.0) -> None:
     """Until ``path`` has ``count`` lines (a tool run writes one when it starts)."""
     with anyio.fail_after(limit_s):
-        while not path.exists() or len(path.read_text().splitlines()) < count:
+        # The tool runs in another process: its log is the only sign it started.
+        while len(await lines(path)) < count:  # noqa: ASYNC110
             await anyio.sleep(0.05)
+
+
+async def lines(path: Path) -> list[str]:
+    """The lines of ``path`` (none while it does not exist)."""
+    target = anyio.Path(path)
+    return (await target.read_text()).splitlines() if await target.exists() else []
 
 
 async def restart_scenario(http: httpx.AsyncClient, tmp_path: Path, *, kill: bool) -> None:

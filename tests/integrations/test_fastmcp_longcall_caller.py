@@ -10,7 +10,6 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-
 from tests.integrations.conftest import App
 from tests.integrations.test_fastmcp_durability import wait_for_lines
 from tests.interop.harness import Caller, call_args, finish, stop, view_of
@@ -52,7 +51,7 @@ async def test_a_caller_killed_mid_task_is_finished_by_another_without_a_rerun(
         first.kill()
         first.wait(timeout=10)
     gate.touch()
-    code, view, stderr = await anyio.to_thread.run_sync(
+    _, view, stderr = await anyio.to_thread.run_sync(
         lambda: caller.call(shared_app.url, "count_runs", arguments, "n-kill", "--wait")
     )
     assert (view["state"], view["result_kind"]) == ("accepted", "value"), stderr

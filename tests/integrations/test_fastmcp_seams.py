@@ -24,9 +24,9 @@ import mcp_types.methods
 import pytest
 from fastmcp.server import dependencies
 from fastmcp.server.context import Context
+from tests.integrations.conftest import RawClient, running
 
 from longcall.integrations.fastmcp import _seams
-from tests.integrations.conftest import RawClient, running
 
 pytestmark = pytest.mark.anyio
 

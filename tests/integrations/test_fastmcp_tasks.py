@@ -12,7 +12,6 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-
 from tests.integrations.conftest import SUBMISSION_KEY, App, RawClient, running
 
 pytestmark = pytest.mark.anyio
@@ -160,7 +159,7 @@ async def test_progress_is_the_status_message_and_last_updated_at_moves(
     created = await rpc.create("steps", {"gate": str(gate)})
     task_id = created["taskId"]
     with anyio.fail_after(20):
-        while (step := await rpc.get(task_id))["statusMessage"] != "step 1 of 2":
+        while (step := await rpc.get(task_id))["statusMessage"] != "step 1 of 2":  # noqa: ASYNC110
             await anyio.sleep(0.05)
     assert step["lastUpdatedAt"] > created["lastUpdatedAt"]
     again = await rpc.get(task_id)
@@ -184,9 +183,9 @@ async def test_submission_key_returns_the_same_task_and_the_lookup_finds_it(
     )
     assert conflict["code"] == -32602
     assert conflict["data"] == {"submissionKey": "node-7:step-1"}
-    store_id = (await rpc.result("server/discover"))["capabilities"]["extensions"][
-        SUBMISSION_KEY
-    ]["storeId"]
+    store_id = (await rpc.result("server/discover"))["capabilities"]["extensions"][SUBMISSION_KEY][
+        "storeId"
+    ]
     found = await rpc.result("longcall/tasks/lookup", {"submissionKey": "node-7:step-1"})
     assert found["found"] is True
     assert found["taskId"] == first["taskId"]
@@ -231,7 +230,7 @@ async def test_ttl_is_configurable_and_an_expired_task_is_not_found(
         created = await rpc.create("add", {"a": 1, "b": 1})
         assert created["ttlMs"] == 1000
         with anyio.fail_after(20):
-            while "result" in (await rpc.post("tasks/get", {"taskId": created["taskId"]})).json():
+            while "result" in (await rpc.post("tasks/get", {"taskId": created["taskId"]})).json():  # noqa: ASYNC110
                 await anyio.sleep(0.1)
         error = await rpc.error("tasks/get", {"taskId": created["taskId"]})
         assert error["code"] == -32602

@@ -55,7 +55,7 @@ from longcall.server.modern import (
 from longcall.server.options import CreateFaultPlan, ServerOptions
 from longcall.server.store import SqlTaskStore, open_store
 from longcall.server.tasks import TaskManager
-from longcall.server.tools import DEFAULT_TTL_MS, ToolRegistry
+from longcall.server.tools import DEFAULT_TTL_MS, ToolRegistry, ToolSpec
 from longcall.server.wire import (
     LOOKUP_METHOD,
     SUBMISSION_KEY_EXTENSION,
@@ -238,7 +238,9 @@ class LongcallTasks(ServerExtension):
         meta = dict(request.meta or {}) if request is not None else {}
         return await self._create(tool, dict(params.arguments or {}), meta)
 
-    async def _create(self, tool: Tool, arguments: dict[str, Any], meta: dict[str, Any]) -> Any:
+    async def _create(
+        self, tool: Tool, arguments: dict[str, Any], meta: dict[str, Any]
+    ) -> _WireResult:
         manager = self.manager
         spec = self._spec(tool)
         envelope = {"_meta": meta}
@@ -258,7 +260,7 @@ class LongcallTasks(ServerExtension):
             raise MCPError(code=INTERNAL_ERROR, message=f"task store unavailable: {exc}") from exc
         return _WireResult({**task_fields(outcome.record), "resultType": "task"})
 
-    def _spec(self, tool: Tool) -> Any:
+    def _spec(self, tool: Tool) -> ToolSpec:
         """The task manager's spec of this tool (a tool added after startup is added now)."""
         registry = self.manager.registry
         spec = registry.get(tool.name)

@@ -116,7 +116,7 @@ class TaskRunContext(Context):
     ) -> None:
         await self._longcall_task.report_progress(progress, total, message)
 
-    async def elicit(  # type: ignore[override]
+    async def elicit(
         self,
         message: str,
         response_type: Any,
@@ -132,9 +132,7 @@ class TaskRunContext(Context):
         answer = await self._longcall_task.elicit(message, config.schema)
         action = answer.get("action")
         if action == "accept":
-            accepted: AcceptedElicitation[Any] = handle_elicit_accept(
-                config, answer.get("content")
-            )
+            accepted: AcceptedElicitation[Any] = handle_elicit_accept(config, answer.get("content"))
             return accepted
         if action == "decline":
             return DeclinedElicitation()
@@ -206,7 +204,7 @@ def _call_tool_result(result: ToolResult) -> dict[str, Any]:
         content=result.content,
         structured_content=result.structured_content,
         is_error=result.is_error,
-        _meta=result.meta,  # type: ignore[call-arg]
+        _meta=result.meta,
     )
     body = wire.model_dump(by_alias=True, mode="json", exclude_none=True)
     body.setdefault("isError", False)
