@@ -1,6 +1,6 @@
 """Every FastMCP seam this integration uses that FastMCP does not make public.
 
-Owns: the three private touches, each named once here and nowhere else —
+Owns: the two private touches, each named once here and nowhere else —
 
 * ``Context._task_input_responses`` / ``Context._task_request_state``: how a re-entered
   guard leg (a tool that *returned* an ``InputRequiredResult``) reads the answers on
@@ -8,10 +8,6 @@ Owns: the three private touches, each named once here and nowhere else —
   setter (fastmcp-tasks sets the same two fields).
 * ``fastmcp.server.dependencies._is_client_tool_call``: whether the tool being dispatched
   is the one the client's ``tools/call`` named (a tool a tool body calls runs inline).
-* ``fastmcp.server.dependencies.fastmcp_request_ctx``: cleared in a task's run, so a tool
-  body never writes progress or requests into the HTTP request that created the task
-  (that request has been answered).
-
 :func:`entered` is entered with the extension's lifespan: it checks that each private
 seam is still there, so a FastMCP release that moves one fails at startup with a clear
 message instead of mid-task. ``tests/integrations/test_fastmcp_seams.py`` fails the day
@@ -23,7 +19,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
 
 import mcp_types
 from fastmcp.server import dependencies
@@ -46,8 +41,6 @@ def entered() -> Iterator[None]:
     missing = [field for field in _CONTEXT_FIELDS if field not in probe]
     if not hasattr(dependencies, "_is_client_tool_call"):
         missing.append("fastmcp.server.dependencies._is_client_tool_call")
-    if not hasattr(dependencies, "fastmcp_request_ctx"):
-        missing.append("fastmcp.server.dependencies.fastmcp_request_ctx")
     if missing:
         raise FastMCPSeamMissing(
             "this FastMCP release does not have what longcall's task extension relies on: "
@@ -67,9 +60,3 @@ def set_task_input(
 def is_client_tool_call() -> bool:
     """The dispatch in progress is the tool the client's ``tools/call`` named."""
     return bool(dependencies._is_client_tool_call())
-
-
-def forget_request() -> None:
-    """In a task's own asyncio task: no FastMCP request is being served any more."""
-    request_ctx: Any = dependencies.fastmcp_request_ctx
-    request_ctx.set(None)

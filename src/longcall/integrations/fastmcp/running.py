@@ -20,6 +20,7 @@ import mcp_types
 import pydantic
 from fastmcp.exceptions import FastMCPError, NotFoundError
 from fastmcp.server.context import Context
+from fastmcp.server.dependencies import fastmcp_request_ctx
 from fastmcp.server.elicitation import (
     AcceptedElicitation,
     CancelledElicitation,
@@ -143,7 +144,9 @@ async def run_task(
     server: FastMCP, name: str, arguments: dict[str, Any], task: TaskContext
 ) -> dict[str, Any]:
     """Run the tool body to its result; a guard leg's ask parks the task for input."""
-    _seams.forget_request()
+    # This run is an asyncio task of its own, copied from the creating request's context:
+    # that request has been answered, so nothing here may write to it.
+    fastmcp_request_ctx.set(None)
     try:
         tool = await server.get_tool(name)
     except NotFoundError:
