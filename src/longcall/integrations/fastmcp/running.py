@@ -18,7 +18,7 @@ from typing import Any
 
 import mcp_types
 import pydantic
-from fastmcp.exceptions import FastMCPError, NotFoundError
+from fastmcp.exceptions import FastMCPError
 from fastmcp.server.context import Context
 from fastmcp.server.dependencies import fastmcp_request_ctx
 from fastmcp.server.elicitation import (
@@ -81,7 +81,7 @@ def tool_spec(server: FastMCP, tool: Tool) -> FastMCPToolSpec:
     name = tool.name
 
     async def run(arguments: dict[str, Any], task: TaskContext) -> Any:
-        return await run_task(server, name, arguments, task)
+        return await run_task(server, tool, arguments, task)
 
     return FastMCPToolSpec(
         name=name,
@@ -141,18 +141,12 @@ class TaskRunContext(Context):
 
 
 async def run_task(
-    server: FastMCP, name: str, arguments: dict[str, Any], task: TaskContext
+    server: FastMCP, tool: Tool, arguments: dict[str, Any], task: TaskContext
 ) -> dict[str, Any]:
     """Run the tool body to its result; a guard leg's ask parks the task for input."""
     # This run is an asyncio task of its own, copied from the creating request's context:
     # that request has been answered, so nothing here may write to it.
     fastmcp_request_ctx.set(None)
-    try:
-        tool = await server.get_tool(name)
-    except NotFoundError:
-        tool = None
-    if tool is None:
-        raise ToolError(f"The tool {name!r} is no longer served.")
     context = TaskRunContext(server, task=task)
     responses: dict[str, Any] = {}
     request_state: str | None = None
