@@ -146,6 +146,23 @@ def build(store: str, *, auth: bool, lease_s: float, ttl_s: float | None) -> Fas
         return "proceeded"
 
     @mcp.tool(task=True)
+    async def optional_greet(ctx: Context) -> Any:
+        """Optional-mode, guard pattern: without consent FastMCP asks in SEP-2322 rounds."""
+        answers = ctx.input_responses
+        if not answers:
+            form = mcp_types.ElicitRequestFormParams(
+                mode="form",
+                message="Your name?",
+                requested_schema={"type": "object", "properties": {"name": {"type": "string"}}},
+            )
+            return mcp_types.InputRequiredResult(
+                input_requests={"name": mcp_types.ElicitRequest(params=form)},
+                request_state="round-1",
+            )
+        content = getattr(answers["name"], "content", None) or {}
+        return f"Hi, {content.get('name')} ({ctx.request_state})"
+
+    @mcp.tool(task=True)
     async def optional_double(x: int) -> int:
         """An optional-mode task tool: a task with consent, inline without."""
         return 2 * x

@@ -98,6 +98,29 @@ async def test_optional_tool_is_a_task_with_consent_and_inline_without(
     assert plain["content"][0]["text"] == "HI"
 
 
+async def test_input_rounds_before_any_task_work_unchanged(
+    http: httpx.AsyncClient, shared_app: App
+) -> None:
+    """An optional tool called without consent asks in SEP-2322 rounds (FastMCP's own
+    path, untouched by the extension): input_required, then the retry's answer."""
+    rpc = client(http, shared_app)
+    params = {"name": "optional_greet", "arguments": {}}
+    asked = await rpc.result("tools/call", params, consent=False)
+    assert asked["resultType"] == "input_required"
+    (key,) = asked["inputRequests"]
+    answered = await rpc.result(
+        "tools/call",
+        {
+            **params,
+            "inputResponses": {key: {"action": "accept", "content": {"name": "Ada"}}},
+            "requestState": asked["requestState"],
+        },
+        consent=False,
+    )
+    assert answered["resultType"] == "complete"
+    assert answered["content"][0]["text"] == "Hi, Ada (round-1)"
+
+
 async def test_missing_argument_is_refused_before_any_task(
     http: httpx.AsyncClient, shared_app: App
 ) -> None:
