@@ -32,7 +32,7 @@ MODERN = "2026-07-28"
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 SUBMISSION_KEY = "dev.longcall/submissionKey"
 STARTUP_LIMIT_S = 60.0
-WAIT_LIMIT_S = 20.0
+WAIT_LIMIT_S = 60.0
 POLL_STEP_S = 0.05
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
 

@@ -19,7 +19,7 @@ from tests.integrations.conftest import SUBMISSION_KEY, App, RawClient, running
 pytestmark = pytest.mark.anyio
 
 
-async def wait_for_lines(path: Path, count: int, limit_s: float = 20.0) -> None:
+async def wait_for_lines(path: Path, count: int, limit_s: float = 60.0) -> None:
     """Until ``path`` has ``count`` lines (a tool run writes one when it starts)."""
     with anyio.fail_after(limit_s):
         # The tool runs in another process: its log is the only sign it started.

@@ -25,7 +25,7 @@ def runs(log: Path) -> collections.Counter[str]:
     return collections.Counter(line.split()[0] for line in lines)
 
 
-async def wait_runs(log: Path, total: int, limit_s: float = 30.0) -> None:
+async def wait_runs(log: Path, total: int, limit_s: float = 60.0) -> None:
     with anyio.fail_after(limit_s):
         while sum(runs(log).values()) < total:  # noqa: ASYNC110 (other processes write it)
             await anyio.sleep(0.05)

@@ -12,7 +12,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
-from tests.integrations.conftest import SUBMISSION_KEY, App, RawClient, running
+from tests.integrations.conftest import SUBMISSION_KEY, WAIT_LIMIT_S, App, RawClient, running
 
 pytestmark = pytest.mark.anyio
 
@@ -181,7 +181,7 @@ async def test_progress_is_the_status_message_and_last_updated_at_moves(
     gate = tmp_path / "gate"
     created = await rpc.create("steps", {"gate": str(gate)})
     task_id = created["taskId"]
-    with anyio.fail_after(20):
+    with anyio.fail_after(WAIT_LIMIT_S):
         while (step := await rpc.get(task_id))["statusMessage"] != "step 1 of 2":  # noqa: ASYNC110
             await anyio.sleep(0.05)
     assert step["lastUpdatedAt"] > created["lastUpdatedAt"]
@@ -252,7 +252,7 @@ async def test_ttl_is_configurable_and_an_expired_task_is_not_found(
         rpc = client(http, app)
         created = await rpc.create("add", {"a": 1, "b": 1})
         assert created["ttlMs"] == 1000
-        with anyio.fail_after(20):
+        with anyio.fail_after(WAIT_LIMIT_S):
             while "result" in (await rpc.post("tasks/get", {"taskId": created["taskId"]})).json():  # noqa: ASYNC110
                 await anyio.sleep(0.1)
         error = await rpc.error("tasks/get", {"taskId": created["taskId"]})
