@@ -26,11 +26,6 @@ from fastmcp.server.context import Context
 
 from longcall.server.errors import LongcallServerError
 
-
-class FastMCPSeamMissing(LongcallServerError):
-    """This FastMCP release lacks a private seam the integration needs (upgrade longcall)."""
-
-
 _CONTEXT_FIELDS = ("_task_input_responses", "_task_request_state")
 
 
@@ -42,9 +37,10 @@ def entered() -> Iterator[None]:
     if not hasattr(dependencies, "_is_client_tool_call"):
         missing.append("fastmcp.server.dependencies._is_client_tool_call")
     if missing:
-        raise FastMCPSeamMissing(
+        raise LongcallServerError(
             "this FastMCP release does not have what longcall's task extension relies on: "
             + ", ".join(missing)
+            + "; use a longcall release made for it"
         )
     yield
 

@@ -52,7 +52,7 @@ from longcall.server.modern import (
     missing_tasks_capability,
     task_fields,
 )
-from longcall.server.options import CreateFaultPlan, ServerOptions
+from longcall.server.options import ServerOptions
 from longcall.server.store import SqlTaskStore, open_store
 from longcall.server.tasks import TaskManager
 from longcall.server.tools import DEFAULT_TTL_MS, ToolRegistry, ToolSpec
@@ -285,9 +285,7 @@ class LongcallTasks(ServerExtension):
                     store=store, registry=registry, clock=time.time, options=self._options
                 )
                 self._store, self._manager = store, manager
-                self._protocol = ModernProtocol(
-                    manager=manager, options=self._options, faults=CreateFaultPlan(None)
-                )
+                self._protocol = ModernProtocol(manager=manager, options=self._options)
                 await manager.start()
                 try:
                     yield
