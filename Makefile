@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev interop browser test lint type bench bench-slow demo docs screenshots sim clean
+.PHONY: dev interop fastmcp-latest browser test lint type bench bench-slow demo docs screenshots sim clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,20 @@ $(INTEROP_STAMP): interop/package.json interop/package-lock.json
 
 interop: $(INTEROP_STAMP)
 
+# The FastMCP integration is tested on two FastMCP lines: the main venv has 4.1.x (the
+# last line fastmcp-tasks, the parity peer, exists for); this one has the newest 4.2.x,
+# which fastmcp-tasks cannot be installed beside. tests/integrations runs in both.
+FASTMCP_LATEST_VENV := .venv-fastmcp-latest
+FASTMCP_LATEST_STAMP := $(FASTMCP_LATEST_VENV)/.installed
+$(FASTMCP_LATEST_STAMP): pyproject.toml
+	$(PYTHON) -m venv $(FASTMCP_LATEST_VENV)
+	$(FASTMCP_LATEST_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(FASTMCP_LATEST_VENV)/bin/python -m pip install --quiet -e '.[fastmcp,postgres]' \
+	  'fastmcp-slim[server,client]>=4.2,<4.3' 'pytest>=8,<10' 'hypothesis>=6.100,<7'
+	touch $(FASTMCP_LATEST_STAMP)
+
+fastmcp-latest: $(FASTMCP_LATEST_STAMP)
+
 # The browser the console's tests drive: Debian's chromium (Playwright is pointed at
 # /usr/bin/chromium and never downloads a browser). Installed only when missing.
 browser:
@@ -31,8 +45,9 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
 	    >/dev/null; }
 
-test: $(STAMP) $(INTEROP_STAMP) browser
+test: $(STAMP) $(INTEROP_STAMP) $(FASTMCP_LATEST_STAMP) browser
 	$(BIN)/python -m pytest -q
+	$(FASTMCP_LATEST_VENV)/bin/python -m pytest -q tests/integrations
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts
@@ -63,4 +78,4 @@ sim: $(STAMP)
 	$(BIN)/longcall sim --permutations 10000
 
 clean:
-	rm -rf $(VENV) interop/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(FASTMCP_LATEST_VENV) interop/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
