@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev interop test lint type bench bench-slow demo docs sim clean
+.PHONY: dev interop hosts test lint type bench bench-slow demo docs sim clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -23,7 +23,19 @@ $(INTEROP_STAMP): interop/package.json interop/package-lock.json
 
 interop: $(INTEROP_STAMP)
 
-test: $(STAMP) $(INTEROP_STAMP)
+# MCP hosts that speak no tasks (langchain-mcp-adapters, pydantic-ai, openai-agents), run
+# against the gateway in tests. They need the mcp 1.x SDK; the project needs mcp 2.x, so
+# they get a venv of their own.
+HOSTS_VENV := interop/hosts/.venv
+HOSTS_STAMP := $(HOSTS_VENV)/.installed
+$(HOSTS_STAMP): interop/hosts/requirements.txt
+	$(PYTHON) -m venv $(HOSTS_VENV)
+	$(HOSTS_VENV)/bin/python -m pip install --quiet -r interop/hosts/requirements.txt
+	touch $(HOSTS_STAMP)
+
+hosts: $(HOSTS_STAMP)
+
+test: $(STAMP) $(INTEROP_STAMP) $(HOSTS_STAMP)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
@@ -51,4 +63,4 @@ sim: $(STAMP)
 	$(BIN)/longcall sim --permutations 10000
 
 clean:
-	rm -rf $(VENV) interop/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) interop/node_modules $(HOSTS_VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -221,4 +221,3 @@ async def test_cancel_is_a_request_confirmed_by_the_upstream(
         final = await host.call("longcall_status", {"handle": handle, "wait_s": WINDOW_S})
         assert "CANCELLED" in text_of(final)
     assert upstream.runs["e"] == 1
-

@@ -21,6 +21,7 @@ import click
 from longcall.cli.call import call
 from longcall.cli.common import EXIT_CODES_HELP, RESUME_KEY, ExitCode, describe_error, exit_code_of
 from longcall.cli.demo import demo
+from longcall.cli.gateway import gateway
 from longcall.cli.ops import ops
 from longcall.cli.rollout import rollout
 from longcall.cli.serve import serve
@@ -120,7 +121,7 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.meta["longcall.debug"] = debug
 
 
-for command in (call, worker, ops, rollout, serve, sim, demo):
+for command in (call, worker, ops, rollout, serve, sim, demo, gateway):
     main.add_command(command)
 
 __all__ = ["ExitCode", "main"]
