@@ -99,7 +99,8 @@ async def test_a_repeat_after_the_outcome_was_delivered_runs_again(
         upstream.release("c")
         first = await host.call("slow", {"key": "c"})
         again = await host.call("slow", {"key": "c"})
-        assert first == again and upstream.runs["c"] == 1
+        assert first == again
+        assert upstream.runs["c"] == 1
         await asyncio.sleep(0.6)  # the grace is wall time by definition
         await host.call("slow", {"key": "c"})
         assert upstream.runs["c"] == 2
@@ -136,7 +137,8 @@ async def test_mistyped_truncated_invented_and_foreign_handles_are_refused(
         refused += 1
     mallory = Host(http, url, token="mallory")
     foreign = await mallory.call("longcall_status", {"handle": handle})
-    assert foreign["isError"] and "No call has the handle" in text_of(foreign)
+    assert foreign["isError"]
+    assert "No call has the handle" in text_of(foreign)
     assert "You have no recent calls" in text_of(foreign)
     assert gw.metrics.handles_refused._value.get() == refused + 1 == len(tried) + 1
     print(f"handles refused: {refused} of {len(tried)} mistyped, cut short or invented")
@@ -161,7 +163,8 @@ async def test_a_large_result_comes_in_pages(
         over = await host.call(
             "longcall_result", {"handle": first["structuredContent"]["handle"], "page": 4}
         )
-        assert over["isError"] and "has 3 page(s)" in text_of(over)
+        assert over["isError"]
+        assert "has 3 page(s)" in text_of(over)
 
 
 async def test_zero_items_carry_a_warning_and_a_protocol_error_is_not_a_tool_error(
@@ -171,7 +174,8 @@ async def test_zero_items_carry_a_warning_and_a_protocol_error_is_not_a_tool_err
     _, url = gateway
     host = Host(http, url)
     empty = await host.call("empty")
-    assert "zero items" in text_of(empty) and not empty["isError"]
+    assert "zero items" in text_of(empty)
+    assert not empty["isError"]
     refused = await host.rpc("tools/call", {"name": "refuse", "arguments": {}})
     assert "result" not in refused
     assert refused["error"]["code"] == -32602
