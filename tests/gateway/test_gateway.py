@@ -225,3 +225,20 @@ async def test_cancel_is_a_request_confirmed_by_the_upstream(
         final = await host.call("longcall_status", {"handle": handle, "wait_s": WINDOW_S})
         assert "CANCELLED" in text_of(final)
     assert upstream.runs["e"] == 1
+
+
+async def test_the_metrics_count_what_hosts_met(
+    gateway: tuple[Gateway, str], http: httpx.AsyncClient, upstream: Upstream
+) -> None:
+    """/metrics shows early returns, retries attached, handles refused and open handles."""
+    gw, url = gateway
+    port = gw.metrics.serve(0)
+    host = Host(http, url)
+    await asyncio.gather(host.call("slow", {"key": "m"}), host.call("slow", {"key": "m"}))
+    await host.call("longcall_status", {"handle": "lc-0000-00000"})
+    text = (await http.get(f"http://127.0.0.1:{port}/metrics")).text
+    assert "longcall_gateway_early_returns_total 2.0" in text
+    assert "longcall_gateway_retries_attached_total 1.0" in text
+    assert "longcall_gateway_handles_refused_total 1.0" in text
+    assert "longcall_gateway_open_handles 1.0" in text
+    upstream.release("m")
