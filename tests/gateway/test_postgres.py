@@ -62,19 +62,23 @@ async def test_two_gateways_on_one_postgres_ledger_run_a_same_call_once(
             )
             for _ in range(2)
         ]
-        async with gateways[0], gateways[1]:
-            async with gateways[0].running() as a, gateways[1].running() as b:
-                first, second = await asyncio.gather(
-                    Host(http, a).call("slow", {"key": "pg"}),
-                    Host(http, b).call("slow", {"key": "pg"}),
-                )
-                handle = first["structuredContent"]["handle"]
-                assert second["structuredContent"]["handle"] == handle
-                upstream.release("pg")
-                host = Host(http, b)
-                reply = await host.call("longcall_status", {"handle": handle, "wait_s": WINDOW_S})
-                async with asyncio.timeout(BOUND_S * 2):
-                    while "next" in reply.get("structuredContent", {}):
-                        reply = await host.follow(reply)
-                assert reply["structuredContent"] == {"items": [0, 1, 2]}
+        async with (
+            gateways[0],
+            gateways[1],
+            gateways[0].running() as a,
+            gateways[1].running() as b,
+        ):
+            first, second = await asyncio.gather(
+                Host(http, a).call("slow", {"key": "pg"}),
+                Host(http, b).call("slow", {"key": "pg"}),
+            )
+            handle = first["structuredContent"]["handle"]
+            assert second["structuredContent"]["handle"] == handle
+            upstream.release("pg")
+            host = Host(http, b)
+            reply = await host.call("longcall_status", {"handle": handle, "wait_s": WINDOW_S})
+            async with asyncio.timeout(BOUND_S * 2):
+                while "next" in reply.get("structuredContent", {}):
+                    reply = await host.follow(reply)
+            assert reply["structuredContent"] == {"items": [0, 1, 2]}
     assert upstream.runs["pg"] == 1
