@@ -5,12 +5,14 @@
 //       task-unaware: the call once with a short timeout (it times out), the retry with
 //       the SDK's default request timeout (60 s), then what `next` names until the result.
 //   node gateway-host.mjs tasks URL TOOL ARGS_JSON TIMEOUT_S
-//       task-aware: client.experimental.tasks.callToolStream with a task (2025-11-25).
+//       task-aware: client.experimental.tasks.callToolStream with a task (2025-11-25);
+//       it answers a form (elicitation) by accepting it with {approved: true}.
 //
 // One JSON line per step on stdout. Bounded: at most FOLLOW_MAX follow-ups, and it exits
 // after MAX_LIFETIME_MS whatever happens.
 import { Client } from '@modelcontextprotocol/sdk/client/index.js';
 import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/streamableHttp.js';
+import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const FOLLOW_MAX = 40;
 const MAX_LIFETIME_MS = 120_000;
@@ -24,7 +26,16 @@ function emit(event) {
 }
 
 async function connect() {
-    const client = new Client({ name: 'ts-host', version: '1.0.0' });
+    const client = new Client(
+        { name: 'ts-host', version: '1.0.0' },
+        { capabilities: mode === 'tasks' ? { elicitation: { form: {} } } : {} }
+    );
+    if (mode === 'tasks') {
+        client.setRequestHandler(ElicitRequestSchema, async (request) => {
+            emit({ elicited: request.params });
+            return { action: 'accept', content: { approved: true } };
+        });
+    }
     await client.connect(new StreamableHTTPClientTransport(new URL(url)));
     return client;
 }

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from conftest import BOUND_S, WINDOW_S, Upstream
+from conftest import BOUND_S, Upstream
 from longcall.gateway import Gateway
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -172,4 +172,21 @@ async def test_the_typescript_sdk_tasks_client_gets_a_task_whatever_the_upstream
         await host.stop()
 
 
-_ = WINDOW_S
+
+async def test_a_task_aware_host_gets_the_upstream_question_passed_through(
+    gateway: tuple[Gateway, str],
+) -> None:
+    """The upstream asks for input: the TypeScript SDK tasks client is asked the same
+    question (its form), answers it, and the task ends with the upstream's result."""
+    if not NODE.exists():
+        pytest.fail(f"the interop peers are not installed ({NODE}): run `make interop`")
+    _, url = gateway
+    host = await start_host(NODE, TS_HOST, "tasks", url, "ask", "{}", TIMEOUT_S)
+    try:
+        asked = await host.until("elicited")
+        assert asked["elicited"]["message"] == "Approve the deploy?"
+        assert asked["elicited"]["requestedSchema"]["required"] == ["approved"]
+        done = await host.until("result")
+        assert done["result"]["structuredContent"] == {"approved": True}
+    finally:
+        await host.stop()
