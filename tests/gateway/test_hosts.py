@@ -13,13 +13,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
-from conftest import BOUND_S, Upstream
+from conftest import BOUND_S, Host, Upstream, gateway_at, text_of
 from longcall.gateway import Gateway
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
@@ -172,7 +174,6 @@ async def test_the_typescript_sdk_tasks_client_gets_a_task_whatever_the_upstream
         await host.stop()
 
 
-
 async def test_a_task_aware_host_gets_the_upstream_question_passed_through(
     gateway: tuple[Gateway, str],
 ) -> None:
@@ -190,3 +191,51 @@ async def test_a_task_aware_host_gets_the_upstream_question_passed_through(
         assert done["result"]["structuredContent"] == {"approved": True}
     finally:
         await host.stop()
+
+
+MCP1_UPSTREAM = ROOT / "interop" / "hosts" / "mcp1_upstream.py"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def test_an_mcp_1_30_upstream_plain_tool_is_served_durably(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    """An upstream on the mcp 1.30 SDK (FastMCP, no tasks): its plain tool returns early
+    through the gateway, and next leads to its result; it ran once."""
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        str(hosts_venv()),
+        str(MCP1_UPSTREAM),
+        str(port),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        async with asyncio.timeout(BOUND_S):
+            while b"Uvicorn running on" not in await process.stderr.readline():
+                pass
+        upstream_url = f"http://127.0.0.1:{port}/mcp"
+        async with gateway_at(upstream_url, tmp_path) as (_, url):
+            host = Host(http, url)
+            early = await host.call("plain_slow", {"key": "k"})
+            assert early["structuredContent"]["state"] == "running", early
+            release = await Host(http, upstream_url).call("release", {"key": "k"})
+            assert "1" in text_of(release)
+            reply = early
+            async with asyncio.timeout(BOUND_S * 2):
+                while "next" in reply.get("structuredContent", {}):
+                    reply = await host.follow(reply)
+            assert text_of(reply) == "plain k done after 1 run(s)"
+    finally:
+        if process.stdin is not None:
+            process.stdin.close()
+        async with asyncio.timeout(BOUND_S):
+            await process.wait()
