@@ -90,7 +90,9 @@ class MappedAdapter(Adapter):
         channel = getattr(self.mapping, "channel", None)
         if channel is None:
             return await super().list_tools()
-        meta = channel.dialect.meta("tools/list", consent=not self.protocol.endswith("/sync")) or None
+        meta = (
+            channel.dialect.meta("tools/list", consent=not self.protocol.endswith("/sync")) or None
+        )
         listed = await self._run(list_tools(channel, meta))
         if not isinstance(listed, list):
             raise AdapterError(f"tools/list failed: {describe_failure(listed)}")

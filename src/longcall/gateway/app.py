@@ -13,13 +13,10 @@ Must not: speak a protocol to an upstream (the client's adapters do), decide a c
 state (the engine does), or hold reply wording (``replies``) or the handle format
 (``handles``).
 
-The rule for "the same call" (docs/design/gateway.md): a host call is (principal, tool,
-canonical arguments); its call node is derived from that and a repeat counter. A same
-call attaches to the newest such node while it is open; after it ended, it still
-attaches while its outcome has not reached the host (and it ended less than
-``repeat_window_s`` ago), or reached it less than ``repeat_grace_s`` ago (a response lost
-in flight). Otherwise it is a deliberate repeat: the counter goes up and the upstream
-runs again.
+The rule for "the same call" (docs/design/gateway.md, ``repeats``): a host call is
+(principal, tool, canonical arguments); its call node is derived from that and a repeat
+counter, and :func:`~longcall.gateway.repeats.joins` says whether it attaches to an
+earlier node or is a deliberate repeat (the counter goes up, the upstream runs again).
 """
 
 from __future__ import annotations
@@ -52,6 +49,7 @@ from longcall.gateway.handles import (
 )
 from longcall.gateway.metrics import GatewayMetrics
 from longcall.gateway.pages import DEFAULT_PAGE_CHARS, page_count
+from longcall.gateway.repeats import DEFAULT_GRACE_S, DEFAULT_UNDELIVERED_S, joins
 from longcall.gateway.replies import (
     ANSWER_TOOL,
     CANCEL_TOOL,
@@ -95,9 +93,9 @@ class GatewayOptions:
     finishes within it, a handle otherwise. Keep it below the host's own timeout."""
     page_chars: int = DEFAULT_PAGE_CHARS
     """Characters of model-visible text a result page holds (about 8k tokens)."""
-    repeat_grace_s: float = 30.0
+    repeat_grace_s: float = DEFAULT_GRACE_S
     """After an outcome reached a host, a same call this soon is its retry, not a repeat."""
-    repeat_window_s: float = 600.0
+    repeat_window_s: float = DEFAULT_UNDELIVERED_S
     """An ended call whose outcome never reached a host is attached to this long."""
     recent_handles: int = 5
     """How many of a principal's handles a refusal names."""
@@ -362,13 +360,15 @@ class Gateway:
             record = ledger.find(node)
             if record is None:
                 return _Resolved(handle=handle, node=node, existing=None)
-            if not record.is_terminal:
-                return _Resolved(handle=handle, node=node, existing=record)
-            delivered = ledger.blob(node, DELIVERED_BLOB)
-            if delivered is None:
-                if now - record.updated_at < self.options.repeat_window_s:
-                    return _Resolved(handle=handle, node=node, existing=record)
-            elif now - float(json.loads(delivered)["at"]) < self.options.repeat_grace_s:
+            delivered = None if not record.is_terminal else ledger.blob(node, DELIVERED_BLOB)
+            if joins(
+                is_open=not record.is_terminal,
+                ended_at=record.updated_at,
+                delivered_at=None if delivered is None else float(json.loads(delivered)["at"]),
+                now=now,
+                grace_s=self.options.repeat_grace_s,
+                undelivered_s=self.options.repeat_window_s,
+            ):
                 return _Resolved(handle=handle, node=node, existing=record)
         raise ToolError("This call was repeated too many times through the gateway.")
 
@@ -377,7 +377,10 @@ class Gateway:
         remaining = max(0.0, self.options.early_return_s - (self._clock() - started))
         result = await self.client.wait(resolved.node, timeout_s=remaining)
         if result.record.is_terminal:
-            return await self._deliver(resolved.handle, result, page=1)
+            reply = await self._deliver(resolved.handle, result, page=1)
+            if resolved.existing is not None and resolved.existing.is_terminal:
+                reply["content"] = [*reply.get("content", []), _again_note(resolved, self)]
+            return reply
         self.metrics.early_returns.inc()
         return self._status_of(resolved.handle, result)
 
@@ -578,6 +581,19 @@ class Gateway:
             for node, record in list(executor.engine.records.items())
             if handle_of_node(node) is not None and not record.is_terminal
         )
+
+
+def _again_note(resolved: _Resolved, gateway: Gateway) -> dict[str, Any]:
+    """Said when a same call got the outcome of the one before it (it did not run again)."""
+    assert resolved.existing is not None
+    ago = max(0, int(gateway._clock() - resolved.existing.updated_at))
+    grace = int(gateway.options.repeat_grace_s)
+    text = (
+        f"Note: this is the outcome of the same call that ended {ago} s ago (handle"
+        f" {resolved.handle}); the tool did not run again. The same call made more than"
+        f" {grace} s after an outcome runs the tool anew."
+    )
+    return {"type": "text", "text": text}
 
 
 def _digest(arguments: Mapping[str, Any]) -> str:
