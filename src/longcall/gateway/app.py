@@ -41,7 +41,6 @@ from longcall.errors import DuplicateCallNode, InvalidAnswer, LongcallError, Not
 from longcall.gateway.handles import (
     HandleRefused,
     HostCall,
-    handle_for,
     handle_of_node,
     node_for,
     owned_by,
@@ -49,7 +48,14 @@ from longcall.gateway.handles import (
 )
 from longcall.gateway.metrics import GatewayMetrics
 from longcall.gateway.pages import DEFAULT_PAGE_CHARS, page_count
-from longcall.gateway.repeats import DEFAULT_GRACE_S, DEFAULT_UNDELIVERED_S, joins
+from longcall.gateway.repeats import (
+    DEFAULT_GRACE_S,
+    DEFAULT_UNDELIVERED_S,
+    Earlier,
+    delivery_period,
+    last_delivery,
+    resolve,
+)
 from longcall.gateway.replies import (
     ANSWER_TOOL,
     CANCEL_TOOL,
@@ -75,8 +81,10 @@ from longcall.server.tools import ToolSpec, build_tool_spec
 log = logging.getLogger("longcall.gateway")
 
 DELIVERED_BLOB = "gateway:delivered"
-"""Written once, when a call's outcome first reaches a host: the repeat rule reads it."""
-REPEATS_MAX = 10_000
+"""Written once, when a call's outcome first reaches a host."""
+DELIVERED_IN_BLOB = "gateway:delivered-in:"
+"""+ a grace period's number: written once per period in which an outcome reached a host
+(the repeat rule reads the newest two)."""
 LIST_TIMEOUT_S = 15.0
 LIST_RETRY_S = (1.0, 30.0)
 CANCEL_CONFIRM_S = 5.0
@@ -353,24 +361,40 @@ class Gateway:
     def _resolve(self, call: HostCall) -> _Resolved:
         """On the ledger thread: the node a host call names under the repeat rule."""
         ledger = self.client.ledger
-        now = self._clock()
-        for repeat in range(REPEATS_MAX):
-            handle = handle_for(ledger.caller_key, call, repeat)
-            node = node_for(call.principal, handle)
+        records: dict[str, OperationRecord] = {}
+
+        def find(node: str) -> Earlier | None:
             record = ledger.find(node)
             if record is None:
-                return _Resolved(handle=handle, node=node, existing=None)
-            delivered = None if not record.is_terminal else ledger.blob(node, DELIVERED_BLOB)
-            if joins(
-                is_open=not record.is_terminal,
+                return None
+            records[node] = record
+            if not record.is_terminal:
+                return Earlier(is_open=True, ended_at=now, delivered_at=None, ever_delivered=False)
+
+            def marked(period: int) -> bool:
+                return ledger.blob(node, f"{DELIVERED_IN_BLOB}{period}") is not None
+
+            return Earlier(
+                is_open=False,
                 ended_at=record.updated_at,
-                delivered_at=None if delivered is None else float(json.loads(delivered)["at"]),
+                delivered_at=last_delivery(marked, now, self.options.repeat_grace_s),
+                ever_delivered=ledger.blob(node, DELIVERED_BLOB) is not None,
+            )
+
+        now = self._clock()
+        try:
+            found = resolve(
+                call,
+                key=ledger.caller_key,
+                find=find,
                 now=now,
                 grace_s=self.options.repeat_grace_s,
                 undelivered_s=self.options.repeat_window_s,
-            ):
-                return _Resolved(handle=handle, node=node, existing=record)
-        raise ToolError("This call was repeated too many times through the gateway.")
+            )
+        except ValueError as exc:
+            raise ToolError(f"This call cannot be made again through the gateway: {exc}.") from exc
+        existing = records[found.node] if found.joined else None
+        return _Resolved(handle=found.handle, node=found.node, existing=existing)
 
     async def _early(self, resolved: _Resolved, started: float) -> dict[str, Any]:
         """A task-unaware host: the real result within the window, else the handle."""
@@ -540,11 +564,15 @@ class Gateway:
         return reply
 
     def _mark_delivered(self, node: str) -> None:
+        """Before the outcome is sent: the first delivery, and this grace period's."""
         ledger = self.client.ledger
-        if ledger.blob(node, DELIVERED_BLOB) is None:
-            stamp = json.dumps({"at": self._clock()}).encode()
-            with contextlib.suppress(LongcallError):  # another process noted it first
-                ledger.put_blob(node, DELIVERED_BLOB, stamp)
+        now = self._clock()
+        stamp = json.dumps({"at": now}).encode()
+        period = delivery_period(now, self.options.repeat_grace_s)
+        for name in (DELIVERED_BLOB, f"{DELIVERED_IN_BLOB}{period}"):
+            if ledger.blob(node, name) is None:
+                with contextlib.suppress(LongcallError):  # another process marked it first
+                    ledger.put_blob(node, name, stamp)
 
     def _status_of(self, handle: str, result: CallResult) -> dict[str, Any]:
         record = result.record
