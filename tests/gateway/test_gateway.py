@@ -4,8 +4,10 @@ errors, input, cancel (a plain JSON-RPC host; the host packages are in test_host
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -243,3 +245,82 @@ async def test_the_metrics_count_what_hosts_met(
     assert "longcall_gateway_handles_refused_total 1.0" in text
     assert "longcall_gateway_open_handles 1.0" in text
     upstream.release("m")
+
+
+MODERN = "2026-07-28"
+
+
+def modern_request(method: str, params: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """A 2026-07-28 body and headers with the tasks extension consented to."""
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": {
+            "elicitation": {"form": {}},
+            "extensions": {"io.modelcontextprotocol/tasks": {}},
+        },
+        "io.modelcontextprotocol/clientInfo": {"name": "modern-host", "version": "0"},
+    }
+    name = params.get("name") if method == "tools/call" else params.get("taskId")
+    headers = {
+        "accept": "application/json, text/event-stream",
+        "mcp-protocol-version": MODERN,
+        "mcp-method": method,
+        "mcp-name": str(name),
+    }
+    if name is None:
+        del headers["mcp-name"]
+    body = {"jsonrpc": "2.0", "id": 1, "method": method, "params": {**params, "_meta": meta}}
+    return body, headers
+
+
+async def modern_rpc(
+    http: httpx.AsyncClient, url: str, method: str, params: dict[str, Any]
+) -> dict[str, Any]:
+    """One 2026-07-28 request, its result."""
+    body, headers = modern_request(method, params)
+    answer = await http.post(url, json=body, headers=headers, timeout=BOUND_S)
+    payload: dict[str, Any] = answer.json()
+    assert "result" in payload, payload
+    result: dict[str, Any] = payload["result"]
+    return result
+
+
+async def test_a_2026_07_28_task_aware_host_gets_a_task_and_its_input_passed_through(
+    gateway: tuple[Gateway, str], http: httpx.AsyncClient, upstream: Upstream
+) -> None:
+    """The tasks extension: tools/call is a task at the gateway; the upstream's question
+    appears as the task's inputRequests; answered with tasks/update, the task completes
+    with the upstream's result."""
+    _, url = gateway
+    created = await modern_rpc(http, url, "tools/call", {"name": "ask", "arguments": {}})
+    assert created["resultType"] == "task"
+    task_id = created["taskId"]
+    await status_pushed(http, url, task_id, {"input_required"})
+    task = await modern_rpc(http, url, "tasks/get", {"taskId": task_id})
+    (key, request), *_ = task["inputRequests"].items()
+    assert request["params"]["message"] == "Approve the deploy?"
+    answer = {key: {"action": "accept", "content": {"approved": True}}}
+    await modern_rpc(http, url, "tasks/update", {"taskId": task_id, "inputResponses": answer})
+    await status_pushed(http, url, task_id, {"completed"})
+    task = await modern_rpc(http, url, "tasks/get", {"taskId": task_id})
+    assert task["result"]["structuredContent"] == {"approved": True}
+
+
+async def status_pushed(
+    http: httpx.AsyncClient, url: str, task_id: str, statuses: set[str]
+) -> None:
+    """Wait (bounded) for one of ``statuses`` on a ``subscriptions/listen`` stream."""
+    body, headers = modern_request(
+        "subscriptions/listen", {"notifications": {"taskIds": [task_id]}}
+    )
+    async with (
+        asyncio.timeout(BOUND_S),
+        http.stream("POST", url, json=body, headers=headers, timeout=BOUND_S) as stream,
+    ):
+        async for line in stream.aiter_lines():
+            if line.startswith("data:"):
+                message = json.loads(line[len("data:") :])
+                pushed = message.get("method") == "notifications/tasks"
+                if pushed and message["params"]["status"] in statuses:
+                    return
+    raise AssertionError(f"the stream of {task_id} ended before any of {statuses}")
