@@ -34,12 +34,16 @@ class Upstream:
     runs: collections.Counter[str] = field(default_factory=collections.Counter)
     started: dict[str, asyncio.Event] = field(default_factory=dict)
     gates: dict[str, asyncio.Event] = field(default_factory=dict)
+    cancelled: dict[str, asyncio.Event] = field(default_factory=dict)
 
     def gate(self, key: str) -> asyncio.Event:
         return self.gates.setdefault(key, asyncio.Event())
 
     def start_seen(self, key: str) -> asyncio.Event:
         return self.started.setdefault(key, asyncio.Event())
+
+    def cancel_seen(self, key: str) -> asyncio.Event:
+        return self.cancelled.setdefault(key, asyncio.Event())
 
     def release(self, key: str) -> None:
         self.gate(key).set()
@@ -56,7 +60,11 @@ def upstream_server(upstream: Upstream, store: str) -> LongcallServer:
         upstream.runs[key] += 1
         upstream.start_seen(key).set()
         await ctx.report_progress(1, 4, "step 1/4")
-        await upstream.gate(key).wait()
+        try:
+            await upstream.gate(key).wait()
+        except asyncio.CancelledError:
+            upstream.cancel_seen(key).set()
+            raise
         return {"items": list(range(n))}
 
     @server.tool(task="forbidden")

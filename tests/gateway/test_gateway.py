@@ -324,3 +324,20 @@ async def status_pushed(
                 if pushed and message["params"]["status"] in statuses:
                     return
     raise AssertionError(f"the stream of {task_id} ended before any of {statuses}")
+
+
+async def test_a_task_aware_hosts_cancel_is_sent_upstream(
+    gateway: tuple[Gateway, str], http: httpx.AsyncClient, upstream: Upstream
+) -> None:
+    """tasks/cancel of a host task (2025-11-25) cancels the upstream call it stands for."""
+    _, url = gateway
+    host = Host(http, url)
+    created = await host.rpc(
+        "tools/call", {"name": "slow", "arguments": {"key": "tc"}, "task": {"ttl": 600_000}}
+    )
+    task_id = created["result"]["task"]["taskId"]
+    await asyncio.wait_for(upstream.start_seen("tc").wait(), BOUND_S)
+    cancelled = await host.rpc("tasks/cancel", {"taskId": task_id})
+    assert cancelled["result"]["status"] == "cancelled"
+    await asyncio.wait_for(upstream.cancel_seen("tc").wait(), BOUND_S)
+    assert upstream.runs["tc"] == 1

@@ -331,31 +331,41 @@ class Gateway:
     ) -> _Resolved:
         """The call node of this host call, attached to or started (never twice)."""
         lock = self._locks.setdefault(call, asyncio.Lock())
-        async with lock:
-            for _attempt in range(3):
-                resolved = await self.client.executor.on_ledger_thread(self._resolve, call)
-                if resolved.existing is not None:
-                    if not resolved.existing.is_terminal:
-                        self.metrics.retries_attached.inc()
-                    await self.client.wait(resolved.node, timeout_s=0)
-                    return resolved
-                try:
-                    await self.client.call(
-                        tool.server,
-                        tool.name,
-                        arguments,
-                        node=resolved.node,
-                        wait=False,
-                        timeout_s=0,
-                    )
-                except DuplicateCallNode:
-                    continue  # another gateway process started it first: attach to it
-                except LongcallError as exc:
-                    raise ToolError(
-                        f"The call could not be started at {tool.server}: {exc}. Nothing"
-                        " ran; you may call again."
-                    ) from exc
+        try:
+            async with lock:
+                return await self._start_locked(tool, call, arguments)
+        finally:
+            # Once the node exists, a later same call resolves to it without the lock.
+            if not lock.locked() and self._locks.get(call) is lock:
+                del self._locks[call]
+
+    async def _start_locked(
+        self, tool: UpstreamTool, call: HostCall, arguments: dict[str, Any]
+    ) -> _Resolved:
+        for _attempt in range(3):
+            resolved = await self.client.executor.on_ledger_thread(self._resolve, call)
+            if resolved.existing is not None:
+                if not resolved.existing.is_terminal:
+                    self.metrics.retries_attached.inc()
+                await self.client.wait(resolved.node, timeout_s=0)
                 return resolved
+            try:
+                await self.client.call(
+                    tool.server,
+                    tool.name,
+                    arguments,
+                    node=resolved.node,
+                    wait=False,
+                    timeout_s=0,
+                )
+            except DuplicateCallNode:
+                continue  # another gateway process started it first: attach to it
+            except LongcallError as exc:
+                raise ToolError(
+                    f"The call could not be started at {tool.server}: {exc}. Nothing"
+                    " ran; you may call again."
+                ) from exc
+            return resolved
         raise ToolError("The call could not be started: it was raced three times; call again.")
 
     def _resolve(self, call: HostCall) -> _Resolved:
@@ -559,6 +569,7 @@ class Gateway:
 
     async def _deliver(self, handle: str, result: CallResult, *, page: int) -> dict[str, Any]:
         """The outcome for the host, noted as delivered (the repeat rule reads it)."""
+        self._fractions.pop(result.call_node_id, None)
         reply = outcome_reply(handle, result, page=page, page_chars=self.options.page_chars)
         await self.client.executor.on_ledger_thread(self._mark_delivered, result.call_node_id)
         return reply
