@@ -67,7 +67,7 @@ async def test_max_open_tasks_is_the_limit_the_server_keeps(
 def test_the_commands_defaults_are_the_servers() -> None:
     """``longcall serve`` writes its defaults out (the CLI starts without importing the
     server): they must be the server's own."""
-    from longcall.cli import serve
+    from longcall.cli.serve import serve
     from longcall.server.options import DEFAULT_LEASE_S, DEFAULT_MAX_OPEN_TASKS_PER_PRINCIPAL
 
     defaults = {p.name: p.default for p in serve.params}

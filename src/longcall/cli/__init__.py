@@ -18,15 +18,8 @@ from typing import Any
 
 import click
 
-from longcall.cli.call import call
+from longcall.cli import call, demo, gateway, ops, rollout, serve, sim, worker
 from longcall.cli.common import EXIT_CODES_HELP, RESUME_KEY, ExitCode, describe_error, exit_code_of
-from longcall.cli.demo import demo
-from longcall.cli.gateway import gateway
-from longcall.cli.ops import ops
-from longcall.cli.rollout import rollout
-from longcall.cli.serve import serve
-from longcall.cli.sim import sim
-from longcall.cli.worker import worker
 
 DEBUG_ENV = "LONGCALL_DEBUG"
 DRIVE_CALLS = ("call", "worker", "ops")
@@ -121,7 +114,8 @@ def main(ctx: click.Context, debug: bool) -> None:
     ctx.meta["longcall.debug"] = debug
 
 
-for command in (call, worker, ops, rollout, serve, sim, demo, gateway):
-    main.add_command(command)
+# ``longcall.cli.NAME`` stays the module; each holds the command of its name.
+for _module in (call, worker, ops, rollout, serve, sim, demo, gateway):
+    main.add_command(getattr(_module, _module.__name__.rpartition(".")[2]))
 
 __all__ = ["ExitCode", "main"]
