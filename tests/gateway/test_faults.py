@@ -24,6 +24,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 LONGCALL = Path(sys.executable).parent / "longcall"
 ANNOUNCED = re.compile(r"at (http://\S+/mcp)")
+STDIO_HOST_TIMEOUT_S = 120.0
+"""langchain starts a gateway process per tool call: its start (imports: many seconds on
+a loaded machine) is inside the host's timeout."""
 
 
 def servers_file(tmp_path: Path, url: str) -> Path:
@@ -270,3 +273,34 @@ async def test_stdio_serves_the_same_calls(upstream: Upstream, tmp_path: Path) -
         if process.returncode is None:
             process.kill()
             await process.wait()
+
+
+async def test_langchain_starts_the_gateway_over_stdio_and_follows_next(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    """langchain-mcp-adapters starts `longcall gateway --stdio` itself, as hosts do (a
+    process per tool call, each one taking the ledger over from the last): the retry
+    after its timeout gets the early return, next leads to the result, one run."""
+    from test_hosts import HERE, hosts_venv, start_host
+
+    argv = gateway_argv(tmp_path, servers_file(tmp_path, upstream.url), "--stdio")
+    host = await start_host(
+        hosts_venv(),
+        HERE / "hosts" / "py_host.py",
+        "langchain",
+        json.dumps(argv),
+        "slow",
+        json.dumps({"key": "lc-stdio", "n": 2}),
+        0.5,
+        STDIO_HOST_TIMEOUT_S,
+    )
+    try:
+        assert (await host.until("attempt", STDIO_HOST_TIMEOUT_S))["timed_out"]
+        early = await host.until("early", STDIO_HOST_TIMEOUT_S)
+        assert "longcall_status" in json.dumps(early["early"])
+        upstream.release("lc-stdio")
+        done = await host.until("result", STDIO_HOST_TIMEOUT_S * 3)
+        assert "[0, 1]" in json.dumps(done["result"]) or "[0,1]" in json.dumps(done["result"])
+    finally:
+        await host.stop()
+    assert upstream.runs["lc-stdio"] == 1

@@ -41,11 +41,11 @@ class HostProcess:
         self.process = process
         self.events: list[dict[str, Any]] = []
 
-    async def until(self, key: str) -> dict[str, Any]:
+    async def until(self, key: str, bound_s: float = BOUND_S) -> dict[str, Any]:
         """The first event with ``key`` (bounded; the host's output so far on failure)."""
         assert self.process.stdout is not None
         try:
-            async with asyncio.timeout(BOUND_S):
+            async with asyncio.timeout(bound_s):
                 while True:
                     for event in self.events:
                         if key in event:

@@ -17,8 +17,9 @@ import contextlib
 import json
 import logging
 import sys
+import threading
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, BinaryIO
 
 from longcall.server import LongcallServer, modern
 from longcall.server.errors import INTERNAL_ERROR, INVALID_REQUEST, PARSE_ERROR, JsonRpcError
@@ -136,13 +137,34 @@ class StdioSession:
             await self.writer.drain()
 
 
+class _BlockingWriter:
+    """Writes to a binary file at once (stdout may be a pipe, a file or a terminal)."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self.stream = stream
+
+    def write(self, data: bytes) -> None:
+        self.stream.write(data)
+        self.stream.flush()
+
+    async def drain(self) -> None:
+        return None
+
+
+def _feed(reader: asyncio.StreamReader, stream: BinaryIO, loop: asyncio.AbstractEventLoop) -> None:
+    """On a thread: stdin's lines into ``reader`` (a pipe, a file or a terminal alike)."""
+    try:
+        for line in iter(stream.readline, b""):
+            loop.call_soon_threadsafe(reader.feed_data, line)
+    finally:
+        loop.call_soon_threadsafe(reader.feed_eof)
+
+
 async def serve_stdio(server: LongcallServer) -> None:
     """Serve MCP on this process's stdin and stdout until stdin ends."""
     loop = asyncio.get_running_loop()
     reader = asyncio.StreamReader(limit=LINE_BYTES_MAX)
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    transport, protocol = await loop.connect_write_pipe(
-        asyncio.streams.FlowControlMixin, sys.stdout
-    )
-    writer = asyncio.StreamWriter(transport, protocol, None, loop)
-    await StdioSession(server, reader, writer).run()
+    threading.Thread(
+        target=_feed, args=(reader, sys.stdin.buffer, loop), name="stdin", daemon=True
+    ).start()
+    await StdioSession(server, reader, _BlockingWriter(sys.stdout.buffer)).run()

@@ -30,22 +30,26 @@ def say(**event: Any) -> None:
 
 
 class Langchain:
-    """langchain-mcp-adapters: a tool is a LangChain tool; the model reads its text."""
+    """langchain-mcp-adapters: a tool is a LangChain tool; the model reads its text.
+    URL may be a JSON list instead: the command that starts the gateway over stdio."""
 
     reads = "text"
 
     def __init__(self, url: str, timeout_s: float) -> None:
         from langchain_mcp_adapters.client import MultiServerMCPClient
 
-        self.client = MultiServerMCPClient(
-            {
-                "gateway": {
-                    "transport": "streamable_http",
-                    "url": url,
-                    "session_kwargs": {"read_timeout_seconds": timedelta(seconds=timeout_s)},
-                }
+        session = {"read_timeout_seconds": timedelta(seconds=timeout_s)}
+        if url.startswith("["):
+            command, *args = json.loads(url)
+            connection: dict[str, Any] = {
+                "transport": "stdio",
+                "command": command,
+                "args": args,
+                "session_kwargs": session,
             }
-        )
+        else:
+            connection = {"transport": "streamable_http", "url": url, "session_kwargs": session}
+        self.client = MultiServerMCPClient({"gateway": connection})  # type: ignore[dict-item]
         self.tools: dict[str, Any] = {}
 
     async def call(self, name: str, arguments: dict[str, Any]) -> Any:
