@@ -7,9 +7,9 @@ import itertools
 
 import pytest
 
+from longcall.errors import HandleRefused
 from longcall.gateway.handles import (
     ALPHABET,
-    HandleRefused,
     HostCall,
     format_handle,
     handle_for,

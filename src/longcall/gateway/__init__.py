@@ -12,8 +12,9 @@ Typical use::
         await gateway.server.serve(host="127.0.0.1", port=8766)
 """
 
+from longcall.errors import HandleRefused
 from longcall.gateway.app import Gateway, GatewayOptions
-from longcall.gateway.handles import HandleRefused, format_handle, parse_handle
+from longcall.gateway.handles import format_handle, parse_handle
 from longcall.gateway.stdio import StdioSession, serve_stdio
 
 __all__ = [

@@ -37,9 +37,14 @@ from longcall.adapters.servers import ServersConfig
 from longcall.client import CallOutcome, CallResult, Client, Progress
 from longcall.core import OperationRecord
 from longcall.core.keys import digest_json
-from longcall.errors import DuplicateCallNode, InvalidAnswer, LongcallError, NotWaitingForInput
-from longcall.gateway.handles import (
+from longcall.errors import (
+    DuplicateCallNode,
     HandleRefused,
+    InvalidAnswer,
+    LongcallError,
+    NotWaitingForInput,
+)
+from longcall.gateway.handles import (
     HostCall,
     handle_of_node,
     node_for,

@@ -19,7 +19,7 @@ import hashlib
 import hmac
 import re
 
-from longcall.errors import UsageError
+from longcall.errors import HandleRefused
 
 ALPHABET = "0123456789abcdefghjkmnpqrstvwxyz"
 """Crockford's base32 without the letters a reader confuses (i, l, o, u)."""
@@ -31,15 +31,6 @@ NODE_PREFIX = "gateway"
 _GF32_POLY = 0b100101
 """x^5 + x^2 + 1, irreducible: GF(32) for the check character's quasigroup."""
 _SHAPE = re.compile(r"^lc-([0-9a-z]{4})-([0-9a-z]{5})$")
-
-
-class HandleRefused(UsageError):
-    """A handle that is not one the gateway issued: mistyped, truncated or invented."""
-
-    def __init__(self, handle: object, reason: str) -> None:
-        self.handle = handle
-        self.reason = reason
-        super().__init__(f"{handle!r} is not a valid handle: {reason}")
 
 
 def _times_two(value: int) -> int:
