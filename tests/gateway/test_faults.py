@@ -24,6 +24,9 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 LONGCALL = Path(sys.executable).parent / "longcall"
 ANNOUNCED = re.compile(r"at (http://\S+/mcp)")
+PROCESS_START_S = 120.0
+"""A gateway process's start (imports, the ledger, listing the upstream): many seconds on
+a loaded 2-core machine."""
 STDIO_HOST_TIMEOUT_S = 120.0
 """langchain starts a gateway process per tool call: its start (imports: many seconds on
 a loaded machine) is inside the host's timeout."""
@@ -61,7 +64,7 @@ async def gateway_process(argv: list[str]) -> AsyncIterator[tuple[asyncio.subpro
     )
     try:
         assert process.stdout is not None
-        async with asyncio.timeout(BOUND_S):
+        async with asyncio.timeout(PROCESS_START_S):
             line = (await process.stdout.readline()).decode()
         match = ANNOUNCED.search(line)
         assert match, line
@@ -211,7 +214,7 @@ class StdioHost:
         line = json.dumps({"jsonrpc": "2.0", "id": sent, "method": method, "params": params})
         self.process.stdin.write(line.encode() + b"\n")
         await self.process.stdin.drain()
-        async with asyncio.timeout(BOUND_S):
+        async with asyncio.timeout(PROCESS_START_S):  # the first answer waits for the start
             while True:
                 message = json.loads(await self.process.stdout.readline())
                 self.seen.append(message)
