@@ -54,6 +54,7 @@ The tree, and what a handler does with each branch::
     │   │   └── LedgerRefused       an empty, truncated, foreign or damaged file
     │   ├── ServerUnreachable       the server cannot be reached (refused, no route, DNS)
     │   ├── MetricsPortUnavailable  ``/metrics`` cannot be served on the port asked for
+    │   ├── ConsolePortUnavailable  the console cannot listen on the host and port asked for
     │   └── DriverStopped           the driver stopped while a caller waited; the call
     │       │                       goes on and resumes with the next driver (X8, L7)
     │       └── ExecutorFailed      an error escaped the executor's loop
@@ -289,6 +290,10 @@ class MetricsPortUnavailable(UnavailableError):
     """``/metrics`` could not be served on the port asked for (taken, or not allowed)."""
 
 
+class ConsolePortUnavailable(UnavailableError):
+    """The console could not listen on the host and port asked for (taken, or not allowed)."""
+
+
 class DriverStopped(UnavailableError):
     """The driver stopped (an error, or its client was closed) while a caller waited.
 
@@ -358,6 +363,7 @@ __all__ = [
     "ClientNotStarted",
     "ConfigError",
     "ConflictError",
+    "ConsolePortUnavailable",
     "CorruptRow",
     "DigestMismatch",
     "DriverStopped",
