@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev interop fastmcp-latest browser test lint type bench bench-slow demo docs screenshots sim clean
+.PHONY: dev interop fastmcp-latest hosts browser test lint type bench bench-slow demo docs screenshots sim clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +37,18 @@ $(FASTMCP_LATEST_STAMP): pyproject.toml
 
 fastmcp-latest: $(FASTMCP_LATEST_STAMP)
 
+# MCP hosts that speak no tasks (langchain-mcp-adapters, pydantic-ai, openai-agents), run
+# against the gateway in tests. They need the mcp 1.x SDK; the project needs mcp 2.x, so
+# they get a venv of their own.
+HOSTS_VENV := interop/hosts/.venv
+HOSTS_STAMP := $(HOSTS_VENV)/.installed
+$(HOSTS_STAMP): interop/hosts/requirements.txt
+	$(PYTHON) -m venv $(HOSTS_VENV)
+	$(HOSTS_VENV)/bin/python -m pip install --quiet -r interop/hosts/requirements.txt
+	touch $(HOSTS_STAMP)
+
+hosts: $(HOSTS_STAMP)
+
 # The browser the console's tests drive: Debian's chromium (Playwright is pointed at
 # /usr/bin/chromium and never downloads a browser). Installed only when missing.
 browser:
@@ -45,7 +57,7 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
 	    >/dev/null; }
 
-test: $(STAMP) $(INTEROP_STAMP) $(FASTMCP_LATEST_STAMP) browser
+test: $(STAMP) $(INTEROP_STAMP) $(FASTMCP_LATEST_STAMP) $(HOSTS_STAMP) browser
 	$(BIN)/python -m pytest -q
 	$(FASTMCP_LATEST_VENV)/bin/python -m pytest -q tests/integrations
 
@@ -78,4 +90,4 @@ sim: $(STAMP)
 	$(BIN)/longcall sim --permutations 10000
 
 clean:
-	rm -rf $(VENV) $(FASTMCP_LATEST_VENV) interop/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(FASTMCP_LATEST_VENV) $(HOSTS_VENV) interop/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
