@@ -8,11 +8,12 @@ accepting JSON only; an SSE priming event (an id, empty data) broke the client.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
-from longcall.adapters.exchange import HttpReply, TransportFailure
-from longcall.adapters.mcp.rpc import ACCEPT, RpcAnswer, RpcChannel
+from longcall.adapters.exchange import HttpReply, HttpRequest, TransportFailure, run_exchange
+from longcall.adapters.mcp.rpc import ACCEPT, RpcAnswer, RpcChannel, call, open_session
 from longcall.adapters.sse import LineTooLong, SseDecoder, decode_all, encode_event
 from longcall.core.retry import FailureKind
 
@@ -132,15 +133,66 @@ def test_a_null_id_error_on_a_stream_is_a_transport_failure() -> None:
     assert isinstance(answer, TransportFailure)
 
 
-def test_the_session_id_a_server_issues_is_sent_back() -> None:
-    """A stateful server's ``Mcp-Session-Id`` rides on every later request."""
-    channel, request_id = channel_and_id()
-    reply = json_reply(
-        {"jsonrpc": "2.0", "id": request_id, "result": {}}, **{"mcp-session-id": "s-9"}
-    )
-    channel.read(reply, request_id)
+def _stateful(issued: str) -> Callable[[HttpRequest], HttpReply]:
+    """Answers as the Python SDK 1.x in stateful mode: without a session only
+    ``initialize`` is served, and every reply, a refusal included, carries a fresh id."""
+    fresh = iter(f"{issued}-{n}" for n in range(100))
+
+    def serve(request: HttpRequest) -> HttpReply:
+        body = request.json_body
+        if "mcp-session-id" not in request.headers and body.get("method") != "initialize":
+            refusal = {"jsonrpc": "2.0", "id": "server-error", "error": MISSING_SESSION}
+            return json_reply(refusal, status=400, **{"mcp-session-id": next(fresh)})
+        if "id" not in body:
+            return HttpReply(status=202, headers={"mcp-session-id": issued})
+        result = {"protocolVersion": "2025-11-25", "capabilities": {}}
+        return json_reply(
+            {"jsonrpc": "2.0", "id": body["id"], "result": result}, **{"mcp-session-id": issued}
+        )
+
+    return serve
+
+
+MISSING_SESSION = {"code": -32600, "message": "Bad Request: Missing session ID"}
+
+
+def test_the_session_id_issued_with_initialize_is_sent_back() -> None:
+    """The ``Mcp-Session-Id`` of the answer to ``initialize`` rides on every later request."""
+    channel = RpcChannel()
+    run_exchange(open_session(channel), _stateful("s-9"))
     request, _ = channel.request("tasks/get", {})
     assert request.headers["mcp-session-id"] == "s-9"
+
+
+def test_a_failed_probe_leaves_no_session_behind() -> None:
+    """A 400 "Missing session ID" to ``server/discover`` carries a fresh session id (the
+    Python SDK 1.x): it is not taken, so ``initialize`` goes out without one."""
+    channel = RpcChannel()
+    sent: list[HttpRequest] = []
+    serve = _stateful("s-1")
+
+    def recording(request: HttpRequest) -> HttpReply:
+        sent.append(request)
+        return serve(request)
+
+    refused = run_exchange(call(channel, "server/discover", {}), recording)
+    assert isinstance(refused, TransportFailure)
+    assert refused.http_status == 400
+    assert channel.session_id is None
+    assert channel.session_expired is False
+    opened = run_exchange(open_session(channel), recording)
+    assert isinstance(opened, dict)
+    assert "mcp-session-id" not in sent[1].headers
+    assert channel.session_id == "s-1"
+
+
+def test_initialize_never_carries_a_session() -> None:
+    """``initialize`` opens a session: it goes out without the one the channel holds."""
+    channel = RpcChannel()
+    channel.session_id = "old"
+    request, _ = channel.request("initialize", {})
+    assert "mcp-session-id" not in request.headers
+    assert channel.request("tasks/get", {})[0].headers["mcp-session-id"] == "old"
 
 
 def test_decoder_handles_split_chunks_crlf_and_multiline_data() -> None:
@@ -168,7 +220,7 @@ def test_decoder_caps_line_length() -> None:
 def test_a_broken_stream_is_resumed_with_last_event_id() -> None:
     """Streamable HTTP: a POST stream cut before the answer is resumed by GET with
     Last-Event-ID after the server's ``retry:``; the answer found there counts."""
-    from longcall.adapters.exchange import HttpRequest, run_exchange
+    from longcall.adapters.exchange import run_exchange
     from longcall.adapters.mcp.rpc import call
 
     channel = RpcChannel()
@@ -190,7 +242,7 @@ def test_a_broken_stream_is_resumed_with_last_event_id() -> None:
 
 def test_resuming_stops_after_a_bound() -> None:
     """A server that never answers on resumed streams ends as a transport failure."""
-    from longcall.adapters.exchange import HttpRequest, run_exchange
+    from longcall.adapters.exchange import run_exchange
     from longcall.adapters.mcp.rpc import RESUMES_MAX, call
 
     sent: list[HttpRequest] = []
