@@ -43,8 +43,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from py_peer_support import arguments, emit, serve  # noqa: E402
 
 CANCEL_CHECK_S = 0.05
-"""How often ``linger`` looks whether its task was cancelled: the SDK's default
-``tasks/cancel`` handler only marks the task in the store."""
+"""How often ``linger`` looks whether its task was cancelled (the SDK's default
+``tasks/cancel`` handler only marks the task in the store), and ``held`` for its file."""
 
 
 def _schema(**properties: Any) -> dict[str, Any]:
@@ -69,6 +69,13 @@ TOOLS = [
         name="linger",
         description="Run until cancelled (or for ms milliseconds).",
         inputSchema=_schema(ms={"type": "number"}),
+        execution=types.ToolExecution(taskSupport=types.TASK_REQUIRED),
+    ),
+    types.Tool(
+        name="held",
+        description="Run until the file named by `release` exists, then complete.",
+        inputSchema=_schema(release={"type": "string"}),
+        outputSchema={"type": "object", "properties": {"released": {"type": "boolean"}}},
         execution=types.ToolExecution(taskSupport=types.TASK_REQUIRED),
     ),
     types.Tool(
@@ -111,7 +118,16 @@ def task_server() -> Server:
                 await anyio.sleep(CANCEL_CHECK_S)
         return types.CallToolResult(content=[types.TextContent(type="text", text="done")])
 
-    works = {"slow_add": slow_add, "tool_error": tool_error, "linger": linger}
+    async def held(task: ServerTaskContext, args: dict[str, Any]) -> types.CallToolResult:
+        release = Path(args["release"])
+        while not release.exists():  # the test says when: a file it creates
+            await anyio.sleep(CANCEL_CHECK_S)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text="released")],
+            structuredContent={"released": True},
+        )
+
+    works = {"slow_add": slow_add, "tool_error": tool_error, "linger": linger, "held": held}
 
     @server.call_tool()
     async def call_tool(
