@@ -21,9 +21,20 @@ $(INTEROP_STAMP): interop/package.json interop/package-lock.json
 	cd interop && npm ci --no-audit --no-fund
 	touch $(INTEROP_STAMP)
 
-interop: $(INTEROP_STAMP)
+# Python peers that cannot share the dev venv, each in its own venv from its pinned
+# requirements: the official MCP Python SDK 1.x (the project needs mcp 2) and fastmcp 4.2
+# (the dev venv's fastmcp-tasks pins fastmcp 4.1).
+PY_PEERS := interop/py-mcp1 interop/py-fastmcp4
+PY_PEER_STAMPS := $(addsuffix /.venv/.installed,$(PY_PEERS))
+interop/%/.venv/.installed: interop/%/requirements.txt
+	rm -rf interop/$*/.venv
+	$(PYTHON) -m venv interop/$*/.venv
+	interop/$*/.venv/bin/python -m pip install --quiet -r interop/$*/requirements.txt
+	touch $@
 
-test: $(STAMP) $(INTEROP_STAMP)
+interop: $(INTEROP_STAMP) $(PY_PEER_STAMPS)
+
+test: $(STAMP) $(INTEROP_STAMP) $(PY_PEER_STAMPS)
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
@@ -51,4 +62,4 @@ sim: $(STAMP)
 	$(BIN)/longcall sim --permutations 10000
 
 clean:
-	rm -rf $(VENV) interop/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) interop/node_modules $(addsuffix /.venv,$(PY_PEERS)) .pytest_cache .mypy_cache .ruff_cache .hypothesis
