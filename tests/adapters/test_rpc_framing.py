@@ -301,3 +301,81 @@ def test_x_mcp_header_arguments_become_param_headers() -> None:
         header_params(
             {"inputSchema": {"properties": {"o": {"type": "object", "x-mcp-header": "O"}}}}
         )
+
+
+def _session_server(refuse: int) -> tuple[list[HttpRequest], Callable[[HttpRequest], HttpReply]]:
+    """A stateful server whose session ``s-1`` is gone: requests carrying it get
+    ``refuse`` (404: the session ended; 503: the server could not say), ``initialize``
+    opens ``s-2``, and requests in ``s-2`` are answered."""
+    sent: list[HttpRequest] = []
+
+    def serve(request: HttpRequest) -> HttpReply:
+        sent.append(request)
+        body = request.json_body
+        if request.headers.get("mcp-session-id") == "s-1":
+            refusal = {"jsonrpc": "2.0", "id": "server-error", "error": MISSING_SESSION}
+            return json_reply(refusal, status=refuse)
+        if "id" not in body:
+            return HttpReply(status=202)
+        result = {"protocolVersion": "2025-11-25", "capabilities": {}}
+        if body["method"] != "initialize":
+            result = {"task": {"taskId": "t", "status": "working"}}
+        return json_reply(
+            {"jsonrpc": "2.0", "id": body["id"], "result": result}, **{"mcp-session-id": "s-2"}
+        )
+
+    return sent, serve
+
+
+def _in_session(session: str) -> RpcChannel:
+    channel = RpcChannel()
+    channel.session_id = session
+    channel.initialized = {"protocolVersion": "2025-11-25", "capabilities": {}}
+    return channel
+
+
+def test_a_create_refused_for_its_session_is_sent_again_in_a_new_one() -> None:
+    """404 to a create that carried our session: the server ended the session before it
+    read the create, so one new session is opened and the create sent again, once."""
+    sent, serve = _session_server(404)
+    channel = _in_session("s-1")
+    answer = run_exchange(call(channel, "tools/call", {"name": "t", "task": {}}), serve)
+    assert isinstance(answer, RpcAnswer), answer
+    assert answer.result == {"task": {"taskId": "t", "status": "working"}}
+    methods = [(r.json_body["method"], r.headers.get("mcp-session-id")) for r in sent]
+    assert methods == [
+        ("tools/call", "s-1"),
+        ("initialize", None),
+        ("notifications/initialized", "s-2"),
+        ("tools/call", "s-2"),
+    ]
+    assert channel.session_id == "s-2"
+    assert channel.session_expired is False
+
+
+def test_a_create_whose_fate_is_unknown_is_never_sent_again() -> None:
+    """A 503 (or a timeout) to a create proves nothing: no new session, no resend; the
+    executor resolves it (submission-key lookup, X2)."""
+    sent, serve = _session_server(503)
+    channel = _in_session("s-1")
+    answer = run_exchange(call(channel, "tools/call", {"name": "t", "task": {}}), serve)
+    assert isinstance(answer, TransportFailure)
+    assert answer.processed_possible is True
+    assert [r.json_body["method"] for r in sent] == ["tools/call"]
+    assert channel.session_id == "s-1"
+
+
+def test_a_404_without_a_session_is_just_a_404() -> None:
+    """A stateless server's 404 (a wrong path) opens no session."""
+    sent: list[HttpRequest] = []
+    channel = RpcChannel()
+
+    def not_found(request: HttpRequest) -> HttpReply:
+        sent.append(request)
+        return HttpReply(status=404, body=b"no such path")
+
+    answer = run_exchange(call(channel, "tasks/get", {"taskId": "t"}), not_found)
+    assert isinstance(answer, TransportFailure)
+    assert answer.http_status == 404
+    assert len(sent) == 1
+    assert channel.session_expired is False
