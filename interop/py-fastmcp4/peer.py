@@ -22,7 +22,7 @@ from fastmcp.exceptions import ToolError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from py_peer_support import arguments, emit, serve  # noqa: E402
+from py_peer_support import arguments, emit, serve
 
 mcp = FastMCP("longcall-fastmcp42-peer")
 

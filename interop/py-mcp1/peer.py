@@ -40,7 +40,7 @@ from starlette.routing import Mount
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from py_peer_support import arguments, emit, serve  # noqa: E402
+from py_peer_support import arguments, emit, serve
 
 CANCEL_CHECK_S = 0.05
 """How often ``linger`` looks whether its task was cancelled (the SDK's default
@@ -120,7 +120,8 @@ def task_server() -> Server:
 
     async def held(task: ServerTaskContext, args: dict[str, Any]) -> types.CallToolResult:
         release = Path(args["release"])
-        while not release.exists():  # the test says when: a file it creates
+        # The test, another process, says when by creating the file: nothing to await.
+        while not release.exists():  # noqa: ASYNC110, ASYNC240
             await anyio.sleep(CANCEL_CHECK_S)
         return types.CallToolResult(
             content=[types.TextContent(type="text", text="released")],
