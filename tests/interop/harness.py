@@ -37,8 +37,10 @@ PY_START_LIMIT_S = 90.0
 EVENT_LIMIT_S = 20.0
 CLI_LIMIT_S = 45.0
 STOP_LIMIT_S = 5.0
-PEER_LIFETIME_S = 300
-"""The peer exits by itself after this, whatever happens to this process."""
+PEER_LIFETIME_S = 1800
+"""The peer exits by itself after this, whatever happens to this process (it also exits
+when its stdin closes). A peer lives for its whole test module, which on a loaded
+machine took longer than 5 minutes: a shorter lifetime killed it mid-module."""
 
 
 def node_or_fail() -> Path:
