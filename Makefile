@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: dev interop test lint type bench bench-slow demo docs sim clean
+.PHONY: dev interop browser test lint type bench bench-slow demo docs screenshots sim clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -34,7 +34,15 @@ interop/%/.venv/.installed: interop/%/requirements.txt
 
 interop: $(INTEROP_STAMP) $(PY_PEER_STAMPS)
 
-test: $(STAMP) $(INTEROP_STAMP) $(PY_PEER_STAMPS)
+# The browser the console's tests drive: Debian's chromium (Playwright is pointed at
+# /usr/bin/chromium and never downloads a browser). Installed only when missing.
+browser:
+	@command -v chromium >/dev/null 2>&1 || { \
+	  apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
+	    >/dev/null; }
+
+test: $(STAMP) $(INTEROP_STAMP) $(PY_PEER_STAMPS) browser
 	$(BIN)/python -m pytest -q
 
 lint: $(STAMP)
@@ -57,6 +65,10 @@ bench: $(STAMP)
 # The many-workers end-to-end test at full size (CI runs it with 300 operations).
 bench-slow: $(STAMP)
 	LONGCALL_E2E_OPS=2000 LONGCALL_REQUIRE_PG=1 $(BIN)/python -m pytest -q -s tests/e2e/test_many_workers.py
+
+# The console's browser tests, copying their screenshots to docs/images/console/.
+screenshots: $(STAMP) browser
+	LONGCALL_DOCS_SCREENSHOTS=1 $(BIN)/python -m pytest -q tests/console
 
 sim: $(STAMP)
 	$(BIN)/longcall sim --permutations 10000

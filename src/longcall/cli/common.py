@@ -23,8 +23,6 @@ from rich.console import Console
 
 from longcall.adapters.servers import (
     SERVERS_ENV,
-    ConfigError,
-    MissingCredential,
     ServersConfig,
     default_servers_path,
     load_servers,
@@ -38,12 +36,14 @@ from longcall.client import (
 from longcall.core.keys import canonical_json
 from longcall.errors import (
     AdapterError,
+    ConfigError,
     ConflictError,
     IntegrityError,
     InvalidArguments,
     InvalidCallNode,
     LocalProtocolError,
     LongcallError,
+    MissingCredential,
     NotFoundError,
     ServerUnreachable,
     UnavailableError,

@@ -75,7 +75,7 @@ def sim(
         seed_of_one = _whole_number(replay_seed, "--replay", minimum=0)
         raise SystemExit(replay(seed_of_one, profile=chosen))
     if mutant_table or mutant_names:
-        from longcall.sim.mutants import UnknownMutant
+        from longcall.errors import UnknownMutant
 
         try:
             code = run_mutants(list(mutant_names), seed=run_seed, profile=chosen)

@@ -5,7 +5,7 @@
 ``sqlite://:memory:``, or ``postgresql://user@host:5432/db`` (also ``postgres://``;
 optionally ``?schema=name``, every other option goes to libpq). This package imports
 only ``longcall.core`` (and psycopg, lazily, for PostgreSQL) and never an adapter
-(DESIGN.md import direction).
+(docs/design/layers.md).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ from longcall.errors import (
 from longcall.ledger.base import (
     ADAPTER_STATES,
     CLIENT,
+    WAITING_REASONS,
     WORKER,
     AdapterPlan,
     Census,
@@ -33,7 +34,10 @@ from longcall.ledger.base import (
     Fence,
     HistoryRow,
     Ledger,
+    ListedOperation,
+    OperationQuery,
     OutboxRow,
+    ServerUse,
     ShadowComparison,
     VersionSet,
     WorkerRow,
@@ -124,6 +128,7 @@ __all__ = [
     "ADAPTER_STATES",
     "CLIENT",
     "DEFAULT_LEDGER_URL",
+    "WAITING_REASONS",
     "WORKER",
     "AdapterPlan",
     "Census",
@@ -136,10 +141,13 @@ __all__ = [
     "Ledger",
     "LedgerMissing",
     "LedgerUnavailable",
+    "ListedOperation",
+    "OperationQuery",
     "OutboxRow",
     "PollGrant",
     "SQLiteLedger",
     "SchemaTooNew",
+    "ServerUse",
     "ShadowComparison",
     "UnsupportedLedgerURL",
     "VersionSet",

@@ -7,7 +7,7 @@ translated to psycopg's ``%s`` here). The rules that decide whether an update or
 acceptance is allowed are :func:`~longcall.ledger.base.check_update` and
 :func:`~longcall.ledger.base.check_acceptance`, shared with the SQLite backend. It
 must not decide anything those functions decide, and must not import anything above
-``longcall.core`` (DESIGN.md import direction).
+``longcall.core`` (docs/design/layers.md).
 
 Every write is one transaction. A transition reads its row ``FOR UPDATE`` (so two
 writers of one call node queue up instead of both reading the old version), checks it,
@@ -32,6 +32,7 @@ import psycopg
 from psycopg import sql
 
 from longcall.core import OperationRecord, TerminalReceipt
+from longcall.errors import LedgerUnavailable
 from longcall.ledger import codec
 from longcall.ledger.base import check_update, utc_now_iso
 from longcall.ledger.sql import Params, SqlLedger
@@ -175,6 +176,21 @@ MIGRATIONS: tuple[str, ...] = (
         compared_at_utc TEXT NOT NULL
     );
     """,
+    # The operator's console's indexes, as in the SQLite backend's migration 7.
+    """
+    ALTER TABLE operations ADD COLUMN tool_name TEXT NOT NULL DEFAULT '';
+    ALTER TABLE operations ADD COLUMN failing SMALLINT CHECK (failing = 1);
+    UPDATE operations SET tool_name = record_json::jsonb ->> 'tool_name',
+        failing = CASE WHEN open = 1
+                       AND (record_json::jsonb ->> 'failed_attempts')::int > 0 THEN 1 END;
+    CREATE INDEX operations_by_tool ON operations (tool_name, seq);
+    CREATE INDEX operations_by_created ON operations (created_at_utc);
+    CREATE INDEX operations_by_server ON operations (server, protocol, adapter_version, open);
+    CREATE INDEX operations_failing ON operations (server, protocol, adapter_version)
+        WHERE failing = 1;
+    CREATE INDEX operations_claimed_again ON operations (execution_epoch)
+        WHERE execution_epoch >= 2;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -194,6 +210,9 @@ class PostgresLedger(SqlLedger):
 
     migrations = MIGRATIONS
     creation_order = "seq"
+    json_text = "(record_json::jsonb ->> '{name}')"
+    json_number = "((record_json::jsonb ->> '{name}')::double precision)"
+    json_length = "jsonb_array_length(record_json::jsonb -> '{name}')"
     # FOR UPDATE: a concurrent writer of this row waits for our commit, then reads the
     # version we wrote, so its check raises VersionConflict (L4).
     row_lock = " FOR UPDATE"
@@ -264,11 +283,22 @@ class PostgresLedger(SqlLedger):
 
     # --- the driver ------------------------------------------------------------------
 
+    _RUNTIME_ERRORS = (psycopg.OperationalError,)
+
     @contextlib.contextmanager
     def _write(self) -> Iterator[psycopg.Connection[Any]]:
         """One write transaction; the lock serialises threads sharing this connection."""
-        with self._lock, self._conn.transaction():
-            yield self._conn
+        try:
+            with self._lock, self._conn.transaction():
+                yield self._conn
+        except psycopg.OperationalError as exc:
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: Exception) -> LedgerUnavailable:
+        """A run-time failure of the server (the connection lost, the server shutting
+        down), translated where it enters; the schema is named, never the DSN (it may
+        hold a password)."""
+        return LedgerUnavailable(f"the ledger in schema {self.schema!r} failed: {exc}")
 
     def _execute(
         self, conn: psycopg.Connection[Any], query: str, params: Params | None = None
@@ -303,6 +333,11 @@ class PostgresLedger(SqlLedger):
         return int(inserted[0])
 
     # --- operations ------------------------------------------------------------------
+
+    def _prefix(self, text: str) -> tuple[str, tuple[object, ...]]:
+        # A database collation need not order text by code point, so a key range
+        # would not be exactly the prefix: ask for the prefix itself.
+        return "starts_with(call_node_id, ?)", (text,)
 
     def update(
         self,

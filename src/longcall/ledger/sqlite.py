@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import Any
 
 from longcall.core import TERMINAL_STATES, OperationRecord, TerminalReceipt
-from longcall.errors import LedgerRefused, VersionConflict
+from longcall.errors import LedgerRefused, LedgerUnavailable, VersionConflict
 from longcall.ledger import codec
 from longcall.ledger.base import check_update, utc_now_iso
-from longcall.ledger.sql import TERMINAL_VALUES, Params, SqlLedger, marks
+from longcall.ledger.sql import TERMINAL_VALUES, Params, SqlLedger, failing_flag, marks
 
 _TERMINAL_AT_V4 = ("accepted", "cancelled_accepted")
 """The terminal states when migration 4 ran (a migration never changes after it ships)."""
@@ -173,6 +173,25 @@ MIGRATIONS: tuple[str, ...] = (
         compared_at_utc TEXT NOT NULL
     );
     """,
+    # The operator's console (O2) reads the list of 100,000 operations by index: the
+    # tool in a column (written once, at creation); whether an open operation's last
+    # request failed (1, else NULL), written with each record; indexes on what never
+    # or seldom changes (creation stamp, server and version, a second claim) and on
+    # the few failing operations.
+    """
+    ALTER TABLE operations ADD COLUMN tool_name TEXT NOT NULL DEFAULT '';
+    ALTER TABLE operations ADD COLUMN failing INTEGER CHECK (failing = 1);
+    UPDATE operations SET tool_name = json_extract(record_json, '$.tool_name'),
+        failing = CASE WHEN open = 1 AND json_extract(record_json, '$.failed_attempts') > 0
+                       THEN 1 END;
+    CREATE INDEX operations_by_tool ON operations (tool_name);
+    CREATE INDEX operations_by_created ON operations (created_at_utc);
+    CREATE INDEX operations_by_server ON operations (server, protocol, adapter_version, open);
+    CREATE INDEX operations_failing ON operations (server, protocol, adapter_version)
+        WHERE failing = 1;
+    CREATE INDEX operations_claimed_again ON operations (execution_epoch)
+        WHERE execution_epoch >= 2;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -186,7 +205,7 @@ _STATE_NOT_TERMINAL = f"state NOT IN ({marks(len(TERMINAL_VALUES))})"
 _FENCE = " AND owner = ? AND execution_epoch = ?"
 _GUARDED_UPDATE = (
     "UPDATE operations SET version = ?, state = ?, operation_id = ?,"
-    " record_json = ?, updated_at_utc = ?, execution_epoch = ?"
+    " record_json = ?, updated_at_utc = ?, execution_epoch = ?, failing = ?"
     " WHERE call_node_id = ? AND version = ? AND version + 1 = ?"
     " AND request_digest = ? AND tool_digest = ? AND submission_key = ?"
     " AND {state_guard}{fence}"
@@ -207,33 +226,44 @@ class _WriteTransaction:
     write passes here, and the generator's set-up and teardown were a measurable share
     of a write's Python (L4's CPU path)."""
 
-    __slots__ = ("_conn", "_lock")
+    __slots__ = ("_conn", "_lock", "_path")
 
-    def __init__(self, conn: sqlite3.Connection, lock: contextlib.AbstractContextManager[Any]):
+    def __init__(
+        self, conn: sqlite3.Connection, lock: contextlib.AbstractContextManager[Any], path: str
+    ):
         self._conn = conn
         self._lock = lock
+        self._path = path
 
     def __enter__(self) -> sqlite3.Connection:
         self._lock.__enter__()
         try:
             self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            self._lock.__exit__(None, None, None)
+            raise unavailable(self._path, exc) from exc
         except BaseException:
             self._lock.__exit__(None, None, None)
             raise
         return self._conn
 
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: object, _tb: object) -> None:
         try:
             if kind is None:
                 try:
                     self._conn.execute("COMMIT")
-                except BaseException:
+                except BaseException as exc:
                     # A failed COMMIT may leave the transaction open; the next BEGIN
                     # on this connection would fail with it.
                     self._rollback()
+                    if isinstance(exc, sqlite3.OperationalError):
+                        raise unavailable(self._path, exc) from exc
                     raise
             else:
                 self._rollback()
+                if isinstance(value, sqlite3.OperationalError):
+                    # Raised here, it replaces the driver's error (translated at the edge).
+                    raise unavailable(self._path, value) from value
         finally:
             self._lock.__exit__(None, None, None)
 
@@ -242,11 +272,23 @@ class _WriteTransaction:
             self._conn.execute("ROLLBACK")
 
 
+def unavailable(path: str, exc: sqlite3.OperationalError) -> LedgerUnavailable:
+    """A run-time failure of the SQLite file (locked past the busy timeout, a full disk,
+    an I/O error), translated where it enters: the ledger, not the driver, is named."""
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return LedgerUnavailable(f"the ledger {path} is locked by another process: {text}")
+    return LedgerUnavailable(f"the ledger {path} failed: {text}")
+
+
 class SQLiteLedger(SqlLedger):
     """A ledger in one SQLite file (or ``:memory:`` for the simulator)."""
 
     migrations = MIGRATIONS
     creation_order = "rowid"
+    json_text = "json_extract(record_json, '$.{name}')"
+    json_number = "json_extract(record_json, '$.{name}')"
+    json_length = "json_array_length(record_json, '$.{name}')"
     duplicate_errors = (sqlite3.IntegrityError,)
     integrity_errors = (sqlite3.IntegrityError,)
 
@@ -305,9 +347,15 @@ class SQLiteLedger(SqlLedger):
 
     # --- the driver ------------------------------------------------------------------
 
+    _RUNTIME_ERRORS = (sqlite3.OperationalError,)
+
+    def _unavailable(self, exc: Exception) -> LedgerUnavailable:
+        assert isinstance(exc, sqlite3.OperationalError)
+        return unavailable(self.path, exc)
+
     def _write(self) -> _WriteTransaction:
         """One write transaction; the lock serialises threads sharing this connection."""
-        return _WriteTransaction(self._conn, self._lock)
+        return _WriteTransaction(self._conn, self._lock, self.path)
 
     def _execute(
         self, conn: sqlite3.Connection, query: str, params: Params | None = None
@@ -375,6 +423,7 @@ class SQLiteLedger(SqlLedger):
                     codec.dumps(record),
                     now_utc,
                     record.execution_epoch,
+                    failing_flag(record),
                     record.call_node_id,
                     expected_version,
                     record.version,

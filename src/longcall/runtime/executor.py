@@ -37,6 +37,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import enum
 import functools
 import logging
 import os
@@ -50,7 +51,7 @@ from typing import Any, TypeVar
 
 from longcall.adapters.base import Adapter, AdapterError, Outcome, ToolBinding
 from longcall.adapters.exchange import TransportFailure
-from longcall.adapters.http import SendWindowPassed, send_window
+from longcall.adapters.http import send_window
 from longcall.adapters.mcp.client import McpAdapter
 from longcall.adapters.oauth import default_token_dir
 from longcall.adapters.outcomes import failure_outcome
@@ -67,7 +68,7 @@ from longcall.core.commands import (
     SendSubmit,
 )
 from longcall.core.retry import FailureKind
-from longcall.errors import AdapterDisabled, ExecutorFailed, LongcallError
+from longcall.errors import AdapterDisabled, ExecutorFailed, LongcallError, SendWindowPassed
 from longcall.ledger import CLIENT, WORKER, AdapterPlan, Ledger
 from longcall.runtime.engine import (
     Action,
@@ -91,11 +92,16 @@ AdapterFactory = Callable[[str, str], Awaitable[Adapter]]
 """(server URL, protocol name) → a connected adapter for that protocol version."""
 
 T = TypeVar("T")
-_SLOT_MISSED = object()
-"""A poll whose send slot passed before it could leave (it waits for a new slot)."""
-_HELD = object()
-"""A Retry-After that arrived after the action was issued holds its server: not sent,
-planned again by the engine (:meth:`Engine.held`)."""
+
+
+class NotSent(enum.Enum):
+    """Why an action ended without a reply: it was never sent."""
+
+    SLOT_MISSED = "slot missed"
+    """A poll whose send slot passed before it could leave (it waits for a new slot)."""
+    HELD = "held"
+    """A Retry-After that arrived after the action was issued holds its server: planned
+    again by the engine (:meth:`Engine.held`)."""
 
 
 def new_owner_id() -> str:
@@ -440,7 +446,7 @@ class Executor:
         Raises ExecutorFailed if the loop stops on an error meanwhile."""
         self._raise_if_failed()
         record = await self._off_loop(self.ledger.get, call_node_id)
-        if _finished(record) or call_node_id in self._escalated:
+        if record.is_settled or call_node_id in self._escalated:
             return record
         self._raise_if_failed()  # the loop may have failed meanwhile: never wait on it
         future: asyncio.Future[OperationRecord] = asyncio.get_running_loop().create_future()
@@ -603,7 +609,7 @@ class Executor:
                 if record is not None and record.version != self._watched_versions.get(node):
                     self._watched_versions[node] = record.version
                     changed.append(node)
-                if record is None or _finished(record):
+                if record is None or record.is_settled:
                     self._watched.discard(node)
                     self._watched_versions.pop(node, None)
                     if record is not None:
@@ -768,7 +774,7 @@ class Executor:
     # --- one action ------------------------------------------------------------------
 
     async def _perform(self, action: Action) -> None:
-        outcome: Outcome | object | None
+        outcome: Outcome | NotSent | None
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 outcome = await self._send(action)
@@ -777,7 +783,7 @@ class Executor:
             self._io.submit(self._locked, self.engine.requeue, action, now=self.clock())
             raise
         except SendWindowPassed:
-            outcome = _SLOT_MISSED  # stopped before its bytes were written: never late
+            outcome = NotSent.SLOT_MISSED  # stopped before its bytes were written: never late
         except TimeoutError:
             outcome = failure_outcome(
                 action.kind, _failure(FailureKind.TIMEOUT, "no reply in time")
@@ -790,14 +796,14 @@ class Executor:
             log.exception("adapter failed on %s for %s", action.kind, action.call_node_id)
             outcome = failure_outcome(action.kind, _failure(FailureKind.TRANSPORT, repr(exc)))
         if outcome is None:
-            await self._off_loop(self.engine.finish, action)
-        elif outcome is _SLOT_MISSED:
+            await self._off_loop(self.engine.end_without_reply, action)
+        elif outcome is NotSent.SLOT_MISSED:
             await self._off_loop(self.engine.slot_missed, action, now=self.clock())
-        elif outcome is _HELD:
+        elif outcome is NotSent.HELD:
             pass  # the engine planned it again for the end of the Retry-After
         else:
             assert isinstance(outcome, Outcome)
-            await self._off_loop(self.engine.complete, action, outcome, now=self.clock())
+            await self._off_loop(self.engine.apply_reply, action, outcome, now=self.clock())
             if isinstance(outcome.event, (e.SubmitAcknowledged, e.SubmissionFound)):
                 self._listen_dirty = True  # a new operation id to listen for (X3)
             if outcome.progress is not None or isinstance(outcome.event, e.WorkingObserved):
@@ -812,13 +818,13 @@ class Executor:
         if call_node_id is not None and self.on_change is not None:
             self.on_change(call_node_id)
 
-    async def _send(self, action: Action) -> Outcome | object | None:
+    async def _send(self, action: Action) -> Outcome | NotSent | None:
         adapter = await self._adapter(action.server, action.record.protocol)
         record = action.record
         # Other replies ran since due() issued this: a 429/503 among them holds the
         # server (X3, X9), and nothing leaves before its Retry-After is over.
         if await self._off_loop(self.engine.held, action, now=self.clock()):
-            return _HELD
+            return NotSent.HELD
         match action.command:
             case SendSubmit():
                 payload = await self._off_loop(self.engine.request_payload, record.call_node_id)
@@ -838,7 +844,7 @@ class Executor:
 
     async def _within_slot(
         self, action: Action, send: Callable[[], Awaitable[Outcome]], *, poll: bool = False
-    ) -> Outcome | object:
+    ) -> Outcome | NotSent:
         """Send a read that may hold a send slot of its server's shared budget (X3): a
         slot is used at its moment or up to its validity later, never after. Checked
         before the adapter call and again by the HTTP driver as the request is written
@@ -848,7 +854,7 @@ class Executor:
                 self.metrics.observe_poll(action.server, self.clock())
             return await send()
         if action.slot_passed(self.clock()):
-            return _SLOT_MISSED
+            return NotSent.SLOT_MISSED
 
         def may_leave() -> bool:
             now = self.clock()
@@ -924,11 +930,6 @@ class Executor:
             return
         message = getattr(outcome.event, "status_message", None)
         self.on_progress(call_node_id, outcome.progress, message)
-
-
-def _finished(record: OperationRecord) -> bool:
-    """Nothing more will happen without an operator: accepted, or escalated (X7)."""
-    return record.is_terminal or record.state is State.RECONCILIATION_REQUIRED
 
 
 def _failure(

@@ -19,7 +19,7 @@ gets no answer as the driver's ``TransportFailure(TIMEOUT)`` after the request's
 budget, a body cut mid-way as the driver's translation of the reset; an action still
 unanswered after the executor's per-action budget ends as
 :func:`~longcall.adapters.outcomes.failure_outcome`. The outcome the exchange returns
-goes to ``Engine.complete`` at the virtual time it arrives.
+goes to ``Engine.apply_reply`` at the virtual time it arrives.
 
 Faults live here, in the simulated servers and in the network, never as flags inside
 ``core``, ``runtime`` or ``adapters``.
@@ -786,14 +786,14 @@ class World:
             self.count("stale_epoch_callback")
             eid = self.newest_id
         if outcome is None:
-            self._call(eid, lambda en: en.finish(action))
+            self._call(eid, lambda en: en.end_without_reply(action))
             return
         if self.trace is not None:
             self.log(f"e{eid}", f"recv {action.kind} {node} {outcome.event.name}")
         stale = action.record.execution_epoch < self.checker.epoch.get(node, 0)
         writes = self.checker.writes
         now = self.clock(eid)
-        self._call(eid, lambda en: en.complete(action, outcome, now=now))
+        self._call(eid, lambda en: en.apply_reply(action, outcome, now=now))
         plain = (
             not isinstance(outcome.event, e.RequestFailed) or outcome.event.retry_after_s is None
         )
@@ -1043,7 +1043,7 @@ class World:
                 record.call_node_id,
                 command.keys,
             )
-        return None
+        return
 
     def _on_answer(self, node: str, keys: tuple[str, ...]) -> None:
         answers = {key: _approval(key) for key in keys}
