@@ -21,7 +21,18 @@ $(INTEROP_STAMP): interop/package.json interop/package-lock.json
 	cd interop && npm ci --no-audit --no-fund
 	touch $(INTEROP_STAMP)
 
-interop: $(INTEROP_STAMP)
+# Python peers that cannot share the dev venv, each in its own venv from its pinned
+# requirements: the official MCP Python SDK 1.x (the project needs mcp 2) and fastmcp 4.2
+# (the dev venv's fastmcp-tasks pins fastmcp 4.1).
+PY_PEERS := interop/py-mcp1 interop/py-fastmcp4
+PY_PEER_STAMPS := $(addsuffix /.venv/.installed,$(PY_PEERS))
+interop/%/.venv/.installed: interop/%/requirements.txt
+	rm -rf interop/$*/.venv
+	$(PYTHON) -m venv interop/$*/.venv
+	interop/$*/.venv/bin/python -m pip install --quiet -r interop/$*/requirements.txt
+	touch $@
+
+interop: $(INTEROP_STAMP) $(PY_PEER_STAMPS)
 
 # The FastMCP integration is tested on two FastMCP lines: the main venv has 4.1.x (the
 # last line fastmcp-tasks, the parity peer, exists for); this one has the newest 4.2.x,
@@ -57,7 +68,7 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
 	    >/dev/null; }
 
-test: $(STAMP) $(INTEROP_STAMP) $(FASTMCP_LATEST_STAMP) $(HOSTS_STAMP) browser
+test: $(STAMP) $(INTEROP_STAMP) $(PY_PEER_STAMPS) $(FASTMCP_LATEST_STAMP) $(HOSTS_STAMP) browser
 	$(BIN)/python -m pytest -q
 	$(FASTMCP_LATEST_VENV)/bin/python -m pytest -q tests/integrations
 
@@ -90,4 +101,5 @@ sim: $(STAMP)
 	$(BIN)/longcall sim --permutations 10000
 
 clean:
-	rm -rf $(VENV) $(FASTMCP_LATEST_VENV) $(HOSTS_VENV) interop/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) $(FASTMCP_LATEST_VENV) $(HOSTS_VENV) $(addsuffix /.venv,$(PY_PEERS)) \
+	  interop/node_modules .pytest_cache .mypy_cache .ruff_cache .hypothesis
