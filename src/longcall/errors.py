@@ -23,7 +23,8 @@ The tree, and what a handler does with each branch::
     │   ├── ConfigError             the servers file cannot be read or names the impossible
     │   ├── MissingCredential       a configured secret is not there (C1)
     │   ├── AuthorizationFailed     an OAuth sign-in did not complete
-    │   └── UnknownMutant           a simulator mutant name that is not in the catalogue
+    │   ├── UnknownMutant           a simulator mutant name that is not in the catalogue
+    │   └── HandleRefused           a gateway handle that is mistyped, cut short or invented
     ├── LocalProtocolError       our own rules broken (a bug or a misuse here)
     │   ├── IllegalTransition       no edge for (state, event) in the table (L2)
     │   ├── StaleEvent              older than what the record knows: drop it
@@ -149,6 +150,15 @@ class AuthorizationFailed(UsageError):
 
 class UnknownMutant(UsageError):
     """A simulator mutant name that is not in the catalogue."""
+
+
+class HandleRefused(UsageError):
+    """A handle the gateway never issued: mistyped, truncated or invented (G1)."""
+
+    def __init__(self, handle: object, reason: str) -> None:
+        self.handle = handle
+        self.reason = reason
+        super().__init__(f"{handle!r} is not a valid handle: {reason}")
 
 
 # --- our own rules -----------------------------------------------------------------------
@@ -367,6 +377,7 @@ __all__ = [
     "ExecutorFailed",
     "Fenced",
     "ForeignIdentity",
+    "HandleRefused",
     "IllegalTransition",
     "IntegrityError",
     "InvalidAnswer",

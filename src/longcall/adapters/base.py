@@ -121,6 +121,11 @@ class Adapter(abc.ABC):
         when this protocol has no listing."""
         raise AdapterError(f"{self.protocol} offers no list of tools")
 
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """Every tool the server lists, as listed (a gateway re-serves them); a protocol
+        with no tool list raises AdapterError."""
+        raise AdapterError(f"the {self.protocol} adapter cannot list a server's tools")
+
     async def listen(  # noqa: B027 - optional capability: no push by default
         self, operation_ids: Collection[str], on_change: PushSink
     ) -> None:
