@@ -7,8 +7,7 @@ block as a script, in document order. A line ending in ``&`` (or the guide's for
 ``longcall worker``) runs in the background, as a user's second terminal does, and is
 stopped with Ctrl-C at the end. No command may fail because another example used its
 call node, and none may print a traceback. Left out, and why: the PostgreSQL block (it
-names another ledger) and ``longcall sim`` (it touches no ledger, and its 10,000
-permutations take minutes here; the simulator has its own tests)."""
+names another ledger), ``longcall sim`` and ``longcall gateway`` (see LEFT_OUT)."""
 
 from __future__ import annotations
 
@@ -34,6 +33,10 @@ STEP_TIMEOUT_S = 120.0
 REFUSED = 5
 DOCUMENTED_REFUSALS = ("approved=maybe", " NODE ")
 """Lines the docs show being refused (a wrong-shaped answer, a placeholder node)."""
+LEFT_OUT = ("sim", "gateway")
+"""``sim`` touches no ledger (its 10,000 permutations take minutes; it has its own
+tests); ``gateway`` serves the servers of the user's own servers file (~/servers.toml),
+which the docs show only as an example (the gateway has its own tests)."""
 LONG_RUNNING = ("console",)
 """Commands that serve until stopped: started in the background, stopped at the end."""
 NOT_EXAMPLES = ("export LONGCALL_LEDGER=",)
@@ -199,8 +202,8 @@ async def test_readme_then_guide_in_order_on_one_default_ledger(user: User) -> N
             ran.append(f"python {step.where}")
             continue
         words = step.text.split()
-        if words[1] == "sim":
-            continue  # no ledger; the simulator has its own tests
+        if words[1] in LEFT_OUT:
+            continue
         if words[1] == "serve":
             if not served:
                 process = await user.start(user.argv(step.text))
