@@ -7,7 +7,9 @@ block as a script, in document order. A line ending in ``&`` (or the guide's for
 ``longcall worker``) runs in the background, as a user's second terminal does, and is
 stopped with Ctrl-C at the end. No command may fail because another example used its
 call node, and none may print a traceback. Left out, and why: the PostgreSQL block (it
-names another ledger), ``longcall sim`` and ``longcall gateway`` (see LEFT_OUT)."""
+names another ledger), ``longcall sim`` and ``longcall gateway`` (see LEFT_OUT), and
+Python fragments that do not call the reference server (another program's code: an MCP
+host's client, a FastMCP app)."""
 
 from __future__ import annotations
 
@@ -195,6 +197,8 @@ async def test_readme_then_guide_in_order_on_one_default_ledger(user: User) -> N
             await serve_the_snippet(user, step)
             ran.append(f"python server {step.where}")
             continue
+        if step.kind == "python" and f"127.0.0.1:{DOC_PORT}" not in step.text:
+            continue  # a fragment for another program (a host's client, FastMCP's app)
         if step.kind == "python":
             code = step.text.replace(f"127.0.0.1:{DOC_PORT}", f"127.0.0.1:{user.port}")
             status, out = await user.run([sys.executable, "-"], stdin=code.encode())
