@@ -22,7 +22,15 @@ The tree, and what a handler does with each branch::
     │   ├── ConfigError             the servers file cannot be read or names the impossible
     │   ├── MissingCredential       a configured secret is not there (C1)
     │   ├── AuthorizationFailed     an OAuth sign-in did not complete
-    │   └── UnknownMutant           a simulator mutant name that is not in the catalogue
+    │   ├── UnknownMutant           a simulator mutant name that is not in the catalogue
+    │   ├── InvalidWebhookKey       a webhook key that is not whsec_/whsk_/whpk_ + base64
+    │   └── WebhookRejected         a webhook delivery that does not verify: answered 4xx,
+    │       │                       nothing changed (a delivery is only ever a hint)
+    │       ├── WebhookMalformed    a missing or unreadable header, or an unreadable payload
+    │       ├── WebhookBadSignature no signature matches a key of the receiver
+    │       ├── WebhookStale        the timestamp is older than the tolerance window
+    │       ├── WebhookFromFuture   the timestamp is ahead by more than the window
+    │       └── WebhookDuplicate    a webhook-id already received within the window
     ├── LocalProtocolError       our own rules broken (a bug or a misuse here)
     │   ├── IllegalTransition       no edge for (state, event) in the table (L2)
     │   ├── StaleEvent              older than what the record knows: drop it
@@ -143,6 +151,46 @@ class AuthorizationFailed(UsageError):
 
 class UnknownMutant(UsageError):
     """A simulator mutant name that is not in the catalogue."""
+
+
+class InvalidWebhookKey(UsageError):
+    """A webhook key that is not ``whsec_``, ``whsk_`` or ``whpk_`` followed by base64 of
+    the right length (the key itself is never quoted)."""
+
+
+class WebhookRejected(UsageError):
+    """A webhook delivery that does not verify. The receiver answers it with a 4xx and
+    changes nothing; ``status`` is that answer."""
+
+    status = 400
+
+
+class WebhookMalformed(WebhookRejected):
+    """A webhook header is missing or unreadable, or a verified payload names nothing readable."""
+
+
+class WebhookBadSignature(WebhookRejected):
+    """No signature of the delivery matches a key of this receiver."""
+
+    status = 401
+
+
+class WebhookStale(WebhookRejected):
+    """The delivery's timestamp is older than the tolerance window (a replay, or a long delay)."""
+
+    status = 401
+
+
+class WebhookFromFuture(WebhookRejected):
+    """The delivery's timestamp is further ahead than the tolerance window."""
+
+    status = 401
+
+
+class WebhookDuplicate(WebhookRejected):
+    """A webhook-id this receiver already took within the tolerance window."""
+
+    status = 409
 
 
 # --- our own rules -----------------------------------------------------------------------
@@ -367,6 +415,7 @@ __all__ = [
     "InvalidArguments",
     "InvalidCallNode",
     "InvalidToolHeaders",
+    "InvalidWebhookKey",
     "LedgerMissing",
     "LedgerRefused",
     "LedgerUnavailable",
@@ -395,4 +444,10 @@ __all__ = [
     "UnsupportedLedgerURL",
     "UsageError",
     "VersionConflict",
+    "WebhookBadSignature",
+    "WebhookDuplicate",
+    "WebhookFromFuture",
+    "WebhookMalformed",
+    "WebhookRejected",
+    "WebhookStale",
 ]
