@@ -62,6 +62,7 @@ The tree, and what a handler does with each branch::
     │   ├── ServerUnreachable       the server cannot be reached (refused, no route, DNS)
     │   ├── MetricsPortUnavailable  ``/metrics`` cannot be served on the port asked for
     │   ├── ConsolePortUnavailable  the console cannot listen on the host and port asked for
+    │   ├── WebhookPortUnavailable  the webhook receiver cannot listen where asked
     │   └── DriverStopped           the driver stopped while a caller waited; the call
     │       │                       goes on and resumes with the next driver (X8, L7)
     │       └── ExecutorFailed      an error escaped the executor's loop
@@ -332,6 +333,10 @@ class ConsolePortUnavailable(UnavailableError):
     """The console could not listen on the host and port asked for (taken, or not allowed)."""
 
 
+class WebhookPortUnavailable(UnavailableError):
+    """The webhook receiver cannot listen on the host and port asked for."""
+
+
 class DriverStopped(UnavailableError):
     """The driver stopped (an error, or its client was closed) while a caller waited.
 
@@ -448,6 +453,7 @@ __all__ = [
     "WebhookDuplicate",
     "WebhookFromFuture",
     "WebhookMalformed",
+    "WebhookPortUnavailable",
     "WebhookRejected",
     "WebhookStale",
 ]

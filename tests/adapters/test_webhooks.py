@@ -64,9 +64,14 @@ def test_reference_library_signatures_verify_with_longcall() -> None:
     """A signature the reference library makes verifies with longcall, at its timestamp."""
     at = datetime.fromtimestamp(NOW, UTC)
     signature = standardwebhooks.Webhook(SECRET).sign("msg_ref", at, BODY.decode())
-    headers = {"webhook-id": "msg_ref", "webhook-timestamp": str(NOW), "webhook-signature": signature}
+    headers = {
+        "webhook-id": "msg_ref",
+        "webhook-timestamp": str(NOW),
+        "webhook-signature": signature,
+    }
     delivery = Verifier([hmac_key()]).verify(headers, BODY, now=NOW + 1)
-    assert delivery.msg_id == "msg_ref" and delivery.body == BODY
+    assert delivery.msg_id == "msg_ref"
+    assert delivery.body == BODY
 
 
 def test_reference_library_refuses_a_tampered_longcall_delivery() -> None:
@@ -113,7 +118,10 @@ def test_v1a_round_trip_with_a_fixed_key_and_a_tampered_copy_refused() -> None:
         (lambda h, b: ({**h, "webhook-signature": "v1,@@@"}, b), WebhookMalformed),
         (lambda h, b: ({**h, "webhook-signature": "v9,AAAA"}, b), WebhookMalformed),
         (lambda h, b: ({**h, "webhook-signature": ""}, b), WebhookMalformed),
-        (lambda h, b: ({**h, "webhook-signature": " ".join(["v1,AAAA"] * 17)}, b), WebhookMalformed),
+        (
+            lambda h, b: ({**h, "webhook-signature": " ".join(["v1,AAAA"] * 17)}, b),
+            WebhookMalformed,
+        ),
         (lambda h, b: ({**h, "webhook-timestamp": "12.5"}, b), WebhookMalformed),
         (lambda h, b: ({**h, "webhook-timestamp": "-5"}, b), WebhookMalformed),
         (lambda h, b: ({**h, "webhook-timestamp": "١٢٣"}, b), WebhookMalformed),
@@ -127,7 +135,8 @@ def test_every_tampered_or_malformed_delivery_is_a_typed_rejection(change, error
     headers, body = change(signed(), BODY)
     with pytest.raises(error) as raised:
         verifier.verify(headers, body, now=NOW)
-    assert isinstance(raised.value, WebhookRejected) and 400 <= raised.value.status < 500
+    assert isinstance(raised.value, WebhookRejected)
+    assert 400 <= raised.value.status < 500
     assert len(verifier.seen) == 0  # nothing recorded from a refused delivery
 
 
@@ -194,7 +203,8 @@ def test_seen_ids_stay_bounded() -> None:
     for n in range(5):
         assert seen.add(f"id{n}", now=NOW)
     assert len(seen) == 3
-    assert not seen.add("id4", now=NOW) and seen.add("id0", now=NOW)
+    assert not seen.add("id4", now=NOW)
+    assert seen.add("id0", now=NOW)
 
 
 @pytest.mark.parametrize(

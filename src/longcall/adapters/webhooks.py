@@ -178,9 +178,7 @@ def signed_content(msg_id: str, timestamp: int, body: bytes) -> bytes:
     return f"{msg_id}.{timestamp}.".encode() + body
 
 
-def sign(
-    keys: Sequence[SigningKey], *, msg_id: str, timestamp: int, body: bytes
-) -> dict[str, str]:
+def sign(keys: Sequence[SigningKey], *, msg_id: str, timestamp: int, body: bytes) -> dict[str, str]:
     """The three headers of one delivery, signed with every key given (rotation sends
     the old and the new signature at once)."""
     _check_id(msg_id)
@@ -253,9 +251,7 @@ class Verifier:
         # An id must be remembered as long as its timestamp can still pass: both sides.
         self.seen = SeenIds(window_s=2 * tolerance_s, max_ids=max_ids)
 
-    def verify(
-        self, headers: Mapping[str, str], body: bytes, *, now: float
-    ) -> VerifiedDelivery:
+    def verify(self, headers: Mapping[str, str], body: bytes, *, now: float) -> VerifiedDelivery:
         """The delivery if it verifies; otherwise the typed reason it does not. The id
         is recorded only once everything else passed, so a forgery cannot burn it."""
         msg_id, timestamp, signatures = _read_headers(headers)
@@ -322,9 +318,7 @@ def _read_signatures(text: str) -> list[tuple[str, bytes]]:
     for item in items:
         version, comma, encoded = item.partition(",")
         if not comma or not version or not encoded:
-            raise WebhookMalformed(
-                f"each item of the {SIGNATURE_HEADER} header is version,base64"
-            )
+            raise WebhookMalformed(f"each item of the {SIGNATURE_HEADER} header is version,base64")
         if version not in ("v1", "v1a"):
             continue
         try:

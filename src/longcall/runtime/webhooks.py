@@ -22,16 +22,18 @@ nothing. Other fields are ignored.
 from __future__ import annotations
 
 import concurrent.futures
+import contextlib
 import json
 import logging
+import socket
 import threading
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from longcall.adapters.webhooks import Verifier
-from longcall.errors import WebhookMalformed, WebhookRejected
+from longcall.errors import WebhookMalformed, WebhookPortUnavailable, WebhookRejected
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -153,15 +155,49 @@ class WebhookReceiver:
         return Starlette(routes=[Route(PATH, receive, methods=["POST"])])
 
 
-async def serve(receiver: WebhookReceiver, host: str, port: int, **options: Any) -> None:
-    """Serve the receiver on ``host:port`` until cancelled."""
+def listen_socket(host: str, port: int) -> socket.socket:
+    """A bound, listening TCP socket, or WebhookPortUnavailable saying why not."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host.strip("[]"), port))
+        sock.listen(128)
+    except OSError as exc:
+        sock.close()
+        raise WebhookPortUnavailable(
+            f"the webhook receiver cannot listen on {host}:{port}: {exc.strerror or exc}"
+        ) from None
+    return sock
+
+
+async def serve(receiver: WebhookReceiver, sock: socket.socket) -> None:
+    """Serve the receiver on the listening ``sock`` until cancelled."""
     import uvicorn
 
+    class Quiet(uvicorn.Server):
+        """Leaves signals to the process it runs in (a worker stops it by cancelling)."""
+
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield
+
     config = uvicorn.Config(
-        receiver.asgi_app(), host=host, port=port, log_level="warning",
-        lifespan="off", access_log=False, timeout_graceful_shutdown=2, **options,
+        receiver.asgi_app(), log_level="warning", lifespan="off", access_log=False,
+        timeout_graceful_shutdown=2,
     )  # fmt: skip
-    await uvicorn.Server(config).serve()
+    try:
+        await Quiet(config).serve(sockets=[sock])
+    finally:
+        sock.close()
 
 
-__all__ = ["PATH", "Named", "WebhookAnswer", "WebhookReceiver", "read_payload", "serve"]
+__all__ = [
+    "PATH",
+    "Named",
+    "WebhookAnswer",
+    "WebhookReceiver",
+    "listen_socket",
+    "read_payload",
+    "serve",
+]
