@@ -200,8 +200,10 @@ async def test_forged_and_malformed_deliveries_are_refused_and_change_nothing(
     # The executor was never asked (no hint), nothing polled, nothing written.
     assert polls(world) == polled
     after = world.ledger.get("n")
-    assert after is not None and before is not None
-    assert after.version == before.version and after.state is before.state
+    assert after is not None
+    assert before is not None
+    assert after.version == before.version
+    assert after.state is before.state
 
 
 async def test_a_verified_delivery_naming_nothing_of_ours_is_2xx_and_wakes_nothing(
@@ -212,7 +214,8 @@ async def test_a_verified_delivery_naming_nothing_of_ours_is_2xx_and_wakes_nothi
     await started(world)
     headers, body = delivery("not-our-task", msg_id="evt_stranger")
     answer = world.receiver.answer(headers, body)
-    assert answer.status == 202 and answer.woken is not None
+    assert answer.status == 202
+    assert answer.woken is not None
     assert await asyncio.wrap_future(answer.woken) == []
     headers, body = delivery("not-our-task", msg_id="evt_stranger_http")
     assert await post(headers, body, world.hook_url) == 202
