@@ -379,3 +379,19 @@ def test_a_worker_that_claims_back_an_operation_keeps_the_servers_interval(seed:
     result = run_one(seed)
     assert result.faults["adapter_rollback"] == 1
     assert result.violations == []
+
+
+INTERVAL_LOST_WITH_THE_SIDE_CHANNEL = 240426977556928
+"""Permutation of ``longcall sim --permutations 2000 --seed 90210`` (default profile): a
+2025-11-25 status read answers ``input_required`` with a longer interval (6.663 s, the
+working one was 2.539 s), and the ``tasks/result`` side channel read right after it is
+refused (HTTP 400, -32700)."""
+
+
+def test_a_read_retried_after_its_side_channel_failed_keeps_the_interval_it_was_told() -> None:
+    """The failed exchange dropped the interval its status read had told, so the retry
+    left 3.226 s after that read: the failure reports it now, and the retry honours it."""
+    result = run_one(INTERVAL_LOST_WITH_THE_SIDE_CHANNEL, trace=True)
+    assert result.faults["request_refused_unread"] > 0
+    assert result.polls.interval_judged > 0
+    assert result.violations == []

@@ -45,6 +45,9 @@ from longcall.core.retry import FailureKind
 from longcall.errors import SendWindowPassed
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
+ANSWER_DRAIN_S = 0.1
+"""How long the end of an event stream is awaited after the answer came (the
+connection then goes back to the pool); a stream still open then is cut."""
 _T = TypeVar("_T")
 
 EventObserver = Callable[[SseEvent], None]
@@ -61,10 +64,20 @@ class SendWindow:
     polls of several workers then bunched up at the server beyond the cap (X3, D1).
     Asked for the first request of the block only: a poll is one request."""
 
-    def __init__(self, may_leave: Callable[[], bool]) -> None:
+    def __init__(
+        self, may_leave: Callable[[], bool], is_open: Callable[[], bool] | None = None
+    ) -> None:
         self._may_leave = may_leave
+        self._is_open = is_open
         self.asked = False
         """Whether a request asked (an adapter that sends without this driver never does)."""
+
+    def is_open(self) -> bool:
+        """Whether the slot has not passed yet, asked before the request takes a
+        connection: ``may_leave`` without its side effects. A request stopped at the
+        last moment costs its connection (httpcore closes a connection whose request
+        was never written); one stopped here costs nothing."""
+        return self._is_open is None or self._is_open()
 
     def may_leave(self) -> bool:
         self.asked = True
@@ -77,10 +90,13 @@ _SEND_WINDOW: contextvars.ContextVar[SendWindow | None] = contextvars.ContextVar
 
 
 @contextlib.contextmanager
-def send_window(may_leave: Callable[[], bool]) -> Iterator[SendWindow]:
+def send_window(
+    may_leave: Callable[[], bool], is_open: Callable[[], bool] | None = None
+) -> Iterator[SendWindow]:
     """Within this block (this task), the next request the driver sends leaves only if
-    ``may_leave()`` says so at the moment it is written (see :class:`SendWindow`)."""
-    window = SendWindow(may_leave)
+    ``may_leave()`` says so at the moment it is written (see :class:`SendWindow`);
+    ``is_open`` (no side effects) is asked first, before a connection is taken."""
+    window = SendWindow(may_leave, is_open)
     token = _SEND_WINDOW.set(window)
     try:
         yield window
@@ -187,6 +203,8 @@ class HttpDriver:
         extensions = None
         if window is not None:
             _SEND_WINDOW.set(None)  # the first request only (this task's own context)
+            if not window.is_open():
+                raise SendWindowPassed("the send slot passed before the request could leave")
             extensions = {"trace": _window_trace(window)}
         try:
             async with self.http.stream(
@@ -234,11 +252,14 @@ class HttpDriver:
         stopped = False
         cut: str | None = None
         size = 0
+        answered = False
         with anyio.CancelScope() as watch_scope:
             if watch is not None:
                 watch_scope.deadline = anyio.current_time() + watch.wait_s
             try:
                 async for chunk in response.aiter_bytes():
+                    if answered:
+                        continue  # the stream's rest after the answer: read, not kept
                     size += len(chunk)
                     if size > self.response_bytes_max:
                         return self._too_large(response.status_code)
@@ -251,7 +272,13 @@ class HttpDriver:
                             # Gather the siblings sent with it, then stop (X4).
                             watch_scope.deadline = anyio.current_time() + watch.gather_s
                         if request.answer_id is not None and _is_response(event, request.answer_id):
-                            watch_scope.cancel()  # the answer is here; nothing after it
+                            # The answer is here; nothing after it counts. The stream's
+                            # end (a server closes it right after the answer) is still
+                            # read, briefly: httpcore closes a connection whose response
+                            # was not read to its end instead of returning it to the pool.
+                            answered = True
+                            drained = anyio.current_time() + ANSWER_DRAIN_S
+                            watch_scope.deadline = min(watch_scope.deadline, drained)
             except LineTooLong as exc:
                 return exc.failure(response.status_code)
             except httpx.HTTPError as exc:
@@ -260,7 +287,7 @@ class HttpDriver:
                 cut = failure_of_exception(exc).detail
         if watch_scope.cancelled_caught and watch is not None:
             stopped = True
-        if scope.cancel_called:
+        if scope.cancel_called and not answered:
             return TransportFailure(
                 kind=FailureKind.TIMEOUT,
                 detail=f"no complete answer within {request.timeout_s:g} s",

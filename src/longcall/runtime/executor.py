@@ -84,7 +84,14 @@ from longcall.runtime.rollout import compare_shadow, route, shadow_call_node, sh
 log = logging.getLogger("longcall.executor")
 
 LISTEN_EAGER_MAX = 256
-"""Up to this many open operations, push listeners follow every new operation at once."""
+"""Up to this many open operations, push listeners follow every new operation at once
+(a running stream is replaced at most once per :data:`LISTEN_COALESCE_S`)."""
+LISTEN_COALESCE_S = 0.5
+"""A running listener is replaced by one covering new operations at most this often.
+Replacing it breaks its stream, and a broken stream's connection cannot go back to the
+pool: replaced at every create, a caller opened a new connection (and a new stream)
+for nearly every operation. Polling carries the operations a listener does not cover
+yet (X3); a server's first listener, or one that has returned, opens at once."""
 LISTEN_RESYNC_S = 1.0
 """Beyond that, they are re-synced with the open operations at most this often."""
 
@@ -205,6 +212,9 @@ class Executor:
         """(server, operation id) → call node, for the operations a listener covers."""
         self._listen_dirty = True
         self._next_listen_sync = 0.0
+        self._listener_opened_at: dict[tuple[str, str], float] = {}
+        self._listen_retry_at: float | None = None
+        """When a listener held back by :data:`LISTEN_COALESCE_S` may be reopened."""
         self._next_refresh = 0.0
         self._watched: set[str] = set()
         """Call nodes someone waits on that another process drives (read from the ledger)."""
@@ -553,7 +563,7 @@ class Executor:
             self._wakeup.clear()
             step = await self._off_loop(self._step, self.clock(), capacity)
             if step.listeners is not None:
-                self._apply_listeners(*step.listeners)
+                self._apply_listeners(*step.listeners, now=self.clock())
             for record in step.finished:
                 self._resolve(record)
             for node in step.changed:
@@ -568,6 +578,11 @@ class Executor:
             if until_idle and step.idle and not self._tasks:
                 return
             wake_at = step.wake_at if step.wake_at is not None else self._next_refresh
+            retry_at = self._listen_retry_at
+            if retry_at is not None and retry_at > self.clock():
+                wake_at = min(wake_at, retry_at)  # a held-back listener's reopen
+            else:
+                self._listen_retry_at = None
             timeout = max(0.0, min(self._next_refresh, wake_at) - self.clock())
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
@@ -711,6 +726,7 @@ class Executor:
     async def _drain(self) -> None:
         listeners = [task for _ids, task in self._listeners.values()]
         self._listeners.clear()
+        self._listener_opened_at.clear()
         self._listen_dirty = True
         for task in [*self._tasks, *listeners]:
             task.cancel()
@@ -735,13 +751,20 @@ class Executor:
         return wanted, nodes
 
     def _apply_listeners(
-        self, wanted: dict[tuple[str, str], set[str]], nodes: dict[tuple[str, str], str]
+        self,
+        wanted: dict[tuple[str, str], set[str]],
+        nodes: dict[tuple[str, str], str],
+        *,
+        now: float,
     ) -> None:
         """Keep one push listener per (server, protocol) holding open operations; reopen
-        it when an operation it does not cover appears, stop it when none is left."""
+        it when an operation it does not cover appears (a running stream at most once
+        per :data:`LISTEN_COALESCE_S`), stop it when none is left."""
         self._push_nodes = nodes
+        self._listen_retry_at = None
         for key in [k for k in self._listeners if k not in wanted]:
             self._listeners.pop(key)[1].cancel()
+            self._listener_opened_at.pop(key, None)
         for key, ids in wanted.items():
             adapter = self._adapters.get(key)
             if adapter is None:
@@ -752,11 +775,20 @@ class Executor:
             # recorded, so it is not reopened until a new operation appears.
             if current is not None and ids <= current[0]:
                 continue
-            if current is not None:
+            if current is not None and not current[1].done():
+                reopen_at = self._listener_opened_at.get(key, now) + LISTEN_COALESCE_S
+                if now < reopen_at:
+                    # Breaking the running stream now would cost its connection; the
+                    # new operations wait for the next reopen (polls carry them).
+                    self._listen_dirty = True
+                    retry: float | None = self._listen_retry_at
+                    self._listen_retry_at = reopen_at if retry is None else min(retry, reopen_at)
+                    continue
                 current[1].cancel()
             covered = frozenset(ids)
             task = asyncio.create_task(self._listen(key[0], adapter, covered))
             self._listeners[key] = (covered, task)
+            self._listener_opened_at[key] = now
 
     async def _listen(self, server: str, adapter: Adapter, operation_ids: frozenset[str]) -> None:
         def on_change(operation_id: str, status: str | None) -> None:
@@ -901,7 +933,7 @@ class Executor:
                 self.metrics.observe_poll(action.server, now)
             return True
 
-        with send_window(may_leave) as window:
+        with send_window(may_leave, lambda: not action.slot_passed(self.clock())) as window:
             outcome = await send()
         if poll and not window.asked:  # an adapter that sends without the HTTP driver
             self.metrics.observe_poll(action.server, self.clock())
