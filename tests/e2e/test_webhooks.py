@@ -234,3 +234,33 @@ async def test_a_verified_but_unreadable_payload_is_refused(hook_world: HookWorl
     headers = sign([KEY], msg_id="evt_junk", timestamp=int(time.time()), body=body)
     assert world.receiver.handle(headers, body)[0] == 400
     assert world.receiver.counts["WebhookMalformed"] == 1
+
+
+async def test_a_verified_delivery_that_lies_moves_only_the_poll_and_only_once(
+    hook_world: HookWorld,
+) -> None:
+    """A signed "completed" for a task still working: one poll comes at once and finds
+    it working (nothing accepted); a second at once is floored by the interval (X3)."""
+    world = hook_world
+    task_id = await started(world)
+    first = world.receiver.answer(*delivery(task_id, msg_id="evt_lie_1"))
+    assert first.status == 202
+    assert first.woken is not None
+    assert await asyncio.wrap_future(first.woken) == ["n"]
+    async with asyncio.timeout(WAIT_LIMIT_S):
+        while world.executor.engine.records["n"].poll_count < 1:  # the poll's reply applied
+            world.changed.clear()
+            await world.changed.wait()
+    assert polls(world) == 1
+    second = world.receiver.answer(*delivery(task_id, msg_id="evt_lie_2"))
+    assert second.woken is not None
+    await asyncio.wrap_future(second.woken)
+    planned = world.executor.engine.next_wakeup()
+    # The next poll stays about a minute after the woken one: no second early poll.
+    assert planned is not None
+    assert planned - time.time() > POLL_INTERVAL_MS / 1000 / 2
+    record = world.ledger.get("n")
+    assert record is not None
+    assert not record.is_terminal
+    assert world.ledger.receipts() == []
+    assert polls(world) == 1
