@@ -20,7 +20,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "src" / "longcall"
-OPTIONAL = {"postgres"}
+OPTIONAL = {"postgres", "fastmcp"}
 """Extras a user opts into; the modules behind them are imported only on that path."""
 
 

@@ -23,6 +23,7 @@ The tree, and what a handler does with each branch::
     │   ├── MissingCredential       a configured secret is not there (C1)
     │   ├── AuthorizationFailed     an OAuth sign-in did not complete
     │   ├── UnknownMutant           a simulator mutant name that is not in the catalogue
+    │   ├── HandleRefused           a gateway handle that is mistyped, cut short or invented
     │   ├── InvalidWebhookKey       a webhook key that is not whsec_/whsk_/whpk_ + base64
     │   └── WebhookRejected         a webhook delivery that does not verify: answered 4xx,
     │       │                       nothing changed (a delivery is only ever a hint)
@@ -192,6 +193,15 @@ class WebhookDuplicate(WebhookRejected):
     """A webhook-id this receiver already took within the tolerance window."""
 
     status = 409
+
+
+class HandleRefused(UsageError):
+    """A handle the gateway never issued: mistyped, truncated or invented (G1)."""
+
+    def __init__(self, handle: object, reason: str) -> None:
+        self.handle = handle
+        self.reason = reason
+        super().__init__(f"{handle!r} is not a valid handle: {reason}")
 
 
 # --- our own rules -----------------------------------------------------------------------
@@ -414,6 +424,7 @@ __all__ = [
     "ExecutorFailed",
     "Fenced",
     "ForeignIdentity",
+    "HandleRefused",
     "IllegalTransition",
     "IntegrityError",
     "InvalidAnswer",

@@ -5,8 +5,9 @@ of an exchange to the server, reads the reply within its bounds (the request's t
 budget, the response size cap, the event-stream line cap: C4), ends an event stream
 when the request's :class:`~longcall.adapters.exchange.StreamWatch` says so, hands
 each event to an observer as it arrives (progress, X11), adds the configured headers
-(credentials: C1), and translates httpx's exceptions into
-:class:`~longcall.adapters.exchange.TransportFailure` once, here, where they enter.
+(credentials: C1), follows same-origin 307/308 redirects with the method and body kept
+(:mod:`longcall.adapters.redirects` decides which), and translates httpx's exceptions
+into :class:`~longcall.adapters.exchange.TransportFailure` once, here, where they enter.
 It also owns the *send window* (:class:`SendWindow`): a poll that holds a send slot of
 its server's shared budget is checked once more at the last moment before its bytes
 are written, and does not leave if the slot has passed (X3, D1).
@@ -21,7 +22,7 @@ import contextlib
 import contextvars
 import json
 import math
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -40,6 +41,7 @@ from longcall.adapters.exchange import (
     parse_retry_after,
     status_failure,
 )
+from longcall.adapters.redirects import next_hop
 from longcall.adapters.sse import LineTooLong, SseDecoder
 from longcall.core.retry import FailureKind
 from longcall.errors import SendWindowPassed
@@ -200,22 +202,18 @@ class HttpDriver:
     ) -> Reply:
         headers = {**self.headers, **request.headers}
         window = _SEND_WINDOW.get()
-        extensions = None
+        extensions: dict[str, object] | None = None
         if window is not None:
             _SEND_WINDOW.set(None)  # the first request only (this task's own context)
             if not window.is_open():
                 raise SendWindowPassed("the send slot passed before the request could leave")
             extensions = {"trace": _window_trace(window)}
         try:
-            async with self.http.stream(
-                request.method,
-                self.base_url + request.path,
-                params=dict(request.query) or None,
-                content=request.body,
-                headers=headers,
-                auth=self.auth if self.auth is not None else httpx.USE_CLIENT_DEFAULT,
-                extensions=extensions,
+            async with self._following(
+                request, headers, params=dict(request.query) or None, extensions=extensions
             ) as response:
+                if isinstance(response, TransportFailure):
+                    return response
                 reply_headers = {k.lower(): v for k, v in response.headers.items()}
                 _normalise_retry_after(reply_headers)
                 content_type = reply_headers.get("content-type", "").split(";")[0].strip()
@@ -224,6 +222,44 @@ class HttpDriver:
                 return await self._body(response, reply_headers)
         except httpx.HTTPError as exc:
             return failure_of_exception(exc)
+
+    @contextlib.asynccontextmanager
+    async def _following(
+        self,
+        request: HttpRequest,
+        headers: Mapping[str, str],
+        *,
+        params: Mapping[str, str] | None = None,
+        extensions: dict[str, object] | None = None,
+        bounds: httpx.Timeout | None = None,
+    ) -> AsyncIterator[httpx.Response | TransportFailure]:
+        """The response to ``request``, after following the redirects we follow (same
+        origin, 307/308, a few hops: :func:`~longcall.adapters.redirects.next_hop`), with
+        the same method, body and headers; or the failure of a refused redirect."""
+        url = self.base_url + request.path
+        hops = 0
+        while True:
+            async with self.http.stream(
+                request.method,
+                url,
+                params=params,
+                content=request.body,
+                headers=headers,
+                auth=self.auth if self.auth is not None else httpx.USE_CLIENT_DEFAULT,
+                extensions=extensions,
+                timeout=bounds if bounds is not None else httpx.USE_CLIENT_DEFAULT,
+            ) as response:
+                hop = next_hop(
+                    str(response.url),
+                    response.status_code,
+                    response.headers.get("location"),
+                    hops=hops,
+                )
+                if hop is None or isinstance(hop, TransportFailure):
+                    yield response if hop is None else hop
+                    return
+            # The target's URL carries its own query; the send window was asked already.
+            url, params, extensions, hops = hop, None, None, hops + 1
 
     async def _body(self, response: httpx.Response, headers: dict[str, str]) -> Reply:
         declared = headers.get("content-length", "")
@@ -315,14 +351,9 @@ class HttpDriver:
         headers = {**self.headers, **request.headers}
         timeout = httpx.Timeout(idle_s, connect=self.connect_timeout_s)
         try:
-            async with self.http.stream(
-                request.method,
-                self.base_url + request.path,
-                content=request.body,
-                headers=headers,
-                timeout=timeout,
-                auth=self.auth if self.auth is not None else httpx.USE_CLIENT_DEFAULT,
-            ) as response:
+            async with self._following(request, headers, bounds=timeout) as response:
+                if isinstance(response, TransportFailure):
+                    return response
                 reply_headers = {k.lower(): v for k, v in response.headers.items()}
                 _normalise_retry_after(reply_headers)
                 content_type = reply_headers.get("content-type", "").split(";")[0].strip()

@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from longcall.cli import call, console, demo, ops, rollout, serve, sim, worker
+from longcall.cli import call, console, demo, gateway, ops, rollout, serve, sim, worker
 from longcall.cli.common import EXIT_CODES_HELP, RESUME_KEY, ExitCode, describe_error, exit_code_of
 
 DEBUG_ENV = "LONGCALL_DEBUG"
@@ -115,7 +115,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 # ``longcall.cli.NAME`` stays the module; each holds the command of its name.
-for _module in (call, worker, ops, rollout, serve, sim, demo, console):
+for _module in (call, worker, ops, rollout, serve, sim, demo, console, gateway):
     main.add_command(getattr(_module, _module.__name__.rpartition(".")[2]))
 
 __all__ = ["ExitCode", "main"]

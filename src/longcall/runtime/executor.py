@@ -289,6 +289,12 @@ class Executor:
         adapter = await self._adapter(server, protocol or "")
         return await adapter.bind(tool_name)
 
+    async def list_tools(self, server: str, *, protocol: str | None = None) -> list[dict[str, Any]]:
+        """Every tool ``server`` lists that this caller may call, as listed (a gateway
+        re-serves them under its own names)."""
+        adapter = await self._adapter(server, protocol or "")
+        return await adapter.list_tools()
+
     def call(self, spec: CallSpec) -> OperationRecord:
         """Record a durable call (or attach to its call node) and plan its first request."""
         return self._locked(self._call, spec)
