@@ -23,8 +23,17 @@ $(INTEROP_STAMP): interop/package.json interop/package-lock.json
 
 interop: $(INTEROP_STAMP)
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist; tests/conftest.py says what that
+# asks of a test): most tests wait on child processes and sockets, so more workers than
+# cores pays. Tests marked `serial` measure the machine: they run afterwards, alone.
+# Bytecode is written even where the environment says not to: every test starts
+# `python -m longcall` children, which would otherwise compile the package each time.
+TEST_WORKERS ?= 4
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/python -m pytest -q
+
 test: $(STAMP) $(INTEROP_STAMP)
-	$(BIN)/python -m pytest -q
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup -m "not serial"
+	$(PYTEST) -m serial || [ $$? -eq 5 ]
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts

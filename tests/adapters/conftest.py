@@ -11,6 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 from longcall.adapters.base import Adapter, Outcome, ToolBinding
 from longcall.core import OperationRecord, handle, new_operation
@@ -18,7 +19,7 @@ from longcall.core.events import Event, ResultFetchStarted
 from longcall.core.keys import request_digest
 from longcall.server import LongcallServer, ServerOptions, build_reference_server, running_server
 
-WAIT_LIMIT_S = 10.0
+WAIT_LIMIT_S = LOADED_MACHINE_S
 
 
 @dataclasses.dataclass

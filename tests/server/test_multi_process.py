@@ -23,6 +23,7 @@ import anyio
 import httpx
 import pytest
 from test_restart import free_port
+from tests.bounds import LOADED_MACHINE_S
 
 from conftest import ModernClient
 from longcall.server.model import TaskStatus
@@ -37,8 +38,8 @@ KILL_AFTER = 400
 """Creations acknowledged before the second process is killed (its tasks are mid-run)."""
 CONCURRENCY = 24
 PRINCIPALS = 4
-STARTUP_LIMIT_S = 30.0
-SETTLE_LIMIT_S = 90.0
+STARTUP_LIMIT_S = LOADED_MACHINE_S
+SETTLE_LIMIT_S = LOADED_MACHINE_S
 SUBMISSION_KEY = "dev.longcall/submissionKey"
 
 
