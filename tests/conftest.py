@@ -32,9 +32,32 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis.database import DirectoryBasedExampleDatabase
+
+ROOT = Path(__file__).resolve().parents[1]
+
+# Property tests prove what their examples prove, however long the machine takes: no
+# per-example deadline and no "generation too slow" failure on a busy CI machine. The
+# example database stays at the project root (each test runs in a directory of its own).
+settings.register_profile(
+    "suite",
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    database=DirectoryBasedExampleDatabase(ROOT / ".hypothesis" / "examples"),
+)
+settings.load_profile("suite")
 
 USER_DIRECTORIES = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
 CALLER_SETTINGS = ("LONGCALL_LEDGER", "LONGCALL_TOKEN_DIR")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` (they start processes or servers) run first: on parallel
+    workers, the long ones then overlap each other instead of ending the run one by one
+    after the quick ones are done. (The order is the same in every worker, as xdist
+    requires.)"""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture

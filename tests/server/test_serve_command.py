@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 from conftest import ModernClient, announced, start_logged, wait_ready
 
@@ -35,7 +36,7 @@ async def test_port_zero_announces_the_port_it_chose(
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
-            process.wait(timeout=20)
+            process.wait(timeout=LOADED_MACHINE_S)
 
 
 async def test_max_open_tasks_is_the_limit_the_server_keeps(
@@ -59,7 +60,7 @@ async def test_max_open_tasks_is_the_limit_the_server_keeps(
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
-            process.wait(timeout=20)
+            process.wait(timeout=LOADED_MACHINE_S)
     assert refused.status_code == 429
     assert refused.json()["error"]["data"] == {"limit": 2}
 
@@ -85,7 +86,7 @@ def test_the_commands_defaults_are_the_servers() -> None:
 def test_an_open_task_limit_below_one_is_refused(argv: list[str]) -> None:
     """0 would refuse every task: both commands say so and exit non-zero, serving nothing."""
 
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=LOADED_MACHINE_S)
     assert done.returncode == 2
     assert "--max-open-tasks" in done.stderr
 
@@ -112,7 +113,9 @@ def test_the_servers_own_command_fails_in_one_line(
     """``python -m longcall.server`` with a value no server can use, or a store or
     address it cannot open: one line on stderr, no traceback, a non-zero exit."""
     argv = [sys.executable, "-m", "longcall.server", *args]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=LOADED_MACHINE_S, cwd=tmp_path
+    )
     assert done.returncode == code, done.stderr
     assert "Traceback" not in done.stderr
     assert fragment in done.stderr
