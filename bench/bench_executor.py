@@ -327,7 +327,7 @@ def scale() -> None:
         port = _free_port()
         store = f"sqlite:///{tmp}/tasks.db?synchronous=normal"
         process = subprocess.Popen(
-            [sys.executable, "-m", "longcall.server", "--store", store, "--port", str(port),
+            [sys.executable, "-m", "longcall", "serve", "--store", store, "--port", str(port),
              "--max-open-tasks", str(SCALE_OPS)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip

@@ -27,8 +27,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from longcall import walkthrough
 from longcall.ledger import SQLiteLedger
+from longcall.testing import scripted as walkthrough
 
 LIFECYCLES = 60
 ROUNDS = 5

@@ -4,9 +4,9 @@ The public caller API is here: :class:`Client` (async) and :class:`SyncClient` (
 scripts) make durable calls and return a :class:`CallResult`; input requests arrive as
 an :class:`InputRequest`. The tool side is :mod:`longcall.server`.
 
-The package is layered (DESIGN.md): ``core`` (pure decisions) at the bottom, then
-``ledger`` and ``adapters``, then ``runtime``, then ``client`` / ``server`` / ``sim``,
-then ``cli``.
+The package is layered (docs/design/layers.md): ``core`` (pure decisions) at the
+bottom, then ``ledger`` and ``adapters``, then ``runtime``, then ``client`` / ``server`` /
+``sim``, then ``testing``, then ``cli``.
 """
 
 from __future__ import annotations
@@ -36,7 +36,14 @@ _PUBLIC = {
     "ServerUnreachable": "longcall.client",
     "SyncClient": "longcall.client",
     "default_ledger_url": "longcall.client",
+    "AdapterError": "longcall.errors",
+    "ConflictError": "longcall.errors",
+    "IntegrityError": "longcall.errors",
     "LedgerUnavailable": "longcall.errors",
+    "LocalProtocolError": "longcall.errors",
+    "NotFoundError": "longcall.errors",
+    "UnavailableError": "longcall.errors",
+    "UsageError": "longcall.errors",
     "LongcallError": "longcall.errors",
     "MetricsPortUnavailable": "longcall.errors",
     "RequestDigestMismatch": "longcall.errors",
@@ -67,10 +74,17 @@ if TYPE_CHECKING:
     )
     from longcall.core import State, TerminalReceipt
     from longcall.errors import (
+        AdapterError,
+        ConflictError,
+        IntegrityError,
         LedgerUnavailable,
+        LocalProtocolError,
         LongcallError,
         MetricsPortUnavailable,
+        NotFoundError,
         RequestDigestMismatch,
+        UnavailableError,
+        UsageError,
     )
 
 
@@ -90,22 +104,27 @@ def __dir__() -> list[str]:
 
 
 __all__ = [
+    "AdapterError",
     "CallNodeConflict",
     "CallOutcome",
     "CallResult",
     "CancelOutcome",
     "Client",
     "ClientNotStarted",
+    "ConflictError",
     "DriverStopped",
     "InputField",
     "InputQuestion",
     "InputRequest",
+    "IntegrityError",
     "InvalidAnswer",
     "InvalidArguments",
     "LedgerMissing",
     "LedgerUnavailable",
+    "LocalProtocolError",
     "LongcallError",
     "MetricsPortUnavailable",
+    "NotFoundError",
     "NotWaitingForInput",
     "Progress",
     "RequestDigestMismatch",
@@ -113,6 +132,8 @@ __all__ = [
     "State",
     "SyncClient",
     "TerminalReceipt",
+    "UnavailableError",
+    "UsageError",
     "__version__",
     "default_ledger_url",
 ]

@@ -45,6 +45,7 @@ from longcall.core import (
 )
 from longcall.core import events as e
 from longcall.core.keys import canonical_json, digest_bytes, request_digest
+from longcall.core.states import UNSUBMITTED_STATES
 from longcall.errors import (
     CallNodeConflict,
     ClientNotStarted,
@@ -84,9 +85,9 @@ SUBMIT_WAIT_S = 120.0
 """``call(wait=False)`` returns once the server holds the operation, or after this long
 (the record is durable either way; a driver resolves an in-doubt create by its key)."""
 REACH_TIMEOUT_S = 5.0
+"""How long a reachability check of a server that failed negotiation may take."""
 CALLBACK_FLUSH_S = 5.0
 """At close, how long the callbacks of changes already seen may take to run."""
-"""How long a reachability check of a server that failed negotiation may take."""
 
 _T = TypeVar("_T")
 
@@ -589,7 +590,7 @@ class Client:
         picked up and the call carried on."""
         executor = self._driving()
         await executor.aadopt(node)
-        settled = _settled_for_an_operator if through_input else self._settled
+        settled = _is_settled if through_input else self._settled
         await self._until(node, settled, timeout_s)
         return await self._on_ledger(self.result, node)
 
@@ -776,7 +777,7 @@ class Client:
             raise ServerUnreachable(f"{server}: {type(exc).__name__}: {exc}") from exc
 
     def _settled(self, record: OperationRecord) -> bool:
-        if _settled_for_an_operator(record):
+        if record.is_settled:
             return True
         return (
             record.state is State.INPUT_REQUIRED
@@ -963,13 +964,12 @@ def _stopped(runner: asyncio.Task[None]) -> DriverStopped:
     return error
 
 
-def _settled_for_an_operator(record: OperationRecord) -> bool:
-    """Accepted, or waiting for an operator: an input round does not count."""
-    return record.is_terminal or record.state is State.RECONCILIATION_REQUIRED
+def _is_settled(record: OperationRecord) -> bool:
+    return record.is_settled
 
 
 def _submitted(record: OperationRecord) -> bool:
-    return record.state not in (State.SUBMITTING, State.SUBMISSION_UNKNOWN, State.NOT_FOUND_SAFE)
+    return record.state not in UNSUBMITTED_STATES
 
 
 def _question_for(request: InputRequest, key: str | None) -> InputQuestion:

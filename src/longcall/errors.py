@@ -13,22 +13,30 @@ The tree, and what a handler does with each branch::
     │   ├── UnsupportedLedgerURL    the ledger URL names no backend we have
     │   ├── RequestDigestMismatch   a call node asked again with another request (X2)
     │   ├── CallNodeConflict        a call node asked again at another server or protocol
+    │   ├── InvalidCallNode         a call node id that cannot be stored and shown as given
     │   ├── InvalidArguments        tool arguments that are not a plain JSON object
     │   ├── InvalidAnswer           an answer that does not fit its question's form (X4)
     │   ├── NotWaitingForInput      an answer for a node that waits for none, or not that key
     │   ├── NotReconcilable         a manual resolution the operation's state does not allow
-    │   └── ClientNotStarted        calling or waiting outside ``async with Client(...)``
+    │   ├── ClientNotStarted        calling or waiting outside ``async with Client(...)``
+    │   ├── ConfigError             the servers file cannot be read or names the impossible
+    │   ├── MissingCredential       a configured secret is not there (C1)
+    │   ├── AuthorizationFailed     an OAuth sign-in did not complete
+    │   └── UnknownMutant           a simulator mutant name that is not in the catalogue
     ├── LocalProtocolError       our own rules broken (a bug or a misuse here)
     │   ├── IllegalTransition       no edge for (state, event) in the table (L2)
-    │   └── StaleEvent              older than what the record knows: drop it
-    │       └── StaleEpoch          from another execution epoch (fencing, D1, R3)
+    │   ├── StaleEvent              older than what the record knows: drop it
+    │   │   └── StaleEpoch          from another execution epoch (fencing, D1, R3)
+    │   └── MissingResultPayload    an acceptance without the bytes its digest describes
     ├── ConflictError            a LOST RACE: somebody else wrote first (L4).
     │   │                        Re-read the row and decide again; never an outcome.
     │   ├── VersionConflict         the compare-and-set found another row version
     │   ├── DuplicateCallNode       the call node was created by someone else first
-    │   └── Fenced                  another worker took the operation over (its lease
-    │                               lapsed): the database refused the stale write, and
-    │                               the worker lets the operation go, never re-decides
+    │   ├── Fenced                  another worker took the operation over (its lease
+    │   │                           lapsed): the database refused the stale write, and
+    │   │                           the worker lets the operation go, never re-decides
+    │   └── SendWindowPassed        a request's send slot passed before it could leave:
+    │                               nothing was sent; the poll is planned again
     ├── IntegrityError           data that contradicts itself or what we hold. Never
     │   │                        retried: the operation goes to reconciliation with
     │   │                        this reason and a timer (X7).
@@ -40,22 +48,27 @@ The tree, and what a handler does with each branch::
     │   ├── CorruptRow              a stored row does not decode into a record
     │   └── SchemaTooNew            the store was written by a newer longcall
     ├── UnavailableError         something needed cannot be opened or reached: say which
-    │   ├── LedgerUnavailable       the ledger cannot be opened (C5)
+    │   ├── LedgerUnavailable       the ledger cannot be opened or used (C5)
     │   │   ├── LedgerMissing       nothing there, and this use must not create it
     │   │   └── LedgerRefused       an empty, truncated, foreign or damaged file
     │   ├── ServerUnreachable       the server cannot be reached (refused, no route, DNS)
+    │   ├── MetricsPortUnavailable  ``/metrics`` cannot be served on the port asked for
     │   └── DriverStopped           the driver stopped while a caller waited; the call
     │       │                       goes on and resumes with the next driver (X8, L7)
     │       └── ExecutorFailed      an error escaped the executor's loop
     ├── NotFoundError            the thing asked for does not exist locally
     │   └── UnknownCallNode
-    └── AdapterError             a protocol adapter could not be set up or was misused
-        ├── NegotiationFailed       the server answered no negotiation usably (X1)
-        ├── TaskSupportMissing      a long call where no task support is declared (X1)
-        ├── UnknownTool             the server does not list the tool
-        │   └── InvalidToolHeaders  its x-mcp-header declarations are invalid: excluded
-        ├── ToolNotAllowed          the servers file does not allow the tool here (C1)
-        └── AdapterDisabled         new operations on this adapter are switched off (P6)
+    ├── AdapterError             a protocol adapter could not be set up or was misused
+    │   ├── NegotiationFailed       the server answered no negotiation usably (X1)
+    │   ├── TaskSupportMissing      a long call where no task support is declared (X1)
+    │   ├── UnknownTool             the server does not list the tool
+    │   │   └── InvalidToolHeaders  its x-mcp-header declarations are invalid: excluded
+    │   ├── ToolNotAllowed          the servers file does not allow the tool here (C1)
+    │   └── AdapterDisabled         new operations on this adapter are switched off (P6)
+    └── LongcallServerError      the tool side's branch, drawn in longcall.server.errors
+
+A test (tests/test_error_tree.py) holds this drawing against the real classes: every
+subclass of the root is drawn, under its real parent, and nothing else is.
 
 Remote failures (a 429, a reset, a malformed body, a JSON-RPC error) are not
 exceptions: adapters turn them into core events, so the runtime has one path for them.
@@ -115,15 +128,27 @@ class ClientNotStarted(UsageError):
     """Calling or waiting needs the client's driver: ``async with Client(...)``."""
 
 
+class ConfigError(UsageError):
+    """The servers configuration cannot be read or names something impossible."""
+
+
+class MissingCredential(UsageError):
+    """A configured secret is not there (the variable is unset, the file is missing)."""
+
+
+class AuthorizationFailed(UsageError):
+    """The authorization step did not complete (declined, timed out, malformed)."""
+
+
+class UnknownMutant(UsageError):
+    """A simulator mutant name that is not in the catalogue."""
+
+
 # --- our own rules -----------------------------------------------------------------------
 
 
 class LocalProtocolError(LongcallError):
     """We were asked to do something our own rules forbid (a bug or a misuse here)."""
-
-
-class RemoteProtocolError(LongcallError):
-    """A peer sent something malformed or contradictory."""
 
 
 class IllegalTransition(LocalProtocolError):
@@ -152,6 +177,10 @@ class StaleEpoch(StaleEvent):
     """The event carries an execution epoch other than the record's (fencing, D1, R3)."""
 
 
+class MissingResultPayload(LocalProtocolError):
+    """An acceptance was attempted without the bytes its digest describes."""
+
+
 # --- lost races: re-read and decide again --------------------------------------------------
 
 
@@ -175,6 +204,12 @@ class Fenced(ConflictError):
     write. A lost race of a special kind: the stale worker lets the operation go
     instead of re-reading and deciding again.
     """
+
+
+class SendWindowPassed(ConflictError):
+    """The request's send slot passed before it could leave: nothing was sent (the
+    executor plans the poll again, with a new slot). Not a failure of the server: a race
+    with the clock, lost, and decided again like any other."""
 
 
 # --- integrity: to an operator, never a retry ------------------------------------------------
@@ -215,9 +250,6 @@ class SchemaTooNew(IntegrityError):
     """The store was written by a newer longcall; we do not downgrade it."""
 
 
-# --- opening a ledger ---------------------------------------------------------------------
-
-
 # --- what is needed cannot be reached ------------------------------------------------------
 
 
@@ -226,7 +258,8 @@ class UnavailableError(LongcallError):
 
 
 class LedgerUnavailable(UnavailableError):
-    """The ledger cannot be opened: missing, unreachable, read-only, or refused (C5)."""
+    """The ledger cannot be opened (missing, unreachable, read-only, refused: C5), or its
+    database failed while in use (locked past the busy timeout, the connection lost)."""
 
 
 class LedgerMissing(LedgerUnavailable):
@@ -309,9 +342,11 @@ __all__ = [
     "AcceptanceMismatch",
     "AdapterDisabled",
     "AdapterError",
+    "AuthorizationFailed",
     "BlobConflict",
     "CallNodeConflict",
     "ClientNotStarted",
+    "ConfigError",
     "ConflictError",
     "CorruptRow",
     "DigestMismatch",
@@ -324,6 +359,7 @@ __all__ = [
     "IntegrityError",
     "InvalidAnswer",
     "InvalidArguments",
+    "InvalidCallNode",
     "InvalidToolHeaders",
     "LedgerMissing",
     "LedgerRefused",
@@ -331,14 +367,16 @@ __all__ = [
     "LocalProtocolError",
     "LongcallError",
     "MetricsPortUnavailable",
+    "MissingCredential",
     "MissingPayload",
+    "MissingResultPayload",
     "NegotiationFailed",
     "NotFoundError",
     "NotReconcilable",
     "NotWaitingForInput",
-    "RemoteProtocolError",
     "RequestDigestMismatch",
     "SchemaTooNew",
+    "SendWindowPassed",
     "ServerUnreachable",
     "StaleEpoch",
     "StaleEvent",
@@ -346,6 +384,7 @@ __all__ = [
     "ToolNotAllowed",
     "UnavailableError",
     "UnknownCallNode",
+    "UnknownMutant",
     "UnknownTool",
     "UnsupportedLedgerURL",
     "UsageError",

@@ -17,7 +17,8 @@ from longcall.adapters.base import Adapter, Outcome, ToolBinding
 from longcall.core import OperationRecord, handle, new_operation
 from longcall.core.events import Event, ResultFetchStarted
 from longcall.core.keys import request_digest
-from longcall.server import LongcallServer, ServerOptions, build_reference_server, running_server
+from longcall.server import LongcallServer, build_reference_server, running_server
+from longcall.testing.faults import LoseCreateResponse
 
 WAIT_LIMIT_S = LOADED_MACHINE_S
 
@@ -54,10 +55,8 @@ async def served(tmp_path: Path) -> AsyncIterator[Served]:
 @pytest.fixture
 async def lossy(tmp_path: Path) -> AsyncIterator[Served]:
     """The reference server losing the HTTP response of its first task creation."""
-    server = build_reference_server(
-        store=str(tmp_path / "lossy.db"), options=ServerOptions(drop_create_response_at=1)
-    )
-    async with running_server(server) as url:
+    server = build_reference_server(store=str(tmp_path / "lossy.db"))
+    async with running_server(server, wrap=LoseCreateResponse) as url:
         yield Served(server=server, url=url)
 
 

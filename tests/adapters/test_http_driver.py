@@ -17,8 +17,9 @@ import httpx
 import pytest
 
 from longcall.adapters.exchange import HttpReply, HttpRequest, StreamWatch, TransportFailure
-from longcall.adapters.http import HttpDriver, SendWindowPassed, send_window
+from longcall.adapters.http import HttpDriver, send_window
 from longcall.core.retry import FailureKind
+from longcall.errors import SendWindowPassed
 
 pytestmark = pytest.mark.anyio
 URL = "http://driver.invalid/mcp"

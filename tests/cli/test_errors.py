@@ -21,8 +21,8 @@ from starlette.routing import Route
 from tests.bounds import LOADED_MACHINE_S
 from tests.protocols.conftest import serve_app
 
-from longcall.caller import ExitCode
 from longcall.cli import main
+from longcall.cli.common import ExitCode
 
 HTML_404 = (
     "<!DOCTYPE html><html><head><title>404</title></head><body><h1>Not Found</h1>\n</body></html>"
@@ -402,7 +402,7 @@ def test_what_the_simulator_and_the_metrics_say_cites_no_requirement_ids() -> No
     import longcall
 
     root = Path(longcall.__file__).parent
-    modules = ["sim/console.py", "sim/mutants.py", "sim/checks.py", "sim/world.py",
+    modules = ["cli/sim.py", "sim/mutants.py", "sim/checks.py", "sim/world.py",
                "sim/report.py", "runtime/metrics.py", "server/metrics.py"]  # fmt: skip
     found = []
     for module in modules:

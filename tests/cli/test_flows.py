@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 from tests.e2e.conftest import Fault, FaultLayer, serve
 
-from longcall.caller import ExitCode
+from longcall.cli.common import ExitCode
 from longcall.server import build_reference_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]

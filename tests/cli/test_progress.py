@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from longcall.caller import ProgressView
+from longcall.cli.show import ProgressView
 from longcall.client import Progress, fraction_of
 
 

@@ -1,5 +1,5 @@
-"""The core stays pure (DESIGN.md): no clock, randomness, I/O, concurrency or third-party
-import, and no ``await`` or ``async def``, in any module of ``src/longcall/core``.
+"""The core stays pure (docs/design/layers.md): no clock, randomness, I/O, concurrency or
+third-party import, and no ``await`` or ``async def``, in any module of ``src/longcall/core``.
 """
 
 from __future__ import annotations

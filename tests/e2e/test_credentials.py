@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 
 from longcall.adapters.routing import Connector
-from longcall.adapters.servers import ConfigError, MissingCredential, load_servers
+from longcall.adapters.servers import load_servers
 from longcall.core import State
-from longcall.errors import ToolNotAllowed
+from longcall.errors import ConfigError, MissingCredential, ToolNotAllowed
 from longcall.ledger import SQLiteLedger
 from longcall.runtime.executor import Executor
 from longcall.server import build_reference_server
@@ -137,8 +137,10 @@ OAUTH_REFUSED = [
         "client-credentials assertions only",
     ),
     (
-        '{ type = "oauth", client_id = "c", client_secret_env = "S", private_key_env = "K",'
-        ' grant = "client_credentials" }',
+        (
+            '{ type = "oauth", client_id = "c", client_secret_env = "S", private_key_env = "K",'
+            ' grant = "client_credentials" }'
+        ),
         "not both",
     ),
     (
@@ -146,13 +148,17 @@ OAUTH_REFUSED = [
         "one of client_secret_env",
     ),
     (
-        '{ type = "oauth", client_id = "c", client_secret_env = "S",'
-        ' token_endpoint_auth_method = "private_key_jwt" }',
+        (
+            '{ type = "oauth", client_id = "c", client_secret_env = "S",'
+            ' token_endpoint_auth_method = "private_key_jwt" }'
+        ),
         "token_endpoint_auth_method must be one of",
     ),
     (
-        '{ type = "oauth", client_id = "c", grant = "client_credentials",'
-        ' private_key_env = "K", signing_algorithm = "none" }',
+        (
+            '{ type = "oauth", client_id = "c", grant = "client_credentials",'
+            ' private_key_env = "K", signing_algorithm = "none" }'
+        ),
         "signing_algorithm must be one of",
     ),
     ('{ type = "oauth", client_id = "c", signing_algorithm = "ES256" }', "applies to a private"),

@@ -72,7 +72,7 @@ def test_a_failed_check_says_which_and_why() -> None:
     """A failing check prints ✗, its name and why, and the run ends FAILED (exit 1)."""
     from rich.console import Console
 
-    from longcall import demo
+    from longcall.cli import demo  # the module
 
     console = Console(record=True, width=200)
     checks = [demo.Check("one receipt per call node", False, "without a receipt: ['x']")]

@@ -13,8 +13,8 @@ import signal
 import sys
 from collections.abc import Iterator
 
-from longcall import walkthrough
 from longcall.ledger import SQLiteLedger
+from longcall.testing import scripted as walkthrough
 
 
 class KillingLedger(SQLiteLedger):

@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from longcall import walkthrough
 from longcall.core import OperationRecord, ResultKind, ServerStatus, State, TerminalReceipt
 from longcall.core.record import evolve
 from longcall.ledger import CorruptRow, SQLiteLedger, codec
+from longcall.testing import scripted as walkthrough
 
 
 def test_dumps_is_the_sorted_canonical_json_and_round_trips() -> None:

@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 from tests.bounds import LOADED_MACHINE_S
 
-from longcall import walkthrough
 from longcall.core import TERMINAL_STATES, TRANSITIONS, State
 from longcall.core.keys import digest_bytes
 from longcall.ledger import SQLiteLedger
+from longcall.testing import scripted as walkthrough
 
 CHILD = Path(__file__).with_name("crash_child.py")
 

@@ -18,6 +18,7 @@ from longcall.server import LongcallServer, running_server
 from longcall.server.aip151 import mount_aip151
 from longcall.server.examples import register_reference_tools
 from longcall.server.model import ProtocolVersion
+from longcall.testing.faults import LoseCreateResponse
 
 pytestmark = pytest.mark.anyio
 CALL_TIMEOUT_S = LOADED_MACHINE_S
@@ -32,8 +33,8 @@ async def lossy(tmp_path: Path) -> AsyncIterator[tuple[str, LongcallServer]]:
     """A reference server whose first AIP-151 start response is dropped (task created)."""
     server = LongcallServer(store=str(tmp_path / "tasks.db"))
     register_reference_tools(server)
-    mount_aip151(server, drop_start_response_at=1)
-    async with running_server(server) as url:
+    mount_aip151(server)
+    async with running_server(server, wrap=LoseCreateResponse) as url:
         yield url.removesuffix("/mcp") + "/v1", server
 
 

@@ -135,18 +135,24 @@ async def test_null_id_media_types_and_accept(
     [
         (DEEP, "nested deeper"),
         (
-            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo",'
-            b'"arguments":{"text":"\\ud800"}}}',
+            (
+                b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"echo",'
+                b'"arguments":{"text":"\\ud800"}}}'
+            ),
             "surrogate",
         ),
         (
-            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x",'
-            b'"arguments":{"n":1e400}}}',
+            (
+                b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x",'
+                b'"arguments":{"n":1e400}}}'
+            ),
             "out of range",
         ),
         (
-            b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x",'
-            b'"arguments":{"n":NaN}}}',
+            (
+                b'{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"x",'
+                b'"arguments":{"n":NaN}}}'
+            ),
             "NaN",
         ),
         (

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from typing import Any
 
@@ -343,12 +344,12 @@ async def test_dropped_create_response_is_recoverable_by_key(
     http: httpx.AsyncClient, store_path: str
 ) -> None:
     """The create-drop fault loses the response of the Nth creation; the task exists (lookup)."""
-    from longcall.server import ServerOptions, build_reference_server
+    from longcall.server import build_reference_server
+    from longcall.testing.faults import LoseCreateResponse
 
-    server = build_reference_server(
-        store=store_path, options=ServerOptions(drop_create_response_at=2)
-    )
-    async with running_server(server) as url:
+    server = build_reference_server(store=store_path)
+    second = functools.partial(LoseCreateResponse, nth=2)
+    async with running_server(server, wrap=second) as url:
         client = ModernClient(http, url)
         await client.create("crawl", {"pages": 0, "items_per_page": 0})
         meta = {SUBMISSION_KEY: "lost-response"}

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 import anyio
+import anyio.lowlevel
 import httpx
 import pytest
 
@@ -64,7 +65,9 @@ async def test_modern_cancel_versus_completion(http: httpx.AsyncClient, store_pa
 async def test_legacy_cancel_answer_matches_the_final_status(
     http: httpx.AsyncClient, store_path: str
 ) -> None:
-    """2025-11-25: a cancelled answer means cancelled forever; a -32602 means the completion won."""
+    """2025-11-25: a cancelled answer means cancelled forever; a -32602 means the completion
+    won. A third of the rounds make cancel win, a third make completion win, the rest
+    race: both answers must be seen, each with its final status."""
     gates: dict[str, asyncio.Event] = {}
     server = racing_server(store_path, gates)
     outcomes: set[str] = set()
@@ -73,9 +76,18 @@ async def test_legacy_cancel_answer_matches_the_final_status(
         for round_index in range(ROUNDS):
             name = f"l{round_index}"
             task = await client.create("race", {"name": name})
-            gates.setdefault(name, asyncio.Event()).set()
+            gate = gates.setdefault(name, asyncio.Event())
+            made = round_index % 3
+            if made == 1:  # completion first: the tool has returned before the cancel
+                gate.set()
+                await _until_terminal(client, task["taskId"])
+            elif made == 2:  # a race: the tool returns as the cancel arrives
+                gate.set()
             payload = (await client.post("tasks/cancel", {"taskId": task["taskId"]})).json()
+            gate.set()  # the cancel-first rounds let the tool go only now
             final = await client.result("tasks/get", {"taskId": task["taskId"]})
+            expected = {0: "cancelled", 1: "completed"}.get(made)
+            assert expected is None or final["status"] == expected, (made, final)
             if "result" in payload:
                 assert payload["result"]["status"] == final["status"] == "cancelled"
             else:
@@ -84,6 +96,19 @@ async def test_legacy_cancel_answer_matches_the_final_status(
             outcomes.add(final["status"])
             result = await client.final(task["taskId"])
             assert ("error" in result) == (final["status"] == "cancelled")
+    assert outcomes == {"cancelled", "completed"}
+
+
+STATUS_READS_MAX = 2_000
+
+
+async def _until_terminal(client: LegacyClient, task_id: str) -> None:
+    """Read the task until its status is terminal (bounded: a tool that returned at once)."""
+    for _ in range(STATUS_READS_MAX):
+        if (await client.result("tasks/get", {"taskId": task_id}))["status"] in TERMINAL:
+            return
+        await anyio.lowlevel.checkpoint()
+    raise AssertionError(f"task {task_id} did not end after {STATUS_READS_MAX} reads")
 
 
 def test_store_cas_between_two_connections(tmp_path: Any) -> None:

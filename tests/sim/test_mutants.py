@@ -10,7 +10,8 @@ from longcall.adapters.mcp import modern
 from longcall.cli import main
 from longcall.core import events as e
 from longcall.core import machine
-from longcall.sim.mutants import MUTANTS, UnknownMutant, applied, catch_table, mutant
+from longcall.errors import UnknownMutant
+from longcall.sim.mutants import MUTANTS, applied, catch_table, mutant
 
 REQUIRED = {
     "poll-floor-removed",

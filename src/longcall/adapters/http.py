@@ -42,6 +42,7 @@ from longcall.adapters.exchange import (
 )
 from longcall.adapters.sse import LineTooLong, SseDecoder
 from longcall.core.retry import FailureKind
+from longcall.errors import SendWindowPassed
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
 _T = TypeVar("_T")
@@ -75,11 +76,6 @@ _SEND_WINDOW: contextvars.ContextVar[SendWindow | None] = contextvars.ContextVar
 )
 
 
-class SendWindowPassed(Exception):
-    """The request's send slot passed before it could leave: nothing was sent (the
-    executor plans the poll again, with a new slot). Not a failure of the server."""
-
-
 @contextlib.contextmanager
 def send_window(may_leave: Callable[[], bool]) -> Iterator[SendWindow]:
     """Within this block (this task), the next request the driver sends leaves only if
@@ -104,7 +100,7 @@ def _window_trace(window: SendWindow) -> Callable[[str, object], Awaitable[None]
 
 
 def failure_of_exception(exc: BaseException) -> TransportFailure:
-    """Translate an httpx exception once, at the boundary (DESIGN.md)."""
+    """Translate an httpx exception once, at the boundary (docs/design/layers.md)."""
     name = type(exc).__name__
     detail = f"{name}: {exc}" if str(exc) else name
     if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout):

@@ -48,15 +48,11 @@ from mcp.shared.auth import (
 )
 
 from longcall.adapters.servers import OAuthClient
-from longcall.errors import UsageError
+from longcall.errors import AuthorizationFailed
 
 CALLBACK_WAIT_S = 300.0
 """How long the one-shot listener waits for the person's browser to come back."""
 CLIENT_NAME = "longcall"
-
-
-class AuthorizationFailed(UsageError):
-    """The authorization step did not complete (declined, timed out, malformed)."""
 
 
 class FileTokenStorage:

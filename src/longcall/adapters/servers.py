@@ -50,7 +50,7 @@ from urllib.parse import urlsplit
 
 import platformdirs
 
-from longcall.errors import UsageError
+from longcall.errors import ConfigError, MissingCredential
 
 SERVERS_ENV = "LONGCALL_SERVERS"
 """The servers file to read when none is named."""
@@ -76,14 +76,6 @@ _OAUTH_CLIENT_KEYS = {
     "signing_algorithm",
     "token_endpoint_auth_method",
 }
-
-
-class ConfigError(UsageError):
-    """The servers configuration cannot be read or names something impossible."""
-
-
-class MissingCredential(UsageError):
-    """A configured secret is not there (the variable is unset, the file is missing)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,7 +1,7 @@
 """The pure core: records, states, events, commands, the machine and its policies.
 
 Nothing in this package reads a clock, draws a random number, awaits, or touches a
-file or socket (DESIGN.md; enforced by ruff's banned-api rule and import-linter).
+file or socket (docs/design/layers.md; enforced by ruff's banned-api rule and import-linter).
 ``now`` and every random draw are arguments, so the simulator replays it exactly.
 The error types it raises live in :mod:`longcall.errors` (the one tree) and are
 re-exported here for the core's callers.
@@ -34,7 +34,6 @@ from longcall.errors import (
     LocalProtocolError,
     LongcallError,
     NotFoundError,
-    RemoteProtocolError,
     RequestDigestMismatch,
     StaleEpoch,
     StaleEvent,
@@ -57,7 +56,6 @@ __all__ = [
     "NotFoundError",
     "OperationRecord",
     "Policy",
-    "RemoteProtocolError",
     "RequestDigestMismatch",
     "ResultKind",
     "ServerStatus",

@@ -1,4 +1,4 @@
-"""Commands: imperatives the machine returns for a driver to carry out (DESIGN.md).
+"""Commands: imperatives the machine returns for a driver to carry out (docs/design/layers.md).
 
 A command says what to do and, where it matters, not before when (``at``, on the
 driver's clock). The driver persists the new record *before* carrying out any

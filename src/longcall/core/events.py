@@ -1,4 +1,4 @@
-"""Events: past-tense facts fed into the machine (DESIGN.md).
+"""Events: past-tense facts fed into the machine (docs/design/layers.md).
 
 Adapters turn wire messages into these; the runtime adds local facts (a cancel
 asked for, an answer given, an executor claiming the operation). An event never

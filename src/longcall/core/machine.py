@@ -212,7 +212,7 @@ def recovery_event(record: OperationRecord) -> e.Event | None:
 
 def next_deadline(record: OperationRecord) -> float | None:
     """When the driver must wake up for this record next (None: only an event wakes it)."""
-    if record.is_terminal or record.state is State.RECONCILIATION_REQUIRED:
+    if record.is_settled:
         return None
     if record.state is State.INPUT_REQUIRED and record.input_keys_pending:
         return record.input_deadline_at

@@ -12,7 +12,7 @@ import dataclasses
 import enum
 from collections.abc import Callable
 
-from longcall.core.states import TERMINAL_STATES, State
+from longcall.core.states import SETTLED_STATES, TERMINAL_STATES, State
 
 RECORD_SCHEMA = "toolOperation.v1"
 
@@ -130,6 +130,11 @@ class OperationRecord:
     @property
     def is_terminal(self) -> bool:
         return self.state in TERMINAL_STATES
+
+    @property
+    def is_settled(self) -> bool:
+        """Nothing more happens without an operator: accepted, or handed to one."""
+        return self.state in SETTLED_STATES
 
     def polling_ended_by(self, now: float) -> str | None:
         """What ends polling at ``now`` (X3): ``"wait budget"``, ``"expiry"``, or None

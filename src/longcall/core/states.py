@@ -56,6 +56,20 @@ class State(enum.Enum):
 
 
 TERMINAL_STATES: frozenset[State] = frozenset({State.ACCEPTED, State.CANCELLED_ACCEPTED})
+SETTLED_STATES: frozenset[State] = TERMINAL_STATES | {State.RECONCILIATION_REQUIRED}
+"""Nothing more happens without an operator: accepted, or handed to one (X7). An input
+round is not settled: the tool goes on once it is answered."""
+UNSUBMITTED_STATES: frozenset[State] = frozenset(
+    {State.SUBMITTING, State.SUBMISSION_UNKNOWN, State.NOT_FOUND_SAFE}
+)
+"""No server operation is known yet (X2): nothing to poll or cancel at the server."""
+NOT_POLLING_STATES: frozenset[State] = UNSUBMITTED_STATES | {
+    State.TERMINAL_OBSERVED,
+    State.FETCHING_RESULT,
+    State.RECONCILIATION_REQUIRED,
+}
+"""No status poll may go out (X3, X4, X6): a poll planned earlier is obsolete there
+(found by the simulator: a stray poll after the terminal was observed)."""
 
 S = State
 _PRE_ID = (S.SUBMITTING, S.NOT_FOUND_SAFE)

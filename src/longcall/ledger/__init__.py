@@ -5,7 +5,7 @@
 ``sqlite://:memory:``, or ``postgresql://user@host:5432/db`` (also ``postgres://``;
 optionally ``?schema=name``, every other option goes to libpq). This package imports
 only ``longcall.core`` (and psycopg, lazily, for PostgreSQL) and never an adapter
-(DESIGN.md import direction).
+(docs/design/layers.md).
 """
 
 from __future__ import annotations

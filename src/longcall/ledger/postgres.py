@@ -7,7 +7,7 @@ translated to psycopg's ``%s`` here). The rules that decide whether an update or
 acceptance is allowed are :func:`~longcall.ledger.base.check_update` and
 :func:`~longcall.ledger.base.check_acceptance`, shared with the SQLite backend. It
 must not decide anything those functions decide, and must not import anything above
-``longcall.core`` (DESIGN.md import direction).
+``longcall.core`` (docs/design/layers.md).
 
 Every write is one transaction. A transition reads its row ``FOR UPDATE`` (so two
 writers of one call node queue up instead of both reading the old version), checks it,
@@ -32,6 +32,7 @@ import psycopg
 from psycopg import sql
 
 from longcall.core import OperationRecord, TerminalReceipt
+from longcall.errors import LedgerUnavailable
 from longcall.ledger import codec
 from longcall.ledger.base import check_update, utc_now_iso
 from longcall.ledger.sql import Params, SqlLedger
@@ -264,11 +265,22 @@ class PostgresLedger(SqlLedger):
 
     # --- the driver ------------------------------------------------------------------
 
+    _RUNTIME_ERRORS = (psycopg.OperationalError,)
+
     @contextlib.contextmanager
     def _write(self) -> Iterator[psycopg.Connection[Any]]:
         """One write transaction; the lock serialises threads sharing this connection."""
-        with self._lock, self._conn.transaction():
-            yield self._conn
+        try:
+            with self._lock, self._conn.transaction():
+                yield self._conn
+        except psycopg.OperationalError as exc:
+            raise self._unavailable(exc) from exc
+
+    def _unavailable(self, exc: Exception) -> LedgerUnavailable:
+        """A run-time failure of the server (the connection lost, the server shutting
+        down), translated where it enters; the schema is named, never the DSN (it may
+        hold a password)."""
+        return LedgerUnavailable(f"the ledger in schema {self.schema!r} failed: {exc}")
 
     def _execute(
         self, conn: psycopg.Connection[Any], query: str, params: Params | None = None

@@ -42,6 +42,7 @@ from longcall.errors import (
     DuplicateCallNode,
     LedgerMissing,
     LedgerRefused,
+    LedgerUnavailable,
     LocalProtocolError,
     SchemaTooNew,
     VersionConflict,
@@ -227,9 +228,17 @@ class SqlLedger(Ledger):
 
     # --- what each backend supplies -------------------------------------------------
 
+    _RUNTIME_ERRORS: ClassVar[tuple[type[Exception], ...]]
+    """The driver's errors of a database that fails while in use (translated at the edge)."""
+
     @abc.abstractmethod
     def _write(self) -> AbstractContextManager[Any]:
-        """One write transaction, yielding its connection; serialised by ``_lock``."""
+        """One write transaction, yielding its connection; serialised by ``_lock``. A
+        run-time failure of the database leaves it as :class:`LedgerUnavailable`."""
+
+    @abc.abstractmethod
+    def _unavailable(self, exc: Exception) -> LedgerUnavailable:
+        """The driver's run-time failure ``exc`` as the ledger's own error."""
 
     @abc.abstractmethod
     def _execute(self, conn: Any, query: str, params: Params | None = None) -> Any:
@@ -305,7 +314,10 @@ class SqlLedger(Ledger):
 
     def _read(self, query: str, params: Params = ()) -> list[Row]:
         with self._lock:
-            rows: list[Row] = self._execute(self._conn, query, params).fetchall()
+            try:
+                rows: list[Row] = self._execute(self._conn, query, params).fetchall()
+            except self._RUNTIME_ERRORS as exc:
+                raise self._unavailable(exc) from exc
             return rows
 
     def _records(self, query: str, params: Params = ()) -> list[OperationRecord]:

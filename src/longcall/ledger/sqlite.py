@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from longcall.core import TERMINAL_STATES, OperationRecord, TerminalReceipt
-from longcall.errors import LedgerRefused, VersionConflict
+from longcall.errors import LedgerRefused, LedgerUnavailable, VersionConflict
 from longcall.ledger import codec
 from longcall.ledger.base import check_update, utc_now_iso
 from longcall.ledger.sql import TERMINAL_VALUES, Params, SqlLedger, marks
@@ -207,39 +207,59 @@ class _WriteTransaction:
     write passes here, and the generator's set-up and teardown were a measurable share
     of a write's Python (L4's CPU path)."""
 
-    __slots__ = ("_conn", "_lock")
+    __slots__ = ("_conn", "_lock", "_path")
 
-    def __init__(self, conn: sqlite3.Connection, lock: contextlib.AbstractContextManager[Any]):
+    def __init__(
+        self, conn: sqlite3.Connection, lock: contextlib.AbstractContextManager[Any], path: str
+    ):
         self._conn = conn
         self._lock = lock
+        self._path = path
 
     def __enter__(self) -> sqlite3.Connection:
         self._lock.__enter__()
         try:
             self._conn.execute("BEGIN IMMEDIATE")
+        except sqlite3.OperationalError as exc:
+            self._lock.__exit__(None, None, None)
+            raise unavailable(self._path, exc) from exc
         except BaseException:
             self._lock.__exit__(None, None, None)
             raise
         return self._conn
 
-    def __exit__(self, kind: type[BaseException] | None, *_: object) -> None:
+    def __exit__(self, kind: type[BaseException] | None, value: object, _tb: object) -> None:
         try:
             if kind is None:
                 try:
                     self._conn.execute("COMMIT")
-                except BaseException:
+                except BaseException as exc:
                     # A failed COMMIT may leave the transaction open; the next BEGIN
                     # on this connection would fail with it.
                     self._rollback()
+                    if isinstance(exc, sqlite3.OperationalError):
+                        raise unavailable(self._path, exc) from exc
                     raise
             else:
                 self._rollback()
+                if isinstance(value, sqlite3.OperationalError):
+                    # Raised here, it replaces the driver's error (translated at the edge).
+                    raise unavailable(self._path, value) from value
         finally:
             self._lock.__exit__(None, None, None)
 
     def _rollback(self) -> None:
         if self._conn.in_transaction:  # an error may have ended it already
             self._conn.execute("ROLLBACK")
+
+
+def unavailable(path: str, exc: sqlite3.OperationalError) -> LedgerUnavailable:
+    """A run-time failure of the SQLite file (locked past the busy timeout, a full disk,
+    an I/O error), translated where it enters: the ledger, not the driver, is named."""
+    text = str(exc)
+    if "locked" in text or "busy" in text:
+        return LedgerUnavailable(f"the ledger {path} is locked by another process: {text}")
+    return LedgerUnavailable(f"the ledger {path} failed: {text}")
 
 
 class SQLiteLedger(SqlLedger):
@@ -305,9 +325,15 @@ class SQLiteLedger(SqlLedger):
 
     # --- the driver ------------------------------------------------------------------
 
+    _RUNTIME_ERRORS = (sqlite3.OperationalError,)
+
+    def _unavailable(self, exc: Exception) -> LedgerUnavailable:
+        assert isinstance(exc, sqlite3.OperationalError)
+        return unavailable(self.path, exc)
+
     def _write(self) -> _WriteTransaction:
         """One write transaction; the lock serialises threads sharing this connection."""
-        return _WriteTransaction(self._conn, self._lock)
+        return _WriteTransaction(self._conn, self._lock, self.path)
 
     def _execute(
         self, conn: sqlite3.Connection, query: str, params: Params | None = None

@@ -56,6 +56,7 @@ from longcall.core.keys import canonical_json, check_call_node_id, request_diges
 from longcall.core.record import evolve
 from longcall.core.retry import CircuitBreaker, FailureKind
 from longcall.core.schedule import TokenBucket, WindowLimit, poll_delay_s
+from longcall.core.states import NOT_POLLING_STATES
 from longcall.errors import (
     ConflictError,
     IllegalTransition,
@@ -92,18 +93,6 @@ _PRIORITY = {cls.__name__: rank for rank, cls in enumerate(_REQUEST_COMMANDS)}
 # all draw send slots from the server's one budget (X3) — a result fetch is a
 # ``tasks/get`` too in 2026-07-28, and the server's load is what the cap protects.
 _BUDGETED = frozenset({"Poll", "FetchResult"})
-# States in which no status poll may go out (X3, X4, X6): a poll planned earlier is
-# obsolete there (found by the simulator: a stray poll after the terminal was observed).
-_NOT_POLLING = frozenset(
-    {
-        State.SUBMITTING,
-        State.SUBMISSION_UNKNOWN,
-        State.NOT_FOUND_SAFE,
-        State.TERMINAL_OBSERVED,
-        State.FETCHING_RESULT,
-        State.RECONCILIATION_REQUIRED,
-    }
-)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -239,10 +228,11 @@ class Engine:
         self.wanted: set[str] = set()
         self._lease_until = -math.inf
         self.last_census: Census | None = None
+        """What the last claim round saw of the whole ledger (a worker only)."""
         self.external_heartbeat = False
         """True when the driver renews the lease from its own thread (:meth:`heartbeat`)."""
         self._lapsed_at: float | None = None
-        """What the last claim round saw of the whole ledger (a worker only)."""
+        """When the heartbeat found the lease lapsed, until the next claim round counts it."""
         self._held_back = False
         """:meth:`due` found the lease too short to send: nothing is due (and
         :meth:`next_wakeup` plans no request) until the lease is renewed."""
@@ -1068,7 +1058,7 @@ class Engine:
             f"node ({', '.join(sorted(r.call_node_id for r in holders))})"
         )
         for holder in holders:
-            if holder.is_terminal or holder.state is State.RECONCILIATION_REQUIRED:
+            if holder.is_settled:
                 continue
             self._forget_timers(holder.call_node_id)
             # From the stored row, whoever holds it in memory: a lost race is a
@@ -1196,7 +1186,7 @@ class Engine:
         """Hand an operation whose data contradicts itself to an operator (X7), from the
         stored row (whoever holds it in memory)."""
         fresh = self.ledger.find(record.call_node_id)
-        if fresh is None or fresh.is_terminal or fresh.state is State.RECONCILIATION_REQUIRED:
+        if fresh is None or fresh.is_settled:
             return
         self._forget_timers(fresh.call_node_id)
         self._apply_and_plan(fresh, e.ReconciliationEscalated(reason=reason), now=now)
@@ -1218,7 +1208,7 @@ class Engine:
             self.records.pop(record.call_node_id, None)
             self._forget_timers(record.call_node_id)
             self._last_poll_at.pop(record.call_node_id, None)
-        elif record.state in _NOT_POLLING or (
+        elif record.state in NOT_POLLING_STATES or (
             record.state is State.INPUT_REQUIRED and record.input_keys_pending
         ):
             self._pending.pop((record.call_node_id, "Poll"), None)

@@ -50,7 +50,7 @@ from typing import Any, TypeVar
 
 from longcall.adapters.base import Adapter, AdapterError, Outcome, ToolBinding
 from longcall.adapters.exchange import TransportFailure
-from longcall.adapters.http import SendWindowPassed, send_window
+from longcall.adapters.http import send_window
 from longcall.adapters.mcp.client import McpAdapter
 from longcall.adapters.oauth import default_token_dir
 from longcall.adapters.outcomes import failure_outcome
@@ -67,7 +67,7 @@ from longcall.core.commands import (
     SendSubmit,
 )
 from longcall.core.retry import FailureKind
-from longcall.errors import AdapterDisabled, ExecutorFailed, LongcallError
+from longcall.errors import AdapterDisabled, ExecutorFailed, LongcallError, SendWindowPassed
 from longcall.ledger import CLIENT, WORKER, AdapterPlan, Ledger
 from longcall.runtime.engine import (
     Action,
@@ -440,7 +440,7 @@ class Executor:
         Raises ExecutorFailed if the loop stops on an error meanwhile."""
         self._raise_if_failed()
         record = await self._off_loop(self.ledger.get, call_node_id)
-        if _finished(record) or call_node_id in self._escalated:
+        if record.is_settled or call_node_id in self._escalated:
             return record
         self._raise_if_failed()  # the loop may have failed meanwhile: never wait on it
         future: asyncio.Future[OperationRecord] = asyncio.get_running_loop().create_future()
@@ -603,7 +603,7 @@ class Executor:
                 if record is not None and record.version != self._watched_versions.get(node):
                     self._watched_versions[node] = record.version
                     changed.append(node)
-                if record is None or _finished(record):
+                if record is None or record.is_settled:
                     self._watched.discard(node)
                     self._watched_versions.pop(node, None)
                     if record is not None:
@@ -924,11 +924,6 @@ class Executor:
             return
         message = getattr(outcome.event, "status_message", None)
         self.on_progress(call_node_id, outcome.progress, message)
-
-
-def _finished(record: OperationRecord) -> bool:
-    """Nothing more will happen without an operator: accepted, or escalated (X7)."""
-    return record.is_terminal or record.state is State.RECONCILIATION_REQUIRED
 
 
 def _failure(

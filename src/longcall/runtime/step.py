@@ -13,12 +13,8 @@ from __future__ import annotations
 from longcall.core import DEFAULT_POLICY, OperationRecord, Policy, Transition, handle
 from longcall.core.commands import AcceptTerminal
 from longcall.core.events import Event
-from longcall.errors import LocalProtocolError
+from longcall.errors import MissingResultPayload
 from longcall.ledger import Ledger
-
-
-class MissingResultPayload(LocalProtocolError):
-    """An acceptance was attempted without the bytes its digest describes."""
 
 
 def commit(

@@ -42,12 +42,12 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
-from starlette.types import Receive, Scope, Send
 
 from longcall.server.app import LongcallServer
 from longcall.server.errors import (
+    ApiError,
     InvalidParams,
-    LongcallServerError,
+    Refused,
     StoreUnavailable,
     TaskNotFound,
     TooManyOpenTasks,
@@ -55,14 +55,12 @@ from longcall.server.errors import (
 from longcall.server.front import (
     REASON_STORE_UNAVAILABLE,
     STORE_RETRY_AFTER_S,
-    Refused,
     admit,
     parse_json,
     read_body,
     require_json_body,
 )
 from longcall.server.model import Principal, ProtocolVersion, TaskRecord, TaskStatus
-from longcall.server.options import CreateFaultPlan
 
 logger = logging.getLogger(__name__)
 
@@ -110,49 +108,29 @@ JSONRPC_TO_RPC_CODE = {-32602: INVALID_ARGUMENT, -32601: 12}
 _DURATION = re.compile(r"^(\d+(?:\.\d+)?)s$")
 
 
-class ApiError(LongcallServerError):
-    """An error answered in the AIP-193 envelope with the matching HTTP status."""
+def api_error_of_refusal(refusal: Refused) -> ApiError:
+    """A refusal of the front door in this facade's envelope (same HTTP status)."""
+    code = CODE_OF_HTTP.get(refusal.status, INVALID_ARGUMENT)
+    return ApiError(code, refusal.message, http_status=refusal.status, headers=refusal.headers)
 
-    def __init__(
-        self,
-        code: int,
-        message: str,
-        reason: str | None = None,
-        *,
-        http_status: int | None = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.reason = reason
-        self.http_status = http_status
-        self.headers = dict(headers or {})
 
-    @classmethod
-    def refused(cls, refusal: Refused) -> ApiError:
-        """A refusal of the front door in this facade's envelope (same HTTP status)."""
-        code = CODE_OF_HTTP.get(refusal.status, INVALID_ARGUMENT)
-        return cls(code, refusal.message, http_status=refusal.status, headers=refusal.headers)
-
-    def response(self) -> JSONResponse:
-        http_status, status = HTTP_OF_CODE.get(self.code, (500, "INTERNAL"))
-        if self.http_status is not None:
-            http_status = self.http_status
-        details: list[dict[str, Any]] = []
-        if self.reason is not None:
-            details.append(
-                {"@type": ERROR_INFO_TYPE, "reason": self.reason, "domain": ERROR_DOMAIN}
-            )
-        body = {
-            "error": {
-                "code": http_status,
-                "message": self.message,
-                "status": status,
-                "details": details,
-            }
+def api_error_response(error: ApiError) -> JSONResponse:
+    """The error in the AIP-193 envelope, with the matching HTTP status."""
+    http_status, status = HTTP_OF_CODE.get(error.code, (500, "INTERNAL"))
+    if error.http_status is not None:
+        http_status = error.http_status
+    details: list[dict[str, Any]] = []
+    if error.reason is not None:
+        details.append({"@type": ERROR_INFO_TYPE, "reason": error.reason, "domain": ERROR_DOMAIN})
+    body = {
+        "error": {
+            "code": http_status,
+            "message": error.message,
+            "status": status,
+            "details": details,
         }
-        return JSONResponse(body, status_code=http_status, headers=self.headers)
+    }
+    return JSONResponse(body, status_code=http_status, headers=error.headers)
 
 
 def operation_name(task_id: str) -> str:
@@ -246,13 +224,10 @@ def _first_text(result: Mapping[str, Any]) -> str | None:
 class Aip151Facade:
     """The AIP-151 HTTP/JSON facade of one :class:`LongcallServer` (S8)."""
 
-    def __init__(
-        self, server: LongcallServer, *, drop_start_response_at: int | None = None
-    ) -> None:
+    def __init__(self, server: LongcallServer) -> None:
         self.server = server
         self.manager = server.manager
         self.registry = server.registry
-        self._faults = CreateFaultPlan(drop_start_response_at)
 
     def routes(self) -> list[Route]:
         return [Route(PREFIX + "/{rest:path}", self.endpoint, methods=["GET", "POST", "DELETE"])]
@@ -264,16 +239,17 @@ class Aip151Facade:
             return await self._route(request, admitted.principal)
         except Refused as exc:
             self.server.metrics.observe_refused(exc.reason)
-            return ApiError.refused(exc).response()
+            return api_error_response(api_error_of_refusal(exc))
         except ApiError as exc:
-            return exc.response()
+            return api_error_response(exc)
         except StoreUnavailable as exc:
             self.server.metrics.observe_refused(REASON_STORE_UNAVAILABLE)
             retry = {"retry-after": str(STORE_RETRY_AFTER_S)}
-            return ApiError(UNAVAILABLE, f"Task store unavailable: {exc}", headers=retry).response()
+            unavailable = ApiError(UNAVAILABLE, f"Task store unavailable: {exc}", headers=retry)
+            return api_error_response(unavailable)
         except Exception:
             logger.exception("internal error on %s %s", request.method, request.url.path)
-            return ApiError(INTERNAL, "Internal error").response()
+            return api_error_response(ApiError(INTERNAL, "Internal error"))
 
     async def _route(self, request: Request, principal: Principal) -> Response:
         rest: str = request.path_params["rest"]
@@ -369,8 +345,6 @@ class Aip151Facade:
                 f"requestId {request_id!r} named an operation that has expired",
                 "REQUEST_ID_EXPIRED",
             )
-        if created.created and self._faults.should_drop_next_creation():
-            return _DroppedResponse()
         return JSONResponse(render_operation(created.record))
 
     # ---- Operations service -----------------------------------------------------------
@@ -456,11 +430,9 @@ class Aip151Facade:
         return task_id
 
 
-def mount_aip151(
-    server: LongcallServer, *, drop_start_response_at: int | None = None
-) -> Aip151Facade:
+def mount_aip151(server: LongcallServer) -> Aip151Facade:
     """Serve ``server``'s task tools as AIP-151 operations under ``/v1`` (S8)."""
-    facade = Aip151Facade(server, drop_start_response_at=drop_start_response_at)
+    facade = Aip151Facade(server)
     server.routes.extend(facade.routes())
     return facade
 
@@ -518,20 +490,3 @@ def _decode_token(token: str) -> str:
         return base64.urlsafe_b64decode(token + "=" * (-len(token) % 4)).decode()
     except ValueError as exc:  # binascii.Error and UnicodeDecodeError are ValueErrors
         raise ApiError(INVALID_ARGUMENT, "invalid pageToken") from exc
-
-
-class _DroppedResponse(Response):
-    """Fault injection: the operation exists, its start response is lost (F1, X2)."""
-
-    def __init__(self) -> None:
-        super().__init__(status_code=200)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", b"1024")],
-            }
-        )
-        raise ConnectionAbortedError("start response dropped on purpose (fault injection)")

@@ -53,9 +53,9 @@ from longcall.server.app import LongcallServer
 from longcall.server.errors import (
     InvalidParams,
     JsonRpcError,
-    LongcallServerError,
     StoreUnavailable,
     TaskNotFound,
+    ToolCallError,
 )
 from longcall.server.front import (
     REASON_STORE_UNAVAILABLE,
@@ -258,10 +258,6 @@ RUN_OUTPUT_SCHEMA: dict[str, Any] = {
     },
     "required": ["runId", "actorId", "status", "storages", "summary", "nextStep"],
 }
-
-
-class ToolCallError(LongcallServerError):
-    """A tool-side failure answered as a tool result with ``isError: true``."""
 
 
 def actor_tool_name(tool: str) -> str:
@@ -772,21 +768,27 @@ class ApifyFacade:
                 return (
                     f"SUCCEEDED in {run_time}s. {count} items; {len(fields)} fields available."
                     + kv_part,
-                    f"Use get-dataset-items with datasetId={ds} and limit (for example 20) to"
-                    f" fetch items ({count} total). Available fields (dot notation):"
-                    f' {", ".join(fields)} — pass via fields="..." to project.',
+                    (
+                        f"Use get-dataset-items with datasetId={ds} and limit (for example 20) to"
+                        f" fetch items ({count} total). Available fields (dot notation):"
+                        f' {", ".join(fields)} — pass via fields="..." to project.'
+                    ),
                 )
             case "SUCCEEDED":
                 return (
                     f"SUCCEEDED in {run_time}s. No dataset items found.",
-                    f"Use get-dataset-items with datasetId={ds} and limit (for example 20) to"
-                    " verify output (metadata reports 0 items).",
+                    (
+                        f"Use get-dataset-items with datasetId={ds} and limit (for example 20) to"
+                        " verify output (metadata reports 0 items)."
+                    ),
                 )
             case "FAILED":
                 return (
                     f"FAILED after {run_time}s." + _message_part(message, ""),
-                    "Diagnose using statusMessage and exitCode in this response; re-run the"
-                    " Actor with adjusted input if the cause is fixable.",
+                    (
+                        "Diagnose using statusMessage and exitCode in this response; re-run the"
+                        " Actor with adjusted input if the cause is fixable."
+                    ),
                 )
             case "ABORTED":
                 return (
@@ -797,9 +799,11 @@ class ApifyFacade:
                 kv_part = f" Key-value store has {len(keys)} keys." if keys else ""
                 return (
                     f"TIMED-OUT after {run_time}s." + kv_part,
-                    f"Use get-dataset-items with datasetId={ds} and limit (for example 20) to"
-                    f" fetch any partial output ({count} items written). Available fields:"
-                    f" {', '.join(fields) or 'none'}.",
+                    (
+                        f"Use get-dataset-items with datasetId={ds} and limit (for example 20) to"
+                        f" fetch any partial output ({count} items written). Available fields:"
+                        f" {', '.join(fields) or 'none'}."
+                    ),
                 )
 
     # ---- storages -------------------------------------------------------------------------
@@ -845,8 +849,10 @@ class ApifyFacade:
         else:
             summary, next_step = (
                 f"Fetched {count} of {total} items (offset={offset}).",
-                f"Call get-dataset-items again with offset={offset + count} to fetch the next"
-                " page.",
+                (
+                    f"Call get-dataset-items again with offset={offset + count} to fetch the next"
+                    " page."
+                ),
             )
         body = {
             "datasetId": ds,

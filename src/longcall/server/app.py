@@ -19,7 +19,7 @@ import dataclasses
 import logging
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 import uvicorn
@@ -28,7 +28,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp
 
 from longcall.runtime.metrics import http_url
 from longcall.server import legacy, modern
@@ -52,7 +52,7 @@ from longcall.server.front import (
 )
 from longcall.server.metrics import ServerMetrics
 from longcall.server.model import Principal
-from longcall.server.options import CreateFaultPlan, ServerOptions
+from longcall.server.options import ServerOptions
 from longcall.server.sessions import SESSION_HEADER, Session, Sessions
 from longcall.server.store import TaskStore, open_store
 from longcall.server.tasks import Clock, TaskManager
@@ -111,13 +111,8 @@ class LongcallServer:
                 return JSONResponse(document, headers={"cache-control": "public, max-age=3600"})
 
             self.routes.append(Route(authenticator.metadata_path, resource_metadata))
-        faults = CreateFaultPlan(self.options.drop_create_response_at)
-        self.modern = modern.ModernProtocol(
-            manager=self.manager, options=self.options, faults=faults
-        )
-        self.legacy = legacy.LegacyProtocol(
-            manager=self.manager, options=self.options, faults=faults
-        )
+        self.modern = modern.ModernProtocol(manager=self.manager, options=self.options)
+        self.legacy = legacy.LegacyProtocol(manager=self.manager, options=self.options)
 
     # ---- ASGI ----------------------------------------------------------------------------
 
@@ -222,8 +217,6 @@ class LongcallServer:
             return _error_reply(message.get("id"), internal, modern_status=is_modern)
         if isinstance(reply, Streamed):
             return _sse(reply.messages)
-        if reply.drop_response:
-            return _DroppedResponse()
         return JSONResponse(response(message.get("id"), reply.result))
 
     async def _client_response(self, principal: Principal, message: Mapping[str, Any]) -> Response:
@@ -274,17 +267,22 @@ def listening_socket(host: str, port: int) -> socket.socket:
 
 
 @contextlib.asynccontextmanager
-async def running_server(server: LongcallServer, *, host: str = "127.0.0.1") -> AsyncIterator[str]:
+async def running_server(
+    server: LongcallServer,
+    *,
+    host: str = "127.0.0.1",
+    wrap: Callable[[ASGIApp], ASGIApp] | None = None,
+) -> AsyncIterator[str]:
     """Serve on a free port of ``host`` for the duration; yields the MCP endpoint URL.
+    ``wrap`` puts an ASGI layer of the caller's in front of the server's app.
 
     The socket is bound and listening before the URL is handed out, so no wait is needed:
     connections queue in the backlog until uvicorn has run the lifespan (recovery).
     """
     sock = listening_socket(host, 0)
     port = sock.getsockname()[1]
-    config = uvicorn_config(
-        server.asgi_app(), server.options, timeout_graceful_shutdown=1, lifespan="on"
-    )
+    app = server.asgi_app() if wrap is None else wrap(server.asgi_app())
+    config = uvicorn_config(app, server.options, timeout_graceful_shutdown=1, lifespan="on")
     uv = uvicorn.Server(config)
     serving = asyncio.get_running_loop().create_task(uv.serve(sockets=[sock]))
     try:
@@ -319,20 +317,3 @@ def _error_reply(request_id: Any, error: JsonRpcError, *, modern_status: bool) -
 
 def _sse(messages: AsyncIterator[dict[str, Any]]) -> Response:
     return EventStream(messages)
-
-
-class _DroppedResponse(Response):
-    """Fault injection: promise a body, send none, and let the server close the connection."""
-
-    def __init__(self) -> None:
-        super().__init__(status_code=200)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        await send(
-            {
-                "type": "http.response.start",
-                "status": 200,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", b"1024")],
-            }
-        )
-        raise ConnectionAbortedError("create response dropped on purpose (fault injection)")

@@ -2,11 +2,34 @@
 
 Owns: every exception type ``longcall.server`` raises or lets a tool raise, and the
 JSON-RPC error codes they map to. Must not: import the HTTP layer or the store; the
-translation to an HTTP response happens once, in ``longcall.server.app``.
+translation to an HTTP response happens at the edge that answers (``longcall.server.app``,
+the door in ``front``, the facades), never here.
+
+The branch, under the one root (:mod:`longcall.errors`)::
+
+    LongcallServerError
+    ├── _WireErrorShape          code, message and data of a JSON-RPC error object
+    │   ├── JsonRpcError            the request is answered with a JSON-RPC error
+    │   │   ├── InvalidParams       -32602: malformed params, unknown tool or task
+    │   │   │   └── TaskNotFound    unknown, expired or another principal's task (S5)
+    │   │   ├── MethodNotFound      -32601: not at the request's protocol version
+    │   │   └── TooManyOpenTasks    the caller holds as many open tasks as allowed (429)
+    │   └── ToolProtocolError       a tool ends its task as a JSON-RPC error (failed)
+    ├── StoreError               the task store failed or was asked the inconsistent
+    │   ├── StoreUnavailable        busy, unreachable or gone: retry later (503)
+    │   │   └── StoreLost           vanished or replaced under a running server
+    │   ├── QuotaExceeded           a principal holds as many open tasks as allowed
+    │   └── SubmissionKeyConflict   a submission key reused for another request (S3)
+    ├── ToolError                a tool ends its task as a tool error (isError: true)
+    ├── InputDeclined            the client declined or cancelled an input request
+    ├── Refused                  refused at the door: HTTP status, JSON-RPC code, message
+    ├── ApiError                 an AIP-151 facade error in the AIP-193 envelope
+    └── ToolCallError            an Apify-style tool failure (isError: true)
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from longcall.errors import LongcallError
@@ -115,3 +138,68 @@ class ToolProtocolError(_WireErrorShape):
 
 class InputDeclined(LongcallServerError):
     """The client declined or cancelled an input request (the tool decides what follows)."""
+
+
+# --- the door and the facades (their wire forms live beside them) ------------------------------
+
+REFUSAL_REASONS = {
+    401: "unauthorized",
+    403: "forbidden_origin",
+    404: "unknown_session",
+    406: "not_acceptable",
+    408: "body_timeout",
+    413: "oversized",
+    415: "unsupported_media_type",
+}
+"""A refusal's reason by HTTP status (a 400 is ``bad_json`` or ``invalid_request``)."""
+
+
+class Refused(LongcallServerError):
+    """A request refused at the door: an HTTP status, a JSON-RPC code and a message."""
+
+    def __init__(
+        self,
+        status: int,
+        code: int,
+        message: str,
+        *,
+        headers: Mapping[str, str] | None = None,
+        request_id: str | int | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.headers = dict(headers or {})
+        self.request_id = request_id
+
+    @property
+    def reason(self) -> str:
+        """What the door refused, as a short label (the metrics' ``reason``)."""
+        if self.status == 400:
+            return "bad_json" if self.code == PARSE_ERROR else "invalid_request"
+        return REFUSAL_REASONS.get(self.status, f"http_{self.status}")
+
+
+class ApiError(LongcallServerError):
+    """An error answered in the AIP-193 envelope with the matching HTTP status."""
+
+    def __init__(
+        self,
+        code: int,
+        message: str,
+        reason: str | None = None,
+        *,
+        http_status: int | None = None,
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.reason = reason
+        self.http_status = http_status
+        self.headers = dict(headers or {})
+
+
+class ToolCallError(LongcallServerError):
+    """An Apify-style tool-side failure answered as a tool result with ``isError: true``."""

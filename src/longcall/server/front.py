@@ -34,7 +34,7 @@ from longcall.server.errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
-    LongcallServerError,
+    Refused,
     StoreUnavailable,
 )
 from longcall.server.model import Principal
@@ -46,52 +46,18 @@ logger = logging.getLogger(__name__)
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1", "[::1]"})
 JSON_MEDIA_TYPE = "application/json"
 EVENT_STREAM = "text/event-stream"
-REFUSAL_REASONS = {
-    401: "unauthorized",
-    403: "forbidden_origin",
-    404: "unknown_session",
-    406: "not_acceptable",
-    408: "body_timeout",
-    413: "oversized",
-    415: "unsupported_media_type",
-}
-"""A refusal's reason by HTTP status (a 400 is ``bad_json`` or ``invalid_request``)."""
 REASON_TOO_MANY_OPEN_TASKS = "too_many_open_tasks"
 REASON_STORE_UNAVAILABLE = "store_unavailable"
 
 
-class Refused(LongcallServerError):
-    """A request refused at the door: an HTTP status, a JSON-RPC code and a message."""
-
-    def __init__(
-        self,
-        status: int,
-        code: int,
-        message: str,
-        *,
-        headers: Mapping[str, str] | None = None,
-        request_id: str | int | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.headers = dict(headers or {})
-        self.request_id = request_id
-
-    @property
-    def reason(self) -> str:
-        """What the door refused, as a short label (the metrics' ``reason``)."""
-        if self.status == 400:
-            return "bad_json" if self.code == PARSE_ERROR else "invalid_request"
-        return REFUSAL_REASONS.get(self.status, f"http_{self.status}")
-
-    def jsonrpc(self) -> JSONResponse:
-        """The refusal as a JSON-RPC error response."""
-        error = {"code": self.code, "message": self.message}
-        return JSONResponse(
-            error_response(self.request_id, error), status_code=self.status, headers=self.headers
-        )
+def refusal_response(refusal: Refused) -> JSONResponse:
+    """A refusal at the door as a JSON-RPC error response, with its HTTP status."""
+    error = {"code": refusal.code, "message": refusal.message}
+    return JSONResponse(
+        error_response(refusal.request_id, error),
+        status_code=refusal.status,
+        headers=refusal.headers,
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -369,7 +335,7 @@ def guarded_jsonrpc(handler: Handler, refused: Callable[[str], None] | None = No
         except Refused as exc:
             if refused is not None:
                 refused(exc.reason)
-            return exc.jsonrpc()
+            return refusal_response(exc)
         except StoreUnavailable as exc:
             if refused is not None:
                 refused(REASON_STORE_UNAVAILABLE)

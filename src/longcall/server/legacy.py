@@ -23,7 +23,7 @@ from longcall.server.errors import (
 )
 from longcall.server.inputs import validated_answer
 from longcall.server.model import Principal, ProtocolVersion, TaskRecord, TaskStatus
-from longcall.server.options import CreateFaultPlan, ServerOptions
+from longcall.server.options import ServerOptions
 from longcall.server.tasks import Progress, SyncContext, TaskManager
 from longcall.server.wire import (
     LOOKUP_METHOD,
@@ -87,12 +87,9 @@ def requested_ttl(params: Mapping[str, Any]) -> tuple[bool, int | None]:
 class LegacyProtocol:
     """Answers 2025-11-25 requests."""
 
-    def __init__(
-        self, *, manager: TaskManager, options: ServerOptions, faults: CreateFaultPlan
-    ) -> None:
+    def __init__(self, *, manager: TaskManager, options: ServerOptions) -> None:
         self._manager = manager
         self._options = options
-        self._faults = faults
 
     async def handle(self, request: RpcRequest) -> Reply | Streamed:
         """Dispatch one request."""
@@ -181,8 +178,7 @@ class LegacyProtocol:
                 or isinstance(request.session_capabilities.get("elicitation"), Mapping)
             ),
         )
-        drop = outcome.created and self._faults.should_drop_next_creation()
-        return Reply(result={"task": task_fields(outcome.record)}, drop_response=drop)
+        return Reply(result={"task": task_fields(outcome.record)})
 
     async def _task(self, request: RpcRequest) -> TaskRecord:
         task_id = require_string(request.params, "taskId")

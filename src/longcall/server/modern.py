@@ -40,7 +40,7 @@ from longcall.server.inputs import (
     validated_answer,
 )
 from longcall.server.model import ProtocolVersion, TaskRecord, TaskStatus
-from longcall.server.options import CreateFaultPlan, ServerOptions
+from longcall.server.options import ServerOptions
 from longcall.server.tasks import SyncContext, TaskManager
 from longcall.server.tools import ToolSpec, arguments_digest
 from longcall.server.wire import (
@@ -134,12 +134,9 @@ def check_envelope(body: Mapping[str, Any], headers: Mapping[str, str]) -> None:
 class ModernProtocol:
     """Answers 2026-07-28 requests."""
 
-    def __init__(
-        self, *, manager: TaskManager, options: ServerOptions, faults: CreateFaultPlan
-    ) -> None:
+    def __init__(self, *, manager: TaskManager, options: ServerOptions) -> None:
         self._manager = manager
         self._options = options
-        self._faults = faults
 
     async def handle(self, request: RpcRequest) -> Reply | Streamed:
         """Dispatch one request (the envelope was already checked)."""
@@ -238,10 +235,7 @@ class ModernProtocol:
             client_can_elicit=declares_elicitation(request.params),
             answered=[(key, ask, call.state.answers[key]) for key, ask in questions.items()],
         )
-        drop = outcome.created and self._faults.should_drop_next_creation()
-        return Reply(
-            result={**task_fields(outcome.record), "resultType": "task"}, drop_response=drop
-        )
+        return Reply(result={**task_fields(outcome.record), "resultType": "task"})
 
     def _round(self, request: RpcRequest, spec: ToolSpec, arguments: dict[str, Any]) -> Round:
         """This ``tools/call``'s SEP-2322 round: the verified state plus the new answers."""

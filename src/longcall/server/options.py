@@ -61,18 +61,3 @@ class ServerOptions:
     stateful: bool = False
     """Issue 2025-11-25 sessions (``Mcp-Session-Id``); stateless is the default."""
     list_page_size: int = 50
-    drop_create_response_at: int | None = None
-    """If set to N, the HTTP response of the Nth task *creation* is dropped (task exists)."""
-
-
-class CreateFaultPlan:
-    """Counts task creations and says which one's response to lose (fault injection)."""
-
-    def __init__(self, drop_at: int | None) -> None:
-        self._drop_at = drop_at
-        self._created = 0
-
-    def should_drop_next_creation(self) -> bool:
-        """Count one creation; true exactly for the configured Nth."""
-        self._created += 1
-        return self._drop_at is not None and self._created == self._drop_at

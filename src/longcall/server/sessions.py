@@ -22,8 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from longcall.server.errors import INVALID_REQUEST
-from longcall.server.front import Refused
+from longcall.server.errors import INVALID_REQUEST, Refused
 
 SESSION_HEADER = "mcp-session-id"
 SESSION_ID_BYTES = 24

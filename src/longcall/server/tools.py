@@ -17,6 +17,7 @@ from typing import Any, Literal, Protocol, get_type_hints
 
 import pydantic
 
+from longcall.core.keys import canonical_json
 from longcall.server.errors import InvalidParams
 from longcall.server.inputs import check_request
 from longcall.server.model import Principal
@@ -135,9 +136,9 @@ def json_size(value: Any) -> int:
 
 
 def arguments_digest(arguments: Any) -> str:
-    """A stable digest of call arguments (compares retried submissions, S3)."""
-    canonical = json.dumps(arguments, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    """A stable digest of call arguments (compares retried submissions, S3): the hex
+    SHA-256 of the one canonical encoding (``core.keys``), which refuses NaN."""
+    return hashlib.sha256(canonical_json(arguments)).hexdigest()
 
 
 def _is_context_annotation(annotation: Any) -> bool:

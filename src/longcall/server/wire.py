@@ -54,10 +54,9 @@ class Streamed:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Reply:
-    """A JSON reply; ``drop_response`` asks the app to lose it on purpose (fault injection)."""
+    """A JSON reply."""
 
     result: dict[str, Any]
-    drop_response: bool = False
 
 
 def iso8601(epoch_seconds: float) -> str:

@@ -31,7 +31,7 @@ from longcall.core import events as e
 from longcall.core.keys import canonical_json, digest_bytes
 from longcall.core.record import OperationRecord, evolve
 from longcall.core.retry import FailureKind
-from longcall.errors import LongcallError
+from longcall.errors import UnknownMutant
 from longcall.sim.config import DEFAULT, PROFILES, Profile
 from longcall.sim.report import derive_seed, guarded
 from longcall.sim.world import run_one
@@ -41,10 +41,6 @@ CI_PERMUTATIONS = 1000
 
 Patch = tuple[str, str, Callable[[Any], Any]]
 """(module path, attribute path — ``Class.method`` or ``dict[Key]`` —, make(original))."""
-
-
-class UnknownMutant(LongcallError, ValueError):
-    """A mutant name that is not in the catalogue."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

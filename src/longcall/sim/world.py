@@ -1043,7 +1043,7 @@ class World:
                 record.call_node_id,
                 command.keys,
             )
-        return None
+        return
 
     def _on_answer(self, node: str, keys: tuple[str, ...]) -> None:
         answers = {key: _approval(key) for key in keys}

@@ -380,7 +380,7 @@ def _answer_of(message: Any, request_id: int, status: int) -> RpcReply | None:
     if isinstance(error, dict) and isinstance(error.get("code"), int):
         if message.get("id") is None:
             # C3: the server could not read our request; the error answers nothing.
-            kind, processed_possible = http_status_failure(status if status >= 400 else 400)
+            kind, processed_possible = http_status_failure(max(status, 400))
             return TransportFailure(
                 kind=kind,
                 detail=f"HTTP {status}: the request was refused before it was read "

@@ -60,7 +60,7 @@ def open_store(url: str | None) -> SqlTaskStore:
         path = parts.path or url
     elif parts.scheme == "sqlite":
         # SQLAlchemy's convention: sqlite:///relative.db, sqlite:////absolute/path.db
-        path = parts.path[1:] if parts.path.startswith("/") else parts.path
+        path = parts.path.removeprefix("/")
     if path is not None:
         if not path.strip():
             raise StoreError(f"the task store URL {url!r} names no file")

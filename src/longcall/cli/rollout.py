@@ -19,7 +19,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from longcall.caller import FiniteFloatRange, client_for, json_option, ledger_option
+from longcall.cli.common import FiniteFloatRange, client_for, json_option, ledger_option
 from longcall.core.keys import first_unprintable
 from longcall.errors import LongcallError
 from longcall.ledger import ADAPTER_STATES, AdapterPlan, Ledger

@@ -1,22 +1,120 @@
-"""What ``longcall sim`` prints: a progress bar, the gate table, JSON, a replay trace.
+"""``longcall sim``: run the deterministic fault-injection simulator, judge the release
+gates, and print them: a progress bar, the gate table, JSON, a replay trace (SPEC F3).
 
-This module owns the presentation of :mod:`longcall.sim.report` results (``rich``
+Owns: the options and the presentation of :mod:`longcall.sim.report` results (``rich``
 tables and progress, or one JSON object) and the exit status (0 only when every gate
-holds). It decides nothing about the gates themselves and never imports
-``longcall.cli``.
+holds). Must not: decide anything about the gates themselves.
 """
 
 from __future__ import annotations
 
 import json
+import re
+from typing import TYPE_CHECKING
 
+import click
+from click.core import ParameterSource
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
-from longcall.sim.config import DEFAULT, Profile
-from longcall.sim.report import Gate, Report, run
-from longcall.sim.world import FAULT_CLASSES, run_one
+if TYPE_CHECKING:  # the simulator loads when it runs, never for ``longcall --help``
+    from longcall.sim.config import Profile
+    from longcall.sim.report import Gate, Report
+
+
+@click.command()
+@click.option("--permutations", default="1000", show_default=True, help="How many (>= 1).")
+@click.option("--seed", default="0", show_default=True, help="Seed of the run (an integer >= 0).")
+@click.option(
+    "--profile", default="default", show_default=True, help="Fault mix: gentle, default or harsh."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the gate report).")
+@click.option("--replay", "replay_seed", default=None, help="Rerun one permutation by its seed.")
+@click.option(
+    "--mutants",
+    "mutant_table",
+    is_flag=True,
+    help="Plant each known bug in the real code and show which gate catches it.",
+)
+@click.option("--mutant", "mutant_names", multiple=True, help="Only this mutant (repeatable).")
+@click.pass_context
+def sim(
+    ctx: click.Context,
+    permutations: str,
+    seed: str,
+    profile: str,
+    as_json: bool,
+    replay_seed: str | None,
+    mutant_table: bool,
+    mutant_names: tuple[str, ...],
+) -> None:
+    """Run the deterministic fault-injection simulator and judge the release gates.
+
+    \b
+    Examples:
+      longcall sim --permutations 10000
+      longcall sim --replay 1234
+      longcall sim --mutants
+    """
+    from longcall.sim.config import PROFILES
+
+    _refuse_together(ctx, "replay_seed", "permutations", "seed", "as_json", "mutant_table",
+                     "mutant_names")  # fmt: skip
+    _refuse_together(ctx, "mutant_table", "permutations", "as_json")
+    _refuse_together(ctx, "mutant_names", "permutations", "as_json")
+    count = _whole_number(permutations, "--permutations", minimum=1, maximum=MAX_PERMUTATIONS)
+    run_seed = _whole_number(seed, "--seed", minimum=0)
+    chosen = PROFILES.get(profile)
+    if chosen is None:
+        raise click.BadParameter(
+            f"unknown profile {profile!r}; choose one of {', '.join(PROFILES)}",
+            param_hint="--profile",
+        )
+    if replay_seed is not None:
+        seed_of_one = _whole_number(replay_seed, "--replay", minimum=0)
+        raise SystemExit(replay(seed_of_one, profile=chosen))
+    if mutant_table or mutant_names:
+        from longcall.errors import UnknownMutant
+
+        try:
+            code = run_mutants(list(mutant_names), seed=run_seed, profile=chosen)
+        except UnknownMutant as exc:
+            raise click.BadParameter(str(exc), param_hint="--mutant") from exc
+        raise SystemExit(code)
+    raise SystemExit(run_sim(count, seed=run_seed, as_json=as_json, profile=chosen))
+
+
+MAX_PERMUTATIONS = 1_000_000
+"""About an hour on two cores; a larger count is a typo, not a run."""
+
+
+def _whole_number(text: str, option: str, *, minimum: int, maximum: int | None = None) -> int:
+    """An option's whole number (plain ASCII digits, as it is printed back in a replay
+    command), or a usage error naming the option."""
+    if not re.fullmatch(r"-?[0-9]+", text.strip()):
+        raise click.BadParameter(f"{text!r} is not a whole number", param_hint=option)
+    value = int(text)
+    if value < minimum:
+        raise click.BadParameter(f"{value} is below {minimum}", param_hint=option)
+    if maximum is not None and value > maximum:
+        raise click.BadParameter(f"{value} is above {maximum:,}", param_hint=option)
+    return value
+
+
+def _refuse_together(ctx: click.Context, chosen: str, *others: str) -> None:
+    """A usage error when ``chosen`` was given with an option it would ignore."""
+    given = {
+        param.name: "/".join(param.opts)
+        for param in ctx.command.params
+        if param.name is not None
+        and ctx.get_parameter_source(param.name) is ParameterSource.COMMANDLINE
+    }
+    if chosen not in given:
+        return
+    ignored = [given[name] for name in others if name in given]
+    if ignored:
+        raise click.UsageError(f"{given[chosen]} does not take {', '.join(ignored)}", ctx)
 
 
 def run_sim(
@@ -24,10 +122,12 @@ def run_sim(
     *,
     seed: int,
     as_json: bool,
-    profile: Profile = DEFAULT,
+    profile: Profile,
     console: Console | None = None,
 ) -> int:
     """Run the permutations, print the report; the exit status says whether all gates hold."""
+    from longcall.sim.report import run
+
     console = console or Console(stderr=as_json)
     if as_json:
         report = run(permutations, seed=seed, profile=profile)
@@ -84,6 +184,8 @@ def fault_table(report: Report) -> Table:
     table = Table(title="faults injected", title_justify="left")
     table.add_column("fault class")
     table.add_column("count", justify="right")
+    from longcall.sim.world import FAULT_CLASSES
+
     for name in FAULT_CLASSES:
         table.add_row(name, str(report.fault_counts.get(name, 0)))
     table.add_row("operator resolutions", str(report.operator_resolutions))
@@ -104,7 +206,7 @@ def workers_table(report: Report) -> Table:
 
 
 def run_mutants(
-    names: list[str], *, seed: int, profile: Profile = DEFAULT, console: Console | None = None
+    names: list[str], *, seed: int, profile: Profile, console: Console | None = None
 ) -> int:
     """Plant each mutant in the real code, run the seed corpus, print who caught it."""
     from longcall.sim.mutants import CI_PERMUTATIONS, catch_table
@@ -137,8 +239,10 @@ def run_mutants(
     return 0
 
 
-def replay(seed: int, *, profile: Profile = DEFAULT) -> int:
+def replay(seed: int, *, profile: Profile) -> int:
     """Rerun one permutation and print its event trace, one line per event."""
+    from longcall.sim.world import run_one
+
     result = run_one(seed, trace=True, profile=profile)
     assert result.trace is not None
     for line in result.trace:

@@ -1,4 +1,5 @@
-"""``make demo``: the main job, end to end, on the embedded SQLite default.
+"""``longcall demo`` (``make demo``): the main job, end to end, on the embedded SQLite
+default.
 
 It starts the reference server (a durable task store) on a free 127.0.0.1 port and
 makes durable calls through :class:`longcall.Client` with a SQLite ledger, live: a
@@ -9,6 +10,10 @@ submission unknown → resolved by its key). Then a batch is driven by a ``longc
 worker`` process that is SIGKILLed halfway and restarted. It ends with the receipts
 table and checks what it promised — one receipt per call node, one server task per
 call node — printing each check with why it failed. Exit 0 only when all of them hold.
+
+``longcall demo --walkthrough`` is the offline part: the scripted operations of
+:mod:`longcall.testing.scripted` through the real core and a SQLite ledger, each
+operation's timeline and the receipts.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import click
 from rich.console import Console
 from rich.live import Live
 from rich.markup import escape
@@ -36,9 +42,26 @@ from rich.table import Table
 
 from longcall.client import Client, InputRequest, Progress
 from longcall.core import OperationRecord, State
-from longcall.ledger import Ledger, SQLiteLedger
-from longcall.runtime.engine import CallSpec
-from longcall.runtime.executor import Executor
+from longcall.ledger import Ledger, SQLiteLedger, open_ledger
+from longcall.testing import scripted
+
+
+@click.command()
+@click.option(
+    "--walkthrough",
+    is_flag=True,
+    help="Only the offline walkthrough: three scripted operations through core + ledger.",
+)
+def demo(walkthrough: bool) -> None:
+    """The main job end to end: reference server, executor, SQLite ledger, faults.
+
+    \b
+    Examples:
+      longcall demo
+      longcall demo --walkthrough
+    """
+    raise SystemExit(run_walkthrough() if walkthrough else run_demo())
+
 
 SERVER_START_TIMEOUT_S = 30.0
 PHASE_TIMEOUT_S = 90.0
@@ -210,6 +233,9 @@ def _phase_two(ledger_path: Path, url: str, console: Console) -> list[Check]:
 
 async def _record_batch(ledger_path: Path, url: str) -> None:
     """Record the batch's calls durably without sending anything: the worker sends."""
+    from longcall.runtime.engine import CallSpec
+    from longcall.runtime.executor import Executor
+
     with SQLiteLedger(ledger_path) as ledger:
         executor = Executor(ledger)
         try:
@@ -321,7 +347,7 @@ def _receipts_table(ledger: Ledger) -> Table:
 def _reference_server(work: Path, port: int, console: Console) -> Iterator[str]:
     _node, tool, arguments = LOST_CREATE
     command = [
-        sys.executable, "-m", "longcall.demo.server",
+        sys.executable, "-m", "longcall.testing.server",
         "--store", f"sqlite:///{work / 'tasks.db'}",
         "--host", "127.0.0.1", "--port", str(port),
         "--lose-create", tool, json.dumps(arguments),
@@ -364,3 +390,57 @@ def _wait(condition: Callable[[], bool], timeout_s: float) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError(f"gave up after {timeout_s:.0f} s")
         time.sleep(0.1)
+
+
+# --- longcall demo --walkthrough -----------------------------------------------
+
+
+def run_walkthrough(ledger_url: str | None = None, console: Console | None = None) -> int:
+    console = console or Console()
+    with tempfile.TemporaryDirectory(prefix="longcall-demo-") as tmp:
+        ledger = open_ledger(ledger_url) if ledger_url else SQLiteLedger(Path(tmp) / "demo.db")
+        with ledger:
+            console.print(f"[bold]longcall demo[/] — ledger: {_where(ledger, ledger_url)}\n")
+            for index, scenario in enumerate(scripted.SCENARIOS, start=1):
+                node = f"demo-{index}-{scenario.name}"
+                if ledger.find(node) is None:
+                    scripted.start(ledger, node, scenario, now=0.0)
+                scripted.drive(ledger, node, scenario, now=0.0)
+                console.print(_timeline(ledger, node, scenario))
+            console.print(_receipts(ledger))
+            pending = ledger.outbox_pending()
+            console.print(
+                f"{len(pending)} ready-outbox rows, each pointing at its receipt "
+                f"({', '.join(f'#{row.receipt_id}' for row in pending)})."
+            )
+    return 0
+
+
+def _where(ledger: Ledger, url: str | None) -> str:
+    return url or f"{getattr(ledger, 'path', '?')} (temporary SQLite file, WAL)"
+
+
+def _timeline(ledger: Ledger, node: str, scenario: scripted.Scenario) -> Table:
+    table = Table(title=f"{node}: {scenario.tool}({scenario.arguments})", title_justify="left")
+    for column in ("v", "t (s)", "event", "state"):
+        table.add_column(column)
+    for row in ledger.history(node):
+        table.add_row(str(row.version), f"{row.at:.1f}", row.event, row.state.value)
+    return table
+
+
+def _receipts(ledger: Ledger) -> Table:
+    table = Table(title="terminal receipts", title_justify="left")
+    for column in ("call node", "status", "kind", "operation", "epoch", "cancel gen", "digest"):
+        table.add_column(column)
+    for receipt in ledger.receipts():
+        table.add_row(
+            receipt.call_node_id,
+            receipt.terminal_status.value,
+            receipt.result_kind.value,
+            receipt.operation_id or "-",
+            str(receipt.execution_epoch),
+            str(receipt.cancel_generation),
+            receipt.result_digest[:19] + "…",
+        )
+    return table

@@ -1,4 +1,4 @@
-"""``python -m longcall.demo.server``: the reference server as the demo runs it.
+"""``python -m longcall.testing.server``: the reference server behind a fault layer.
 
 Owns: serving the reference tools (durable task store) behind
 :class:`~longcall.testing.faults.LoseCreateResponse`, which loses the create response of
@@ -21,7 +21,7 @@ from longcall.testing.faults import LoseCreateResponse
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(prog="python -m longcall.demo.server")
+    parser = argparse.ArgumentParser(prog="python -m longcall.testing.server")
     parser.add_argument("--store", required=True, help="task store URL (sqlite:///PATH)")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, required=True)

@@ -1,0 +1,121 @@
+"""The ``longcall`` command: one entry point for every part (SPEC O1).
+
+Owns: the command group, its options (``-h``, ``--debug``), and the one place where an
+error that ends a command becomes one line on stderr and a documented exit status
+(:class:`~longcall.cli.common.ExitCode`); Ctrl-C says how to resume and exits 130.
+
+The package holds every command, one module per command group (``call``, ``worker``,
+``ops``, ``rollout``, ``serve``, ``sim``, ``demo``), each a thin layer over a public
+API. A command module imports what it drives (the server library, the simulator, the
+executor) only when the command runs, so that ``longcall --help`` stays fast and a
+missing optional dependency only affects its own command.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from longcall.cli import call, demo, ops, rollout, serve, sim, worker
+from longcall.cli.common import EXIT_CODES_HELP, RESUME_KEY, ExitCode, describe_error, exit_code_of
+
+DEBUG_ENV = "LONGCALL_DEBUG"
+DRIVE_CALLS = ("call", "worker", "ops")
+"""The commands whose calls go on at their servers when the command is interrupted."""
+
+
+class LongcallGroup(click.Group):
+    """A group whose commands end in one-line errors and documented exit codes."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        # Bytes that are not UTF-8 reach Python as lone surrogates, which no ledger
+        # row, JSON body or terminal can hold: one usage error here, for every command.
+        ctx.meta[_NOT_TEXT] = next((a for a in args if _has_surrogate(a)), None)
+        return super().parse_args(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        bad = ctx.meta.get(_NOT_TEXT)
+        if bad is not None:
+            raw = bad.encode("utf-8", "surrogateescape" if _escaped(bad) else "backslashreplace")
+            shown = raw.decode("utf-8", "backslashreplace")
+            click.echo(f"longcall: the argument '{shown}' is not UTF-8 text", err=True)
+            ctx.exit(int(ExitCode.USAGE))
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort):
+            raise
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "longcall"
+            click.echo(f"longcall: {exc.format_message()} (see: {where} --help)", err=True)
+            ctx.exit(int(ExitCode.USAGE))
+        except click.ClickException as exc:
+            click.echo(f"longcall: {exc.format_message()}", err=True)
+            ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:
+            resume = _meta(ctx, RESUME_KEY)
+            click.echo("", err=True)
+            if ctx.invoked_subcommand in DRIVE_CALLS:
+                click.echo(
+                    "longcall: interrupted; only local waiting stopped, the call goes on."
+                    + (f" Resume with: {resume}" if resume else ""),
+                    err=True,
+                )
+            else:  # a server, the simulator, a plan change: nothing goes on elsewhere
+                click.echo("longcall: interrupted", err=True)
+            ctx.exit(int(ExitCode.INTERRUPTED))
+        except Exception as exc:
+            if ctx.meta.get("longcall.debug"):
+                raise
+            click.echo(f"longcall: {describe_error(exc)}", err=True)
+            ctx.exit(int(exit_code_of(exc)))
+
+
+_NOT_TEXT = "longcall.not_text"
+
+
+def _has_surrogate(text: str) -> bool:
+    return any("\ud800" <= ch <= "\udfff" for ch in text)
+
+
+def _escaped(text: str) -> bool:
+    """Whether every surrogate stands for an undecodable byte (as the OS hands them over)."""
+    return all(not "\ud800" <= ch <= "\udfff" or "\udc80" <= ch <= "\udcff" for ch in text)
+
+
+def _meta(ctx: click.Context, key: str) -> Any:
+    """A value any subcommand's context left in the shared meta."""
+    return ctx.meta.get(key)
+
+
+@click.group(
+    cls=LongcallGroup,
+    context_settings={"help_option_names": ["-h", "--help"]},
+    epilog=EXIT_CODES_HELP,
+)
+@click.version_option(package_name="longcall")
+@click.option(
+    "--debug",
+    is_flag=True,
+    default=lambda: os.environ.get(DEBUG_ENV, "").strip().lower() not in ("", "0", "false", "no"),
+    help=f"Show the full traceback of an error (also ${DEBUG_ENV}=1).",
+)
+@click.pass_context
+def main(ctx: click.Context, debug: bool) -> None:
+    """Durable long-running tool calls: exactly one accepted terminal outcome per call.
+
+    \b
+    Examples:
+      longcall serve --port 8765 &
+      longcall call http://127.0.0.1:8765/mcp sleep_report --args '{"seconds": 5, "rows": 3}' --wait
+      longcall ops list
+    """
+    ctx.meta["longcall.debug"] = debug
+
+
+# ``longcall.cli.NAME`` stays the module; each holds the command of its name.
+for _module in (call, worker, ops, rollout, serve, sim, demo):
+    main.add_command(getattr(_module, _module.__name__.rpartition(".")[2]))
+
+__all__ = ["ExitCode", "main"]

@@ -1,0 +1,172 @@
+"""``longcall serve``: run the reference server (SPEC O1, S1).
+
+Owns: turning command-line options into a served reference server, and the one line a
+failed start prints. Must not: hold protocol logic (the server library does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import sys
+from collections.abc import Iterable
+from urllib.parse import urlsplit, urlunsplit
+
+import click
+
+from longcall.cli.common import LONGEST_LEASE_S, FiniteFloatRange, metrics_options
+from longcall.errors import LongcallError, MetricsPortUnavailable
+
+
+@click.command()
+@click.option(
+    "--store",
+    "store_url",
+    default=None,
+    help="Task store URL (sqlite:///PATH, or postgresql://... shared by several servers).",
+)
+@click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
+@click.option(
+    "--port", default=8765, show_default=True, type=click.IntRange(0, 65535), help="Port to bind."
+)
+@click.option(
+    "--lease-seconds",
+    default=15.0,
+    show_default=True,
+    type=FiniteFloatRange(min=0.5, max=LONGEST_LEASE_S),
+    help="How long another server on the same store waits before taking over a task"
+    " whose server stopped.",
+)
+@click.option(
+    "--allowed-origin", multiple=True, help="An Origin to serve besides loopback ones (repeat)."
+)
+@click.option(
+    "--allowed-host", multiple=True, help="A Host name to serve besides loopback ones (repeat)."
+)
+@click.option(
+    "--stateful",
+    is_flag=True,
+    help="Issue 2025-11-25 sessions (Mcp-Session-Id); stateless by default.",
+)
+@click.option(
+    "--max-open-tasks",
+    default=1000,  # the server's own default, written here so the CLI starts without it
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="Tasks one caller may hold open at once; past it a new task is refused (429)"
+    " until some end.",
+)
+@metrics_options
+def serve(
+    store_url: str | None,
+    host: str,
+    port: int,
+    lease_seconds: float,
+    allowed_origin: tuple[str, ...],
+    allowed_host: tuple[str, ...],
+    stateful: bool,
+    max_open_tasks: int,
+    metrics_port: int | None,
+    metrics_host: str,
+) -> None:
+    """Serve the reference long-running tools: MCP at http://HOST:PORT/mcp, AIP-151 at
+    /v1, Apify-style at /apify/mcp.
+
+    \b
+    Examples:
+      longcall serve --port 8765
+      longcall serve --store sqlite:///tasks.db --host 0.0.0.0 --allowed-host tools.example
+      longcall serve --metrics-port 9464
+    """
+    try:
+        run_reference_server(
+            store_url=store_url,
+            host=host,
+            port=port,
+            lease_s=lease_seconds,
+            allowed_origins=allowed_origin,
+            allowed_hosts=allowed_host,
+            stateful=stateful,
+            metrics_port=metrics_port,
+            metrics_host=metrics_host,
+            max_open_tasks=max_open_tasks,
+        )
+    except (MetricsPortUnavailable, OSError) as exc:
+        raise click.ClickException(start_failure(exc, host, port)) from None
+
+
+def run_reference_server(
+    *,
+    store_url: str | None,
+    host: str,
+    port: int,
+    lease_s: float,
+    allowed_origins: Iterable[str],
+    allowed_hosts: Iterable[str],
+    stateful: bool,
+    metrics_port: int | None,
+    metrics_host: str,
+    max_open_tasks: int,
+) -> None:
+    """Serve the reference tools at ``http://HOST:PORT/mcp`` until interrupted; with
+    ``metrics_port`` (0: a free one) Prometheus text too, announced on stderr.
+    ``max_open_tasks``: the tasks one caller may hold open at once (more are refused
+    with 429 until some end)."""
+    # The server library loads when a server starts, never for ``longcall --help``.
+    from longcall.runtime.metrics import http_url
+    from longcall.server.app import MCP_PATH, listening_socket
+    from longcall.server.examples import build_reference_server
+    from longcall.server.options import ServerOptions
+
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    options = ServerOptions(
+        lease_s=lease_s,
+        allowed_origins=frozenset(allowed_origins),
+        allowed_hosts=frozenset(host.lower() for host in allowed_hosts),
+        stateful=stateful,
+        max_open_tasks_per_principal=max_open_tasks,
+    )
+    server = build_reference_server(store=store_url, options=options)
+    # Bound before the announcement, so that it names the port (0 picks a free one).
+    sock = listening_socket(host, port)
+    print(
+        f"longcall: serving MCP at {http_url(host, sock.getsockname()[1], MCP_PATH)}"
+        f" (task store {server.store.store_id}: {_without_password(store_url)})",
+        flush=True,
+    )
+    try:
+        if metrics_port is not None:
+            server.metrics.serve(metrics_port, host=metrics_host)
+            print(
+                f"longcall: metrics at {server.metrics.url}",
+                file=sys.stderr,
+                flush=True,
+            )
+        asyncio.run(server.serve(sock=sock))
+    finally:
+        sock.close()
+        server.metrics.close()
+
+
+def _without_password(url: str | None) -> str:
+    """The store URL for a log line: a password never appears (credentials stay out of logs)."""
+    if url is None:
+        from longcall.server.store import DEFAULT_STORE_PATH
+
+        return DEFAULT_STORE_PATH
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    netloc = parts.netloc.replace(f":{parts.password}@", ":***@")
+    return urlunsplit(parts._replace(netloc=netloc))
+
+
+def start_failure(exc: Exception, host: str, port: int) -> str:
+    """The one line a failed start prints: the store's or the metrics port's own words (a
+    LongcallError says what it is), else why ``host:port`` could not be listened on."""
+    if isinstance(exc, LongcallError):
+        return str(exc)
+    reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+    return f"cannot serve on {host}:{port}: {reason}"
