@@ -34,8 +34,11 @@ START_LIMIT_S = LOADED_MACHINE_S
 EVENT_LIMIT_S = LOADED_MACHINE_S
 CLI_LIMIT_S = LOADED_MACHINE_S
 STOP_LIMIT_S = 5.0
-PEER_LIFETIME_S = 300
-"""The peer exits by itself after this, whatever happens to this process."""
+PEER_LIFETIME_S = 3600
+"""The peer exits by itself after this, whatever happens to this process (it also exits
+when its stdin closes or its parent changes). An hour, not minutes: a module's peer lives
+while that module's tests run, which on a busy machine took more than the 5 minutes this
+once was, and every test after that failed against a peer that had gone."""
 
 
 def node_or_fail() -> Path:
