@@ -31,6 +31,8 @@ from pathlib import Path
 from typing import Any
 
 POLL_INTERVAL_S = 0.5
+ACCEPT_LATENCY_MAX = 1.25
+"""Completion → acceptance may take at most this many poll intervals."""
 TASKS = 12
 POLL_QPS_UNBOUND = 1000.0
 SCALE_OPS = int(os.environ.get("LONGCALL_BENCH_SCALE_OPS", "10000"))
@@ -219,12 +221,17 @@ def poll_discipline() -> None:
             f"max {figures['max_accept_latency_s'] * 1000:.0f} ms"
         )
     floor_ok = ours["min_gap_s"] >= POLL_INTERVAL_S - 0.005
-    latency_ok = ours["max_accept_latency_s"] <= POLL_INTERVAL_S * 1.25
+    latency_ok = ours["max_accept_latency_s"] <= POLL_INTERVAL_S * ACCEPT_LATENCY_MAX
     print(
         f"  ratio requests/task ours/peer "
         f"{ours['requests_per_task'] / peer['requests_per_task']:.2f}; "
-        f"never before pollIntervalMs: {'yes' if floor_ok else 'NO'}; "
-        f"accepts within 1.25 x pollIntervalMs: {'yes' if latency_ok else 'NO'}"
+        f"never before pollIntervalMs: {'yes' if floor_ok else 'NO'}"
+    )
+    print(
+        f"  completion→acceptance, longest / pollIntervalMs: ours "
+        f"{ours['max_accept_latency_s'] / POLL_INTERVAL_S:.2f}, fastmcp "
+        f"{peer['max_accept_latency_s'] / POLL_INTERVAL_S:.2f} "
+        f"({'meets' if latency_ok else 'misses'} the <= {ACCEPT_LATENCY_MAX:g} target)"
     )
 
 

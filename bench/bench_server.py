@@ -10,7 +10,7 @@ same poll pause, the same concurrency) drives them from this process.
    interval (``minimum_check_interval``, 50 ms by default) is set to 1 ms — as low as
    ours, where a task starts in the process that created it with no pickup poll at all —
    and its worker concurrency to the client's, so it never queues work ours would run.
-   Target: ours / peer >= 1.0 while durable.
+   Target: ours / peer >= 2.0 while durable.
 2. Several processes on one PostgreSQL store (D1): one ``longcall.server`` process, then
    three on a fresh schema behind a round-robin of their URLs, each task leased to the
    process that created it. Reported as tasks/s and the three/one ratio; on a machine
@@ -34,6 +34,8 @@ from typing import Any
 import httpx
 
 CONCURRENCY = 16
+TARGET = 2.0
+"""Ours / the peer, while ours is durable and the peer keeps nothing."""
 PEER_PICKUP_MS = 1
 PG_PROCESSES = 3
 DEFAULT_PG_DSN = "postgresql://postgres@127.0.0.1:5432/test"
@@ -41,7 +43,7 @@ RUN_S = 8.0
 ROUNDS = 4
 WARMUP_TASKS = 20
 POLL_PAUSE_S = 0.005
-STARTUP_LIMIT_S = 30.0
+STARTUP_LIMIT_S = 90.0
 TASK_LIMIT_S = 30.0
 REPO_ROOT = Path(__file__).resolve().parents[1]
 ENVELOPE = {
@@ -326,7 +328,8 @@ def run_versus_peer() -> None:
     print(f"longcall.server (SQLite file, synchronous=FULL): {ours:8.1f} tasks/s")
     print(f"fastmcp + fastmcp-tasks (memory://, pickup {PEER_PICKUP_MS} ms): {peer:8.1f} tasks/s")
     setup = f"{CONCURRENCY} clients, {ROUNDS} alternating rounds, {RUN_S:g} s per server"
-    print(f"ratio ours / peer: {ours / peer:.2f}x (target >= 1.0x; {setup})")
+    verdict = "meets" if ours / peer >= TARGET else "misses"
+    print(f"ratio ours / peer: {ours / peer:.2f}x ({verdict} the >= {TARGET:g}x target; {setup})")
 
 
 def main() -> None:

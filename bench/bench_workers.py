@@ -121,7 +121,7 @@ def _worker(schema: str, qps: float, forever: bool, seconds: float, out: Any) ->
             if action.kind == "Poll":
                 sent.append(now)
             outcome = _answer(action, polls, forever)
-            engine.complete(action, outcome, now=time.time())
+            engine.apply_reply(action, outcome, now=time.time())
         held_max = max(held_max, len(engine.records))
         if not forever and engine.idle():
             break

@@ -9,15 +9,18 @@ lazy import is still needed when its code runs.
 from __future__ import annotations
 
 import ast
+import importlib.abc
 import importlib.metadata
 import re
 import sys
 import tomllib
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
 SOURCE = ROOT / "src" / "longcall"
-OPTIONAL = {"postgres"}
+OPTIONAL = {"postgres", "fastmcp"}
 """Extras a user opts into; the modules behind them are imported only on that path."""
 
 
@@ -63,3 +66,36 @@ def test_every_third_party_import_is_a_declared_dependency() -> None:
         if not owners & (required | optional):
             undeclared.append(f"{module} ({sorted(owners)}, imported in {path.relative_to(ROOT)})")
     assert not undeclared, f"imported but not declared in pyproject.toml: {undeclared}"
+
+
+class _MissedImports(importlib.abc.MetaPathFinder):
+    """Last on ``sys.meta_path``: every module no other finder found reaches it."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def find_spec(self, fullname: str, path: object = None, target: object = None) -> None:
+        self.names.append(fullname)
+
+
+@pytest.mark.anyio
+@pytest.mark.slow
+async def test_no_import_fails_while_a_call_is_driven(tmp_path: Path) -> None:
+    """A library's optional import on the request path is installed: a failed one walks
+    sys.path at every request (httpcore's sniffio once cost a quarter of the CPU)."""
+    from longcall import Client
+    from longcall.server import build_reference_server, running_server
+
+    server = build_reference_server(store=str(tmp_path / "tasks.db"))
+    async with running_server(server) as url, Client(f"sqlite:///{tmp_path / 'l.db'}") as client:
+        arguments = {"seconds": 0, "rows": 1}
+        await client.call(url, "sleep_report", arguments, node="warm")
+        missed = _MissedImports()
+        sys.meta_path.append(missed)
+        try:
+            for index in range(3):
+                result = await client.call(url, "sleep_report", arguments, node=f"n{index}")
+                assert result.state.value == "accepted", result
+        finally:
+            sys.meta_path.remove(missed)
+    assert not missed.names, f"imports that failed while calls were driven: {missed.names}"

@@ -88,6 +88,8 @@ REACH_TIMEOUT_S = 5.0
 """How long a reachability check of a server that failed negotiation may take."""
 CALLBACK_FLUSH_S = 5.0
 """At close, how long the callbacks of changes already seen may take to run."""
+BINDING_REUSE_S = 30.0
+"""How long a client reuses a tool's description (its binding) for further calls."""
 
 _T = TypeVar("_T")
 
@@ -407,6 +409,8 @@ class Client:
         self._waiters: dict[
             str, list[tuple[Callable[[OperationRecord], bool], asyncio.Future[None]]]
         ] = {}
+        self._bindings: dict[tuple[str, str, str | None], tuple[ToolBinding, float]] = {}
+        """(server, tool, protocol) → the binding last described and when (monotonic)."""
         self._seen: dict[str, tuple[State, int, bool]] = {}
         """Per call node: the state, input round and unreachable flag last reported."""
         self._left_to_person: dict[str, int] = {}
@@ -764,6 +768,22 @@ class Client:
         return await asyncio.to_thread(fn, *args)
 
     async def _bind(
+        self, executor: Executor, server: str, tool: str, protocol: str | None
+    ) -> ToolBinding:
+        """The tool's binding: described by the server (X1), or the description this
+        client had from it less than :data:`BINDING_REUSE_S` ago. Calls made together
+        share one ``tools/list`` instead of one each (it was a quarter of a caller's
+        requests); a tool changed at its server is seen within that time."""
+        key = (server, tool, protocol)
+        now = time.monotonic()
+        kept = self._bindings.get(key)
+        if kept is not None and now - kept[1] < BINDING_REUSE_S:
+            return kept[0]
+        binding = await self._describe(executor, server, tool, protocol)
+        self._bindings[key] = (binding, now)
+        return binding
+
+    async def _describe(
         self, executor: Executor, server: str, tool: str, protocol: str | None
     ) -> ToolBinding:
         try:

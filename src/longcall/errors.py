@@ -22,7 +22,8 @@ The tree, and what a handler does with each branch::
     │   ├── ConfigError             the servers file cannot be read or names the impossible
     │   ├── MissingCredential       a configured secret is not there (C1)
     │   ├── AuthorizationFailed     an OAuth sign-in did not complete
-    │   └── UnknownMutant           a simulator mutant name that is not in the catalogue
+    │   ├── UnknownMutant           a simulator mutant name that is not in the catalogue
+    │   └── HandleRefused           a gateway handle that is mistyped, cut short or invented
     ├── LocalProtocolError       our own rules broken (a bug or a misuse here)
     │   ├── IllegalTransition       no edge for (state, event) in the table (L2)
     │   ├── StaleEvent              older than what the record knows: drop it
@@ -53,6 +54,7 @@ The tree, and what a handler does with each branch::
     │   │   └── LedgerRefused       an empty, truncated, foreign or damaged file
     │   ├── ServerUnreachable       the server cannot be reached (refused, no route, DNS)
     │   ├── MetricsPortUnavailable  ``/metrics`` cannot be served on the port asked for
+    │   ├── ConsolePortUnavailable  the console cannot listen on the host and port asked for
     │   └── DriverStopped           the driver stopped while a caller waited; the call
     │       │                       goes on and resumes with the next driver (X8, L7)
     │       └── ExecutorFailed      an error escaped the executor's loop
@@ -142,6 +144,15 @@ class AuthorizationFailed(UsageError):
 
 class UnknownMutant(UsageError):
     """A simulator mutant name that is not in the catalogue."""
+
+
+class HandleRefused(UsageError):
+    """A handle the gateway never issued: mistyped, truncated or invented (G1)."""
+
+    def __init__(self, handle: object, reason: str) -> None:
+        self.handle = handle
+        self.reason = reason
+        super().__init__(f"{handle!r} is not a valid handle: {reason}")
 
 
 # --- our own rules -----------------------------------------------------------------------
@@ -279,6 +290,10 @@ class MetricsPortUnavailable(UnavailableError):
     """``/metrics`` could not be served on the port asked for (taken, or not allowed)."""
 
 
+class ConsolePortUnavailable(UnavailableError):
+    """The console could not listen on the host and port asked for (taken, or not allowed)."""
+
+
 class DriverStopped(UnavailableError):
     """The driver stopped (an error, or its client was closed) while a caller waited.
 
@@ -348,6 +363,7 @@ __all__ = [
     "ClientNotStarted",
     "ConfigError",
     "ConflictError",
+    "ConsolePortUnavailable",
     "CorruptRow",
     "DigestMismatch",
     "DriverStopped",
@@ -355,6 +371,7 @@ __all__ = [
     "ExecutorFailed",
     "Fenced",
     "ForeignIdentity",
+    "HandleRefused",
     "IllegalTransition",
     "IntegrityError",
     "InvalidAnswer",

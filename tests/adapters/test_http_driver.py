@@ -165,8 +165,11 @@ class CountingServer:
     """An HTTP/1.1 server on 127.0.0.1 that answers ``{}`` and counts the requests whose
     bytes reached it (a real socket: the send window lives in the connection's trace)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, event_stream: bool = False) -> None:
         self.requests = 0
+        self.connections = 0
+        self.event_stream = event_stream
+        """Answer with an event stream (the JSON-RPC answer to id 1, then its end)."""
         self.url = ""
         self._server: asyncio.Server | None = None
 
@@ -180,13 +183,25 @@ class CountingServer:
         self._server.close()
 
     async def _answer(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
         with contextlib.suppress(ConnectionError, asyncio.IncompleteReadError):
             while head := await reader.readuntil(b"\r\n\r\n"):
                 self.requests += 1
                 length = re.search(rb"content-length: *(\d+)", head, re.IGNORECASE)
                 await reader.readexactly(int(length.group(1)) if length else 0)
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
-                writer.write(b"content-length: 2\r\n\r\n{}")
+                if self.event_stream:
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n")
+                    writer.write(b"transfer-encoding: chunked\r\n\r\n")
+                    event = b'data: {"jsonrpc":"2.0","id":1,"result":{}}\n\n'
+                    writer.write(b"%x\r\n%s\r\n" % (len(event), event))
+                    await writer.drain()
+                    # The end comes a moment after the answer, in a packet of its own (the
+                    # server's behaviour under test, not a wait for anything).
+                    await asyncio.sleep(0.01)
+                    writer.write(b"0\r\n\r\n")
+                else:
+                    writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n")
+                    writer.write(b"content-length: 2\r\n\r\n{}")
                 await writer.drain()
         writer.close()
 
@@ -225,3 +240,32 @@ async def test_the_send_window_holds_the_first_request_of_the_block_only() -> No
     assert isinstance(first, HttpReply)
     assert isinstance(second, HttpReply)
     assert server.requests == 2
+
+
+async def test_an_event_stream_answer_read_to_its_end_keeps_the_connection() -> None:
+    """A stream the server ends right after the answer is read to its end, so its
+    connection serves the next request (it was closed, one new connection per request)."""
+    async with CountingServer(event_stream=True) as server:
+        d = HttpDriver(server.url)
+        replies = [await d.send(HttpRequest(body=b"{}", answer_id=1)) for _ in range(3)]
+        await d.aclose()
+    for reply in replies:
+        assert isinstance(reply, HttpReply)
+        assert [e.data for e in reply.events] == ['{"jsonrpc":"2.0","id":1,"result":{}}']
+    assert (server.requests, server.connections) == (3, 1)
+
+
+async def test_a_send_window_already_passed_stops_the_request_before_a_connection() -> None:
+    """A slot that passed before the request takes a connection stops it there: no
+    connection is opened (or lost), and the window's ``may_leave`` is not asked."""
+    async with CountingServer() as server:
+        d = HttpDriver(server.url)
+        asked: list[bool] = []
+        with (
+            send_window(lambda: asked.append(True) or True, lambda: False),
+            pytest.raises(SendWindowPassed),
+        ):
+            await d.send(HttpRequest(body=b"{}"))
+        await d.aclose()
+    assert asked == []
+    assert (server.requests, server.connections) == (0, 0)

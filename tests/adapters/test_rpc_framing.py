@@ -8,11 +8,12 @@ accepting JSON only; an SSE priming event (an id, empty data) broke the client.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 
 import pytest
 
-from longcall.adapters.exchange import HttpReply, TransportFailure
-from longcall.adapters.mcp.rpc import ACCEPT, RpcAnswer, RpcChannel
+from longcall.adapters.exchange import HttpReply, HttpRequest, TransportFailure, run_exchange
+from longcall.adapters.mcp.rpc import ACCEPT, RpcAnswer, RpcChannel, call, open_session
 from longcall.adapters.sse import LineTooLong, SseDecoder, decode_all, encode_event
 from longcall.core.retry import FailureKind
 
@@ -132,15 +133,66 @@ def test_a_null_id_error_on_a_stream_is_a_transport_failure() -> None:
     assert isinstance(answer, TransportFailure)
 
 
-def test_the_session_id_a_server_issues_is_sent_back() -> None:
-    """A stateful server's ``Mcp-Session-Id`` rides on every later request."""
-    channel, request_id = channel_and_id()
-    reply = json_reply(
-        {"jsonrpc": "2.0", "id": request_id, "result": {}}, **{"mcp-session-id": "s-9"}
-    )
-    channel.read(reply, request_id)
+def _stateful(issued: str) -> Callable[[HttpRequest], HttpReply]:
+    """Answers as the Python SDK 1.x in stateful mode: without a session only
+    ``initialize`` is served, and every reply, a refusal included, carries a fresh id."""
+    fresh = iter(f"{issued}-{n}" for n in range(100))
+
+    def serve(request: HttpRequest) -> HttpReply:
+        body = request.json_body
+        if "mcp-session-id" not in request.headers and body.get("method") != "initialize":
+            refusal = {"jsonrpc": "2.0", "id": "server-error", "error": MISSING_SESSION}
+            return json_reply(refusal, status=400, **{"mcp-session-id": next(fresh)})
+        if "id" not in body:
+            return HttpReply(status=202, headers={"mcp-session-id": issued})
+        result = {"protocolVersion": "2025-11-25", "capabilities": {}}
+        return json_reply(
+            {"jsonrpc": "2.0", "id": body["id"], "result": result}, **{"mcp-session-id": issued}
+        )
+
+    return serve
+
+
+MISSING_SESSION = {"code": -32600, "message": "Bad Request: Missing session ID"}
+
+
+def test_the_session_id_issued_with_initialize_is_sent_back() -> None:
+    """The ``Mcp-Session-Id`` of the answer to ``initialize`` rides on every later request."""
+    channel = RpcChannel()
+    run_exchange(open_session(channel), _stateful("s-9"))
     request, _ = channel.request("tasks/get", {})
     assert request.headers["mcp-session-id"] == "s-9"
+
+
+def test_a_failed_probe_leaves_no_session_behind() -> None:
+    """A 400 "Missing session ID" to ``server/discover`` carries a fresh session id (the
+    Python SDK 1.x): it is not taken, so ``initialize`` goes out without one."""
+    channel = RpcChannel()
+    sent: list[HttpRequest] = []
+    serve = _stateful("s-1")
+
+    def recording(request: HttpRequest) -> HttpReply:
+        sent.append(request)
+        return serve(request)
+
+    refused = run_exchange(call(channel, "server/discover", {}), recording)
+    assert isinstance(refused, TransportFailure)
+    assert refused.http_status == 400
+    assert channel.session_id is None
+    assert channel.session_expired is False
+    opened = run_exchange(open_session(channel), recording)
+    assert isinstance(opened, dict)
+    assert "mcp-session-id" not in sent[1].headers
+    assert channel.session_id == "s-1"
+
+
+def test_initialize_never_carries_a_session() -> None:
+    """``initialize`` opens a session: it goes out without the one the channel holds."""
+    channel = RpcChannel()
+    channel.session_id = "old"
+    request, _ = channel.request("initialize", {})
+    assert "mcp-session-id" not in request.headers
+    assert channel.request("tasks/get", {})[0].headers["mcp-session-id"] == "old"
 
 
 def test_decoder_handles_split_chunks_crlf_and_multiline_data() -> None:
@@ -168,7 +220,7 @@ def test_decoder_caps_line_length() -> None:
 def test_a_broken_stream_is_resumed_with_last_event_id() -> None:
     """Streamable HTTP: a POST stream cut before the answer is resumed by GET with
     Last-Event-ID after the server's ``retry:``; the answer found there counts."""
-    from longcall.adapters.exchange import HttpRequest, run_exchange
+    from longcall.adapters.exchange import run_exchange
     from longcall.adapters.mcp.rpc import call
 
     channel = RpcChannel()
@@ -190,7 +242,7 @@ def test_a_broken_stream_is_resumed_with_last_event_id() -> None:
 
 def test_resuming_stops_after_a_bound() -> None:
     """A server that never answers on resumed streams ends as a transport failure."""
-    from longcall.adapters.exchange import HttpRequest, run_exchange
+    from longcall.adapters.exchange import run_exchange
     from longcall.adapters.mcp.rpc import RESUMES_MAX, call
 
     sent: list[HttpRequest] = []
@@ -249,3 +301,81 @@ def test_x_mcp_header_arguments_become_param_headers() -> None:
         header_params(
             {"inputSchema": {"properties": {"o": {"type": "object", "x-mcp-header": "O"}}}}
         )
+
+
+def _session_server(refuse: int) -> tuple[list[HttpRequest], Callable[[HttpRequest], HttpReply]]:
+    """A stateful server whose session ``s-1`` is gone: requests carrying it get
+    ``refuse`` (404: the session ended; 503: the server could not say), ``initialize``
+    opens ``s-2``, and requests in ``s-2`` are answered."""
+    sent: list[HttpRequest] = []
+
+    def serve(request: HttpRequest) -> HttpReply:
+        sent.append(request)
+        body = request.json_body
+        if request.headers.get("mcp-session-id") == "s-1":
+            refusal = {"jsonrpc": "2.0", "id": "server-error", "error": MISSING_SESSION}
+            return json_reply(refusal, status=refuse)
+        if "id" not in body:
+            return HttpReply(status=202)
+        result = {"protocolVersion": "2025-11-25", "capabilities": {}}
+        if body["method"] != "initialize":
+            result = {"task": {"taskId": "t", "status": "working"}}
+        return json_reply(
+            {"jsonrpc": "2.0", "id": body["id"], "result": result}, **{"mcp-session-id": "s-2"}
+        )
+
+    return sent, serve
+
+
+def _in_session(session: str) -> RpcChannel:
+    channel = RpcChannel()
+    channel.session_id = session
+    channel.initialized = {"protocolVersion": "2025-11-25", "capabilities": {}}
+    return channel
+
+
+def test_a_create_refused_for_its_session_is_sent_again_in_a_new_one() -> None:
+    """404 to a create that carried our session: the server ended the session before it
+    read the create, so one new session is opened and the create sent again, once."""
+    sent, serve = _session_server(404)
+    channel = _in_session("s-1")
+    answer = run_exchange(call(channel, "tools/call", {"name": "t", "task": {}}), serve)
+    assert isinstance(answer, RpcAnswer), answer
+    assert answer.result == {"task": {"taskId": "t", "status": "working"}}
+    methods = [(r.json_body["method"], r.headers.get("mcp-session-id")) for r in sent]
+    assert methods == [
+        ("tools/call", "s-1"),
+        ("initialize", None),
+        ("notifications/initialized", "s-2"),
+        ("tools/call", "s-2"),
+    ]
+    assert channel.session_id == "s-2"
+    assert channel.session_expired is False
+
+
+def test_a_create_whose_fate_is_unknown_is_never_sent_again() -> None:
+    """A 503 (or a timeout) to a create proves nothing: no new session, no resend; the
+    executor resolves it (submission-key lookup, X2)."""
+    sent, serve = _session_server(503)
+    channel = _in_session("s-1")
+    answer = run_exchange(call(channel, "tools/call", {"name": "t", "task": {}}), serve)
+    assert isinstance(answer, TransportFailure)
+    assert answer.processed_possible is True
+    assert [r.json_body["method"] for r in sent] == ["tools/call"]
+    assert channel.session_id == "s-1"
+
+
+def test_a_404_without_a_session_is_just_a_404() -> None:
+    """A stateless server's 404 (a wrong path) opens no session."""
+    sent: list[HttpRequest] = []
+    channel = RpcChannel()
+
+    def not_found(request: HttpRequest) -> HttpReply:
+        sent.append(request)
+        return HttpReply(status=404, body=b"no such path")
+
+    answer = run_exchange(call(channel, "tasks/get", {"taskId": "t"}), not_found)
+    assert isinstance(answer, TransportFailure)
+    assert answer.http_status == 404
+    assert len(sent) == 1
+    assert channel.session_expired is False

@@ -99,16 +99,46 @@ async def test_a_second_process_resumes_the_session(tmp_path: Path) -> None:
 
 
 async def test_an_ended_session_is_reopened_and_kept(tmp_path: Path) -> None:
-    """A 404 for our session: the next request opens a new one, which is kept."""
+    """A 404 for our session: a new one is opened (initialize without a session) and the
+    refused request is sent again in it, once; the new session is kept."""
     server = StatefulServer()
     with SQLiteLedger(tmp_path / "l.db") as ledger:
         adapter = await connect(server, ledger)
         server.live.clear()  # the server restarted, or expired the session
-        with pytest.raises(Exception, match="tools/list failed"):
-            await adapter.bind("t")
+        mark = len(server.seen)
         await adapter.bind("t")
         assert ledger.server_session(URL)["session_id"] == "s2"  # type: ignore[index]
         await adapter.aclose()
+    assert server.seen[mark:] == [
+        ("tools/list", "s1"),
+        ("initialize", None),
+        ("notifications/initialized", "s2"),
+        ("tools/list", "s2"),
+    ]
+
+
+async def test_a_session_refused_again_is_not_retried_forever(tmp_path: Path) -> None:
+    """A server that ends every new session at once: one re-open, one resend, then the
+    refusal is the request's failure (no loop)."""
+    server = StatefulServer()
+    with SQLiteLedger(tmp_path / "l.db") as ledger:
+        adapter = await connect(server, ledger)
+        server.live.clear()
+        original = server.__call__
+
+        def forgetful(request: httpx.Request) -> httpx.Response:
+            reply = original(request)
+            if json.loads(request.content or b"{}").get("method") == "notifications/initialized":
+                server.live.clear()
+            return reply
+
+        adapter.driver.http = httpx.AsyncClient(transport=httpx.MockTransport(forgetful))
+        mark = len(server.seen)
+        with pytest.raises(Exception, match="HTTP 404"):
+            await adapter.bind("t")
+        await adapter.aclose()
+    assert [m for m, _ in server.seen[mark:]].count("initialize") == 1
+    assert [m for m, _ in server.seen[mark:]].count("tools/list") == 2
 
 
 async def test_the_executor_ends_a_session_nothing_uses(tmp_path: Path) -> None:

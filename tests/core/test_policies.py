@@ -162,7 +162,8 @@ def test_backoff_is_full_jitter_under_the_ceiling(
 
 def test_retryable_set_is_exactly_the_documented_one() -> None:
     """429/5xx/transport (and malformed bodies) retry; 400/401/403/validation, an answer
-    over a size cap and an answer about another operation never do (C3, C4)."""
+    over a size cap, a refused redirect and an answer about another operation never do
+    (C3, C4)."""
     retryable = {f for f in FailureKind if is_retryable(f)}
     assert retryable == {
         FailureKind.CONNECT_FAILED,
@@ -179,6 +180,7 @@ def test_retryable_set_is_exactly_the_documented_one() -> None:
         FailureKind.FORBIDDEN,
         FailureKind.VALIDATION,
         FailureKind.TOO_LARGE,
+        FailureKind.REDIRECT_REFUSED,
         FailureKind.FOREIGN_IDENTITY,
     }
 

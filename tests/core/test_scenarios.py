@@ -361,6 +361,29 @@ def test_retryable_poll_failure_backs_off_and_honours_retry_after() -> None:
     assert t.commands == (c.Poll(operation_id=OP_ID, at=T0 + 130),)
 
 
+@pytest.mark.parametrize("jitter", [0.0, 0.5, 1.0])
+def test_a_failed_read_is_retried_no_sooner_than_the_interval_its_exchange_gave(
+    jitter: float,
+) -> None:
+    """X3 rule 1: a status read answered a new interval and its side channel then failed;
+    the retry honours that interval, not the older one the record held."""
+    r = working_record()
+    assert r.poll_interval_s == 5.0
+    failed = e.RequestFailed(
+        request=RequestKind.POLL, failure=FailureKind.MALFORMED_RESPONSE, poll_interval_s=12.0
+    )
+    t = handle(r, failed, now=T0 + 10, jitter=jitter)
+    assert t.record.poll_interval_s == 12.0
+    (poll,) = t.commands
+    assert isinstance(poll, c.Poll)
+    assert poll.at >= T0 + 10 + 12.0
+    # And the next normal reply is planned from it too (no interval of its own).
+    after = handle(t.record, e.WorkingObserved(), now=poll.at, jitter=0.0)
+    (next_poll,) = after.commands
+    assert isinstance(next_poll, c.Poll)
+    assert next_poll.at == poll.at + 12.0
+
+
 def test_non_retryable_failure_escalates() -> None:
     """X9: a 403 is never retried: the operation goes to an operator."""
     r = working_record()

@@ -1,8 +1,10 @@
-"""Processes of the interop suite: Node peers we did not write and the ``longcall`` CLI.
+"""Processes of the interop suite: peers we did not write and the ``longcall`` CLI.
 
-Owns: where the Node 22 toolchain installed by ``make interop`` lives, the TypeScript SDK
-task peer (``interop/task-peer.mjs``) as a bounded subprocess whose stdout events are
-collected by a reader thread, and ``longcall`` invocations as separate processes on a
+Owns: where the Node 22 toolchain and the Python peers' venvs installed by ``make
+interop`` live, the TypeScript SDK task peer (``interop/task-peer.mjs``) and the Python
+peers (``interop/py-*/peer.py``, each in its own venv) as bounded subprocesses whose
+stdout events are collected by a reader thread, and ``longcall`` invocations as separate
+processes on a
 temporary ledger named by ``LONGCALL_LEDGER``. Everything listens on 127.0.0.1 and every
 process is killed at teardown. Must not: decide anything a test asserts.
 """
@@ -31,14 +33,16 @@ NODE = NODE_BIN / "node"
 TASK_PEER = INTEROP / "task-peer.mjs"
 
 START_LIMIT_S = LOADED_MACHINE_S
+PY_START_LIMIT_S = LOADED_MACHINE_S
+"""A Python peer imports its whole SDK first: on a loaded machine that takes a while."""
 EVENT_LIMIT_S = LOADED_MACHINE_S
 CLI_LIMIT_S = LOADED_MACHINE_S
 STOP_LIMIT_S = 5.0
 PEER_LIFETIME_S = 3600
 """The peer exits by itself after this, whatever happens to this process (it also exits
-when its stdin closes or its parent changes). An hour, not minutes: a module's peer lives
-while that module's tests run, which on a busy machine took more than the 5 minutes this
-once was, and every test after that failed against a peer that had gone."""
+when its stdin closes). A peer lives for its whole test module, which on a loaded
+machine took longer than 5 minutes: a shorter lifetime killed it mid-module, and every
+later test of the module met a peer that had gone."""
 
 
 def node_or_fail() -> Path:
@@ -74,7 +78,8 @@ def stop(process: subprocess.Popen[Any]) -> None:
 
 @dataclass
 class TsPeer:
-    """A running ``task-peer.mjs``: its URL and the JSON events it printed so far."""
+    """A running peer (``task-peer.mjs`` or a Python peer): its URL and the JSON events
+    it printed so far."""
 
     process: subprocess.Popen[str]
     stderr_path: Path
@@ -95,18 +100,23 @@ class TsPeer:
             self.changed.notify_all()
 
     def wait_for(
-        self, predicate: Callable[[dict[str, Any]], bool], limit_s: float = EVENT_LIMIT_S
+        self,
+        predicate: Callable[[dict[str, Any]], bool],
+        limit_s: float = EVENT_LIMIT_S,
+        *,
+        since: int = 0,
     ) -> dict[str, Any]:
-        """The first event satisfying ``predicate``, waiting (bounded) on the reader thread."""
+        """The first event (from position ``since``, a :meth:`mark`) satisfying
+        ``predicate``, waiting (bounded) on the reader thread."""
         deadline = time.monotonic() + limit_s
         with self.changed:
             while True:
-                found = next((e for e in self.events if predicate(e)), None)
+                found = next((e for e in self.events[since:] if predicate(e)), None)
                 if found is not None:
                     return found
                 left = deadline - time.monotonic()
                 if left <= 0 or self.process.poll() is not None:
-                    pytest.fail(f"the TypeScript peer never reported the event:\n{self.log()}")
+                    pytest.fail(f"the peer never reported the event:\n{self.log()}")
                 self.changed.wait(left)
 
     def open_gate(self, name: str) -> None:
@@ -150,9 +160,11 @@ def describe(event: dict[str, Any]) -> str:
     if event.get("event") != "http":
         return json.dumps(event, sort_keys=True)
     session = str(event.get("session") or "-")[:8]
+    path = f" {event['path']}" if event.get("path") else ""
+    issued = f"; issued: {str(event['issued'])[:8]}" if event.get("issued") else ""
     return (
-        f"{event.get('verb')} {event.get('rpc')} -> {event.get('status')} "
-        f"{event.get('contentType')} (accept: {event.get('accept')}; session: {session})"
+        f"{event.get('verb')}{path} {event.get('rpc')} -> {event.get('status')} "
+        f"{event.get('contentType')} (accept: {event.get('accept')}; session: {session}{issued})"
     )
 
 
@@ -178,6 +190,49 @@ def ts_peer(tmp: Path, *flags: str) -> Iterator[TsPeer]:
     reader.start()
     try:
         ready = peer.wait_for(lambda e: e.get("ready") is True, START_LIMIT_S)
+        peer.url = str(ready["url"])
+        yield peer
+    finally:
+        stop(process)
+        reader.join(STOP_LIMIT_S)
+
+
+# --- the Python peers (each in its own venv) --------------------------------------------
+
+
+def py_peer_python(name: str) -> Path:
+    """The interpreter of ``interop/NAME/.venv``; a missing venv fails the run (never a
+    skip: run `make interop`)."""
+    python = INTEROP / name / ".venv" / "bin" / "python"
+    if not python.exists():
+        pytest.fail(f"the interop peer {name} is not installed ({python} is missing): make interop")
+    return python
+
+
+@contextlib.contextmanager
+def py_peer(tmp: Path, name: str, *flags: str) -> Iterator[TsPeer]:
+    """Start ``interop/NAME/peer.py`` with ``flags`` in its venv on a free 127.0.0.1
+    port; stop it at exit. Its stdin stays an open pipe: the peer exits by itself when
+    this process dies."""
+    python = py_peer_python(name)
+    stderr_path = tmp / "peer.stderr"
+    with stderr_path.open("w") as stderr:
+        bounded = ("--exit-with-stdin", "--max-lifetime-s", str(PEER_LIFETIME_S))
+        process = subprocess.Popen(
+            [str(python), str(INTEROP / name / "peer.py"), *bounded, *flags],
+            cwd=INTEROP / name,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            text=True,
+            env={**os.environ, "PYTHONWARNINGS": "ignore::DeprecationWarning"},
+        )
+    peer = TsPeer(process=process, stderr_path=stderr_path)
+    assert process.stdout is not None
+    reader = threading.Thread(target=peer._read, args=(process.stdout,), daemon=True)
+    reader.start()
+    try:
+        ready = peer.wait_for(lambda e: e.get("ready") is True, PY_START_LIMIT_S)
         peer.url = str(ready["url"])
         yield peer
     finally:

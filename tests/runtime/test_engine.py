@@ -108,9 +108,9 @@ def run(
         for action in engine.due(now):
             outcome = server.answer(action, now)
             if outcome is None:
-                engine.finish(action)
+                engine.end_without_reply(action)
             else:
-                engine.complete(action, outcome, now=now + latency_s)
+                engine.apply_reply(action, outcome, now=now + latency_s)
         if each is not None:
             each(now)
     raise AssertionError("did not settle")
@@ -225,13 +225,13 @@ def test_stale_executor_lets_go_after_a_takeover(ledger: Ledger) -> None:
     old = Engine(ledger, rng=random.Random(1))
     old.start_call(CallSpec(call_node_id="n", binding=binding(), arguments={}), now=0.0)
     (submit,) = old.due(0.0)
-    old.complete(submit, server.answer(submit, 0.0), now=0.1)  # type: ignore[arg-type]
+    old.apply_reply(submit, server.answer(submit, 0.0), now=0.1)  # type: ignore[arg-type]
     (poll,) = old.due(5.0)
     new = Engine(ledger, rng=random.Random(2))
     new.resume_all(now=5.0)
     reply = server.answer(poll, 5.0)
     assert reply is not None
-    assert old.complete(poll, reply, now=5.1) is None
+    assert old.apply_reply(poll, reply, now=5.1) is None
     assert ledger.get("n").execution_epoch == 1
     assert "n" not in old.records
     run(new, server, now=5.2)
@@ -270,9 +270,9 @@ def test_manual_answer_when_no_policy(ledger: Ledger) -> None:
     engine = Engine(ledger, rng=random.Random(1))
     engine.start_call(CallSpec(call_node_id="n", binding=binding(), arguments={}), now=0.0)
     (submit,) = engine.due(0.0)
-    engine.complete(submit, Outcome(event=e.SubmitAcknowledged(operation_id="op")), now=0.1)
+    engine.apply_reply(submit, Outcome(event=e.SubmitAcknowledged(operation_id="op")), now=0.1)
     (poll,) = engine.due(10.0)
-    engine.complete(poll, Outcome(event=e.InputRequestObserved(keys=("k",))), now=10.1)
+    engine.apply_reply(poll, Outcome(event=e.InputRequestObserved(keys=("k",))), now=10.1)
     assert engine.next_wakeup() is None  # polling paused (X4)
     record = engine.answer("n", {"k": 42}, now=20.0)
     assert record.input_keys_answered == ("k",)
@@ -288,9 +288,9 @@ def test_refused_answer_stores_nothing(ledger: Ledger) -> None:
     engine = Engine(ledger, rng=random.Random(1))
     engine.start_call(CallSpec(call_node_id="n", binding=binding(), arguments={}), now=0.0)
     (submit,) = engine.due(0.0)
-    engine.complete(submit, Outcome(event=e.SubmitAcknowledged(operation_id="op")), now=0.1)
+    engine.apply_reply(submit, Outcome(event=e.SubmitAcknowledged(operation_id="op")), now=0.1)
     (poll,) = engine.due(10.0)
-    engine.complete(poll, Outcome(event=e.InputRequestObserved(keys=("k",))), now=10.1)
+    engine.apply_reply(poll, Outcome(event=e.InputRequestObserved(keys=("k",))), now=10.1)
     escalated = engine.records["n"]
     from longcall.runtime.step import apply_event
 

@@ -54,10 +54,10 @@ def asking(ledger: Ledger) -> Engine:
     engine = Engine(ledger, rng=random.Random(1))
     engine.start_call(CallSpec(call_node_id="n", binding=binding(), arguments={}), now=0.0)
     (submit,) = engine.due(0.0)
-    engine.complete(submit, Outcome(event=e.SubmitAcknowledged(operation_id="op")), now=0.1)
+    engine.apply_reply(submit, Outcome(event=e.SubmitAcknowledged(operation_id="op")), now=0.1)
     (poll,) = engine.due(10.0)
     observed = e.InputRequestObserved(keys=("elicit-1",), server_status_raw="input_required")
-    engine.complete(poll, Outcome(event=observed, payload=canonical_json(REQUESTS)), now=10.1)
+    engine.apply_reply(poll, Outcome(event=observed, payload=canonical_json(REQUESTS)), now=10.1)
     return engine
 
 
@@ -125,7 +125,7 @@ def test_a_refused_answer_leaves_the_round_answerable_again(ledger: Ledger) -> N
     refused = e.RequestFailed(
         request=RequestKind.INPUT, failure=FailureKind.VALIDATION, detail="invalid params"
     )
-    engine.complete(send, Outcome(event=refused), now=20.1)
+    engine.apply_reply(send, Outcome(event=refused), now=20.1)
     record = ledger.get("n")
     assert record.state is State.INPUT_REQUIRED
     assert (record.input_round, record.input_keys_pending) == (2, ("elicit-1",))

@@ -70,9 +70,9 @@ class World:
                     if owner in self.held_back:
                         self.held_back[owner].append(action)
                     elif outcome is None:
-                        engine.finish(action)
+                        engine.end_without_reply(action)
                     else:
-                        engine.complete(action, outcome, now=self.now)
+                        engine.apply_reply(action, outcome, now=self.now)
             self.now = round(self.now + TICK_S, 6)
 
     def close(self) -> None:
@@ -132,7 +132,7 @@ def test_paused_worker_is_taken_over_and_its_late_write_is_fenced(world: World) 
     for action in late:  # the replies reach a after the takeover
         outcome = world.server.answer(action, world.now)
         if outcome is not None:
-            a.complete(action, outcome, now=world.now)
+            a.apply_reply(action, outcome, now=world.now)
     assert a.stats["fenced"] >= 1
     world.run(until=world.now + 20.0)
     ledger = world.ledgers[0]

@@ -36,7 +36,7 @@ def working(engine: Engine, node: str = "n") -> None:
     """Create ``node`` and acknowledge its create: it is WORKING with a poll planned."""
     engine.start_call(CallSpec(call_node_id=node, binding=binding(), arguments={}), now=0.0)
     (submit,) = engine.due(0.0)
-    engine.complete(submit, Outcome(event=e.SubmitAcknowledged(operation_id="op")), now=0.1)
+    engine.apply_reply(submit, Outcome(event=e.SubmitAcknowledged(operation_id="op")), now=0.1)
 
 
 def test_cancel_written_by_another_process_survives_a_poll_reply(ledger: Ledger) -> None:
@@ -48,7 +48,7 @@ def test_cancel_written_by_another_process_survives_a_poll_reply(ledger: Ledger)
     # Another process (``longcall ops cancel``) writes the cancel while the poll is out.
     outcome, _ = request_cancel(ledger, ledger.get("n"), now=10.05, jitter=0.5)
     assert outcome.outcome == "requested"
-    engine.complete(poll, Outcome(event=e.WorkingObserved()), now=10.1)
+    engine.apply_reply(poll, Outcome(event=e.WorkingObserved()), now=10.1)
     assert engine.stats["conflicts"] == 1
     assert ledger.get("n").state is State.CANCEL_REQUESTED
     kinds = [a.kind for a in engine.due(10.1)]
@@ -61,7 +61,7 @@ def test_digest_mismatch_goes_to_reconciliation_with_its_reason(ledger: Ledger) 
     engine = Engine(ledger, rng=random.Random(1))
     working(engine)
     (poll,) = engine.due(10.0)
-    engine.complete(
+    engine.apply_reply(
         poll, Outcome(event=e.TerminalObserved(status=ServerStatus.COMPLETED)), now=10.1
     )
     (fetch,) = engine.due(10.1)
@@ -71,7 +71,7 @@ def test_digest_mismatch_goes_to_reconciliation_with_its_reason(ledger: Ledger) 
         result_kind=ResultKind.VALUE,
         result_digest=digest_bytes(b"something else"),
     )
-    engine.complete(fetch, Outcome(event=lying, payload=payload), now=10.2)
+    engine.apply_reply(fetch, Outcome(event=lying, payload=payload), now=10.2)
     record = ledger.get("n")
     assert record.state is State.RECONCILIATION_REQUIRED
     assert "DigestMismatch" in (record.reconciliation_reason or "")
@@ -90,7 +90,7 @@ def test_restarts_count_every_resend_of_an_idempotent_create(ledger: Ledger) -> 
     first = Engine(ledger, rng=random.Random(1))
     first.start_call(spec, now=0.0)
     (submit,) = first.due(0.0)
-    first.complete(submit, Outcome(event=e.SubmitOutcomeLost(reason="reset")), now=0.1)
+    first.apply_reply(submit, Outcome(event=e.SubmitOutcomeLost(reason="reset")), now=0.1)
     sends = 1
     for restart in range(1, 10):
         engine = Engine(ledger, rng=random.Random(restart))

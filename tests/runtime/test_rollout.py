@@ -92,7 +92,7 @@ def test_rollback_hands_in_flight_operations_to_the_old_version(tmp_path: Path) 
     for action in late:
         outcome = world.server.answer(action, world.now)
         if outcome is not None:
-            a.complete(action, outcome, now=world.now)
+            a.apply_reply(action, outcome, now=world.now)
     assert a.stats["fenced"] >= 1
     world.server.polls_until_done = 1
     world.worker("b")

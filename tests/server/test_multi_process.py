@@ -38,7 +38,8 @@ KILL_AFTER = 400
 """Creations acknowledged before the second process is killed (its tasks are mid-run)."""
 CONCURRENCY = 24
 PRINCIPALS = 4
-STARTUP_LIMIT_S = LOADED_MACHINE_S
+STARTUP_LIMIT_S = 180.0
+"""Generous: three servers starting together on a loaded 2-core machine took over 30 s."""
 SETTLE_LIMIT_S = LOADED_MACHINE_S
 SUBMISSION_KEY = "dev.longcall/submissionKey"
 
@@ -46,7 +47,7 @@ SUBMISSION_KEY = "dev.longcall/submissionKey"
 class Serve:
     """One ``longcall serve`` child process."""
 
-    def __init__(self, store_url: str, log: Path) -> None:
+    def __init__(self, store_url: str, log: Path, *, lease_s: float = LEASE_S) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}/mcp"
         self._log = log.open("wb")
@@ -62,7 +63,7 @@ class Serve:
                 "--port",
                 str(self.port),
                 "--lease-seconds",
-                str(LEASE_S),
+                str(lease_s),
             ],
             env={**os.environ, "PYTHONUNBUFFERED": "1"},
             stdout=self._log,
@@ -70,9 +71,11 @@ class Serve:
         )
         self.killed_at: float | None = None
 
-    async def wait_ready(self, http: httpx.AsyncClient) -> None:
+    async def wait_ready(
+        self, http: httpx.AsyncClient, *, limit_s: float = STARTUP_LIMIT_S
+    ) -> None:
         """Bounded poll: a separate process gives no event to wait on."""
-        deadline = time.monotonic() + STARTUP_LIMIT_S
+        deadline = time.monotonic() + limit_s
         client = ModernClient(http, self.url)
         while True:
             try:

@@ -54,8 +54,8 @@ def _ack(op: str, *, interval_s: float = 5.0, ttl_s: float | None = None) -> Out
 def test_a_reused_operation_id_sends_both_holders_to_reconciliation() -> None:
     """F1 id reuse: a second call node handed a held id is never polled or accepted."""
     engine = _engine()
-    engine.complete(_start(engine, "a"), _ack("t1"), now=0.1)
-    record = engine.complete(_start(engine, "b", now=1.0), _ack("t1"), now=1.1)
+    engine.apply_reply(_start(engine, "a"), _ack("t1"), now=0.1)
+    record = engine.apply_reply(_start(engine, "b", now=1.0), _ack("t1"), now=1.1)
     assert record is not None
     assert record.state is State.RECONCILIATION_REQUIRED
     assert engine.ledger.get("a").state is State.RECONCILIATION_REQUIRED
@@ -68,7 +68,7 @@ def test_an_operators_never_created_is_resubmitted_not_escalated_again() -> None
     engine = _engine()
     action = _start(engine, "a")
     lost = Outcome(event=e.SubmitOutcomeLost(reason="timeout"))
-    record = engine.complete(action, lost, now=15.0)
+    record = engine.apply_reply(action, lost, now=15.0)
     assert record is not None
     assert record.state is State.RECONCILIATION_REQUIRED
     resolution = e.ReconciledManually(
@@ -85,10 +85,10 @@ def test_an_operators_never_created_is_resubmitted_not_escalated_again() -> None
 def test_a_refused_cancel_reads_the_terminal_one_interval_later() -> None:
     """X3/X5: the poll after -32602 keeps the server's interval as its floor."""
     engine = _engine()
-    engine.complete(_start(engine, "a"), _ack("t1", interval_s=5.0), now=0.1)
+    engine.apply_reply(_start(engine, "a"), _ack("t1", interval_s=5.0), now=0.1)
     engine.cancel("a", now=1.0)
     (cancel,) = engine.due(1.0)
-    engine.complete(cancel, Outcome(event=e.CancelRefused(reason="-32602")), now=1.2)
+    engine.apply_reply(cancel, Outcome(event=e.CancelRefused(reason="-32602")), now=1.2)
     wake = engine.next_wakeup()
     assert wake is not None
     assert wake >= 1.2 + 5.0
@@ -97,9 +97,9 @@ def test_a_refused_cancel_reads_the_terminal_one_interval_later() -> None:
 def test_the_expiry_cap_never_pulls_a_poll_under_the_interval() -> None:
     """X3: near the expiry the last poll still waits the server's interval."""
     engine = _engine()
-    engine.complete(_start(engine, "a"), _ack("t1", interval_s=5.0, ttl_s=7.0), now=0.0)
+    engine.apply_reply(_start(engine, "a"), _ack("t1", interval_s=5.0, ttl_s=7.0), now=0.0)
     (poll,) = engine.due(6.0)
-    engine.complete(poll, Outcome(event=e.WorkingObserved(poll_interval_s=5.0)), now=6.0)
+    engine.apply_reply(poll, Outcome(event=e.WorkingObserved(poll_interval_s=5.0)), now=6.0)
     wake = engine.next_wakeup()
     assert wake is not None
     assert wake >= 6.0 + 5.0
@@ -108,14 +108,14 @@ def test_the_expiry_cap_never_pulls_a_poll_under_the_interval() -> None:
 def test_an_input_request_carries_the_poll_interval() -> None:
     """X3: an operation whose first status is input_required learns the interval too."""
     engine = _engine()
-    engine.complete(
+    engine.apply_reply(
         _start(engine, "a", lookup=True), Outcome(event=e.SubmitOutcomeLost(reason="x")), now=0.1
     )
     (lookup,) = engine.due(0.1)
-    engine.complete(lookup, Outcome(event=e.SubmissionFound(operation_id="t1")), now=0.2)
+    engine.apply_reply(lookup, Outcome(event=e.SubmissionFound(operation_id="t1")), now=0.2)
     (poll,) = engine.due(10.0)
     observed = e.InputRequestObserved(keys=("k",), poll_interval_s=7.0)
-    record = engine.complete(poll, Outcome(event=observed), now=10.0)
+    record = engine.apply_reply(poll, Outcome(event=observed), now=10.0)
     assert record is not None
     assert record.poll_interval_s == 7.0
 
@@ -128,14 +128,14 @@ def test_answers_are_delivered_again_while_the_server_still_asks() -> None:
         poll_qps_max=100.0,
         input_policy=lambda record, ask: dict.fromkeys(ask.keys, True),
     )
-    engine.complete(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
+    engine.apply_reply(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
     (poll,) = engine.due(5.0)
     asks = e.InputRequestObserved(keys=("k",), poll_interval_s=2.0)
-    engine.complete(poll, Outcome(event=asks), now=5.0)
+    engine.apply_reply(poll, Outcome(event=asks), now=5.0)
     (delivery,) = [a for a in engine.due(5.0) if a.kind == "SendInputResponse"]
-    engine.finish(delivery)  # acknowledged by the network, never reached the server
+    engine.end_without_reply(delivery)  # acknowledged by the network, never reached the server
     (poll,) = engine.due(10.0)
-    engine.complete(poll, Outcome(event=asks), now=10.0)
+    engine.apply_reply(poll, Outcome(event=asks), now=10.0)
     answered = [
         a.command.keys for a in engine.due(10.0) if isinstance(a.command, c.SendInputResponse)
     ]
@@ -145,13 +145,13 @@ def test_answers_are_delivered_again_while_the_server_still_asks() -> None:
 def test_a_command_due_while_its_kind_is_in_flight_is_not_lost() -> None:
     """A second cancel's request, due while the first is in flight, goes out after it."""
     engine = _engine()
-    engine.complete(_start(engine, "a"), _ack("t1"), now=0.1)
+    engine.apply_reply(_start(engine, "a"), _ack("t1"), now=0.1)
     engine.cancel("a", now=1.0)
     (first,) = engine.due(1.0)
     engine.cancel("a", now=2.0)
     assert engine.due(2.0) == []  # the first cancel is still in flight
     stale = Outcome(event=e.CancelAcknowledged(cancel_generation=1))
-    engine.complete(first, stale, now=3.0)  # stale now: generation 2 is current
+    engine.apply_reply(first, stale, now=3.0)  # stale now: generation 2 is current
     (second,) = engine.due(3.0)
     assert isinstance(second.command, c.SendCancel)
     assert second.command.cancel_generation == 2
@@ -160,13 +160,13 @@ def test_a_command_due_while_its_kind_is_in_flight_is_not_lost() -> None:
 def test_no_stray_poll_once_the_terminal_is_observed() -> None:
     """X3/X6: a poll planned before the terminal was observed is dropped, not sent."""
     engine = _engine()
-    engine.complete(_start(engine, "a"), _ack("t1", interval_s=5.0), now=0.1)
+    engine.apply_reply(_start(engine, "a"), _ack("t1", interval_s=5.0), now=0.1)
     (poll,) = engine.due(6.0)
     engine.cancel("a", now=6.0)
     (cancel,) = engine.due(6.0)
-    engine.complete(cancel, Outcome(event=e.CancelRefused(reason="-32602")), now=6.1)
+    engine.apply_reply(cancel, Outcome(event=e.CancelRefused(reason="-32602")), now=6.1)
     completed = Outcome(event=e.TerminalObserved(status=ServerStatus.COMPLETED))
-    engine.complete(poll, completed, now=6.2)
+    engine.apply_reply(poll, completed, now=6.2)
     kinds = [a.kind for a in engine.due(60.0)]
     assert kinds == ["FetchResult"]
 
@@ -178,12 +178,12 @@ def test_a_wait_budget_never_pulls_a_poll_before_the_retry_after() -> None:
     spec = CallSpec(call_node_id="a", binding=_binding(), arguments={}, budget_s=20.0)
     engine.start_call(spec, now=0.0)
     (submit,) = engine.due(0.0)
-    engine.complete(submit, _ack("t1", interval_s=2.0), now=0.1)
+    engine.apply_reply(submit, _ack("t1", interval_s=2.0), now=0.1)
     (poll,) = engine.due(18.0)
     limited = e.RequestFailed(
         request=RequestKind.POLL, failure=FailureKind.RATE_LIMITED, retry_after_s=8.0
     )
-    engine.complete(poll, Outcome(event=limited), now=18.1)
+    engine.apply_reply(poll, Outcome(event=limited), now=18.1)
     wake = engine.next_wakeup()
     assert wake is not None
     assert wake >= 18.1 + 8.0
@@ -193,15 +193,15 @@ def test_a_retry_after_holds_every_poll_of_that_server() -> None:
     """X3: a 429's Retry-After holds the server's other polls too, whichever request
     met it (a cancel ack re-planned a poll before the wait was over)."""
     engine = _engine()
-    engine.complete(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
-    engine.complete(_start(engine, "b", now=0.2), _ack("t2", interval_s=2.0), now=0.3)
+    engine.apply_reply(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
+    engine.apply_reply(_start(engine, "b", now=0.2), _ack("t2", interval_s=2.0), now=0.3)
     # (the token bucket spaces the two polls out by 10 ms)
     first, second = [a for t in (5.0, 5.02) for a in engine.due(t) if a.kind == "Poll"]
     limited = e.RequestFailed(
         request=RequestKind.POLL, failure=FailureKind.RATE_LIMITED, retry_after_s=9.0
     )
-    engine.complete(first, Outcome(event=limited), now=5.1)
-    engine.complete(second, Outcome(event=e.WorkingObserved(poll_interval_s=2.0)), now=5.2)
+    engine.apply_reply(first, Outcome(event=limited), now=5.1)
+    engine.apply_reply(second, Outcome(event=e.WorkingObserved(poll_interval_s=2.0)), now=5.2)
     assert [a for a in engine.due(14.0) if a.kind == "Poll"] == []
     released = [a for t in (14.1, 14.2) for a in engine.due(t) if a.kind == "Poll"]
     assert sorted(a.call_node_id for a in released) == ["a", "b"]
@@ -211,12 +211,12 @@ def test_a_retry_after_holds_every_request_of_that_server() -> None:
     """X3, X9: the wait holds the server's creates, cancels and input answers too, not
     only its polls."""
     engine = _engine()
-    engine.complete(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
+    engine.apply_reply(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
     (poll,) = engine.due(5.0)
     limited = e.RequestFailed(
         request=RequestKind.POLL, failure=FailureKind.RATE_LIMITED, retry_after_s=9.0
     )
-    engine.complete(poll, Outcome(event=limited), now=5.1)
+    engine.apply_reply(poll, Outcome(event=limited), now=5.1)
     engine.start_call(CallSpec(call_node_id="b", binding=_binding(), arguments={}), now=6.0)
     assert engine.due(14.0) == []
     assert [a.kind for a in engine.due(14.1) if a.call_node_id == "b"] == ["SendSubmit"]
@@ -229,14 +229,14 @@ def test_a_request_issued_before_a_retry_after_arrived_is_held_at_its_send() -> 
     lags: seeds 137608456191015, 260780867349910, 91976830195074 of harsh). At the send
     the driver asks :meth:`Engine.held`: the request stays, and goes when the wait is over."""
     engine = _engine()
-    engine.complete(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
-    engine.complete(_start(engine, "b", now=0.2), _ack("t2", interval_s=2.0), now=0.3)
+    engine.apply_reply(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
+    engine.apply_reply(_start(engine, "b", now=0.2), _ack("t2", interval_s=2.0), now=0.3)
     first, second = [a for t in (5.0, 5.02) for a in engine.due(t) if a.kind == "Poll"]
     assert not engine.held(first, now=5.0)
     limited = e.RequestFailed(
         request=RequestKind.POLL, failure=FailureKind.RATE_LIMITED, retry_after_s=5.0
     )
-    engine.complete(first, Outcome(event=limited), now=5.1)
+    engine.apply_reply(first, Outcome(event=limited), now=5.1)
     assert engine.held(second, now=5.12)
     assert [a for a in engine.due(10.0) if a.call_node_id == "b"] == []
     # (the token bucket spaces it 10 ms after a's retried poll)
@@ -249,14 +249,14 @@ def test_a_create_held_at_its_send_is_not_an_unknown_outcome() -> None:
     """A create the driver never sent (held by a Retry-After) is sent again as it was,
     not looked up as one whose outcome is unknown (X2)."""
     engine = _engine()
-    engine.complete(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
+    engine.apply_reply(_start(engine, "a"), _ack("t1", interval_s=2.0), now=0.1)
     (poll,) = engine.due(5.0)
     engine.start_call(CallSpec(call_node_id="b", binding=_binding(), arguments={}), now=5.0)
     (create,) = [a for a in engine.due(5.0) if a.call_node_id == "b"]
     limited = e.RequestFailed(
         request=RequestKind.POLL, failure=FailureKind.UNAVAILABLE, retry_after_s=3.0
     )
-    engine.complete(poll, Outcome(event=limited), now=5.1)
+    engine.apply_reply(poll, Outcome(event=limited), now=5.1)
     assert engine.held(create, now=5.1)
     assert engine.records["b"].state is State.SUBMITTING
     assert [a.kind for a in engine.due(8.1) if a.call_node_id == "b"] == ["SendSubmit"]
@@ -311,7 +311,7 @@ def test_a_cancel_through_a_worker_that_lost_the_operation_is_written_not_raised
     version alone, for the worker that holds it now to send."""
     ledger = SQLiteLedger(":memory:")
     first = _worker(ledger, "w0")
-    first.complete(_start(first, "a"), _ack("t1"), now=0.1)
+    first.apply_reply(_start(first, "a"), _ack("t1"), now=0.1)
     second = _worker(ledger, "w1", now=7.0)
     second.housekeep(now=8.0)  # w0's lease ran out at 6 s: w1 claims "a"
     assert "a" in second.records
@@ -378,4 +378,20 @@ def test_a_worker_that_claims_back_an_operation_keeps_the_servers_interval(seed:
     record and polled sooner than the server had told it after its own last poll."""
     result = run_one(seed)
     assert result.faults["adapter_rollback"] == 1
+    assert result.violations == []
+
+
+INTERVAL_LOST_WITH_THE_SIDE_CHANNEL = 240426977556928
+"""Permutation of ``longcall sim --permutations 2000 --seed 90210`` (default profile): a
+2025-11-25 status read answers ``input_required`` with a longer interval (6.663 s, the
+working one was 2.539 s), and the ``tasks/result`` side channel read right after it is
+refused (HTTP 400, -32700)."""
+
+
+def test_a_read_retried_after_its_side_channel_failed_keeps_the_interval_it_was_told() -> None:
+    """The failed exchange dropped the interval its status read had told, so the retry
+    left 3.226 s after that read: the failure reports it now, and the retry honours it."""
+    result = run_one(INTERVAL_LOST_WITH_THE_SIDE_CHANNEL, trace=True)
+    assert result.faults["request_refused_unread"] > 0
+    assert result.polls.interval_judged > 0
     assert result.violations == []

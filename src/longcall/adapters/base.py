@@ -112,6 +112,11 @@ class Adapter(abc.ABC):
     ) -> Outcome | None:
         """Deliver answers for input keys; None when the delivery itself is the outcome."""
 
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """Every tool the server lists, as listed (a gateway re-serves them); a protocol
+        with no tool list raises AdapterError."""
+        raise AdapterError(f"the {self.protocol} adapter cannot list a server's tools")
+
     async def listen(  # noqa: B027 - optional capability: no push by default
         self, operation_ids: Collection[str], on_change: PushSink
     ) -> None:

@@ -5,8 +5,9 @@ of an exchange to the server, reads the reply within its bounds (the request's t
 budget, the response size cap, the event-stream line cap: C4), ends an event stream
 when the request's :class:`~longcall.adapters.exchange.StreamWatch` says so, hands
 each event to an observer as it arrives (progress, X11), adds the configured headers
-(credentials: C1), and translates httpx's exceptions into
-:class:`~longcall.adapters.exchange.TransportFailure` once, here, where they enter.
+(credentials: C1), follows same-origin 307/308 redirects with the method and body kept
+(:mod:`longcall.adapters.redirects` decides which), and translates httpx's exceptions
+into :class:`~longcall.adapters.exchange.TransportFailure` once, here, where they enter.
 It also owns the *send window* (:class:`SendWindow`): a poll that holds a send slot of
 its server's shared budget is checked once more at the last moment before its bytes
 are written, and does not leave if the slot has passed (X3, D1).
@@ -21,7 +22,7 @@ import contextlib
 import contextvars
 import json
 import math
-from collections.abc import Awaitable, Callable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import TypeVar
 
@@ -40,11 +41,15 @@ from longcall.adapters.exchange import (
     parse_retry_after,
     status_failure,
 )
+from longcall.adapters.redirects import next_hop
 from longcall.adapters.sse import LineTooLong, SseDecoder
 from longcall.core.retry import FailureKind
 from longcall.errors import SendWindowPassed
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
+ANSWER_DRAIN_S = 0.1
+"""How long the end of an event stream is awaited after the answer came (the
+connection then goes back to the pool); a stream still open then is cut."""
 _T = TypeVar("_T")
 
 EventObserver = Callable[[SseEvent], None]
@@ -61,10 +66,20 @@ class SendWindow:
     polls of several workers then bunched up at the server beyond the cap (X3, D1).
     Asked for the first request of the block only: a poll is one request."""
 
-    def __init__(self, may_leave: Callable[[], bool]) -> None:
+    def __init__(
+        self, may_leave: Callable[[], bool], is_open: Callable[[], bool] | None = None
+    ) -> None:
         self._may_leave = may_leave
+        self._is_open = is_open
         self.asked = False
         """Whether a request asked (an adapter that sends without this driver never does)."""
+
+    def is_open(self) -> bool:
+        """Whether the slot has not passed yet, asked before the request takes a
+        connection: ``may_leave`` without its side effects. A request stopped at the
+        last moment costs its connection (httpcore closes a connection whose request
+        was never written); one stopped here costs nothing."""
+        return self._is_open is None or self._is_open()
 
     def may_leave(self) -> bool:
         self.asked = True
@@ -77,10 +92,13 @@ _SEND_WINDOW: contextvars.ContextVar[SendWindow | None] = contextvars.ContextVar
 
 
 @contextlib.contextmanager
-def send_window(may_leave: Callable[[], bool]) -> Iterator[SendWindow]:
+def send_window(
+    may_leave: Callable[[], bool], is_open: Callable[[], bool] | None = None
+) -> Iterator[SendWindow]:
     """Within this block (this task), the next request the driver sends leaves only if
-    ``may_leave()`` says so at the moment it is written (see :class:`SendWindow`)."""
-    window = SendWindow(may_leave)
+    ``may_leave()`` says so at the moment it is written (see :class:`SendWindow`);
+    ``is_open`` (no side effects) is asked first, before a connection is taken."""
+    window = SendWindow(may_leave, is_open)
     token = _SEND_WINDOW.set(window)
     try:
         yield window
@@ -184,20 +202,18 @@ class HttpDriver:
     ) -> Reply:
         headers = {**self.headers, **request.headers}
         window = _SEND_WINDOW.get()
-        extensions = None
+        extensions: dict[str, object] | None = None
         if window is not None:
             _SEND_WINDOW.set(None)  # the first request only (this task's own context)
+            if not window.is_open():
+                raise SendWindowPassed("the send slot passed before the request could leave")
             extensions = {"trace": _window_trace(window)}
         try:
-            async with self.http.stream(
-                request.method,
-                self.base_url + request.path,
-                params=dict(request.query) or None,
-                content=request.body,
-                headers=headers,
-                auth=self.auth if self.auth is not None else httpx.USE_CLIENT_DEFAULT,
-                extensions=extensions,
+            async with self._following(
+                request, headers, params=dict(request.query) or None, extensions=extensions
             ) as response:
+                if isinstance(response, TransportFailure):
+                    return response
                 reply_headers = {k.lower(): v for k, v in response.headers.items()}
                 _normalise_retry_after(reply_headers)
                 content_type = reply_headers.get("content-type", "").split(";")[0].strip()
@@ -206,6 +222,44 @@ class HttpDriver:
                 return await self._body(response, reply_headers)
         except httpx.HTTPError as exc:
             return failure_of_exception(exc)
+
+    @contextlib.asynccontextmanager
+    async def _following(
+        self,
+        request: HttpRequest,
+        headers: Mapping[str, str],
+        *,
+        params: Mapping[str, str] | None = None,
+        extensions: dict[str, object] | None = None,
+        bounds: httpx.Timeout | None = None,
+    ) -> AsyncIterator[httpx.Response | TransportFailure]:
+        """The response to ``request``, after following the redirects we follow (same
+        origin, 307/308, a few hops: :func:`~longcall.adapters.redirects.next_hop`), with
+        the same method, body and headers; or the failure of a refused redirect."""
+        url = self.base_url + request.path
+        hops = 0
+        while True:
+            async with self.http.stream(
+                request.method,
+                url,
+                params=params,
+                content=request.body,
+                headers=headers,
+                auth=self.auth if self.auth is not None else httpx.USE_CLIENT_DEFAULT,
+                extensions=extensions,
+                timeout=bounds if bounds is not None else httpx.USE_CLIENT_DEFAULT,
+            ) as response:
+                hop = next_hop(
+                    str(response.url),
+                    response.status_code,
+                    response.headers.get("location"),
+                    hops=hops,
+                )
+                if hop is None or isinstance(hop, TransportFailure):
+                    yield response if hop is None else hop
+                    return
+            # The target's URL carries its own query; the send window was asked already.
+            url, params, extensions, hops = hop, None, None, hops + 1
 
     async def _body(self, response: httpx.Response, headers: dict[str, str]) -> Reply:
         declared = headers.get("content-length", "")
@@ -234,11 +288,14 @@ class HttpDriver:
         stopped = False
         cut: str | None = None
         size = 0
+        answered = False
         with anyio.CancelScope() as watch_scope:
             if watch is not None:
                 watch_scope.deadline = anyio.current_time() + watch.wait_s
             try:
                 async for chunk in response.aiter_bytes():
+                    if answered:
+                        continue  # the stream's rest after the answer: read, not kept
                     size += len(chunk)
                     if size > self.response_bytes_max:
                         return self._too_large(response.status_code)
@@ -251,7 +308,13 @@ class HttpDriver:
                             # Gather the siblings sent with it, then stop (X4).
                             watch_scope.deadline = anyio.current_time() + watch.gather_s
                         if request.answer_id is not None and _is_response(event, request.answer_id):
-                            watch_scope.cancel()  # the answer is here; nothing after it
+                            # The answer is here; nothing after it counts. The stream's
+                            # end (a server closes it right after the answer) is still
+                            # read, briefly: httpcore closes a connection whose response
+                            # was not read to its end instead of returning it to the pool.
+                            answered = True
+                            drained = anyio.current_time() + ANSWER_DRAIN_S
+                            watch_scope.deadline = min(watch_scope.deadline, drained)
             except LineTooLong as exc:
                 return exc.failure(response.status_code)
             except httpx.HTTPError as exc:
@@ -260,7 +323,7 @@ class HttpDriver:
                 cut = failure_of_exception(exc).detail
         if watch_scope.cancelled_caught and watch is not None:
             stopped = True
-        if scope.cancel_called:
+        if scope.cancel_called and not answered:
             return TransportFailure(
                 kind=FailureKind.TIMEOUT,
                 detail=f"no complete answer within {request.timeout_s:g} s",
@@ -288,14 +351,9 @@ class HttpDriver:
         headers = {**self.headers, **request.headers}
         timeout = httpx.Timeout(idle_s, connect=self.connect_timeout_s)
         try:
-            async with self.http.stream(
-                request.method,
-                self.base_url + request.path,
-                content=request.body,
-                headers=headers,
-                timeout=timeout,
-                auth=self.auth if self.auth is not None else httpx.USE_CLIENT_DEFAULT,
-            ) as response:
+            async with self._following(request, headers, bounds=timeout) as response:
+                if isinstance(response, TransportFailure):
+                    return response
                 reply_headers = {k.lower(): v for k, v in response.headers.items()}
                 _normalise_retry_after(reply_headers)
                 content_type = reply_headers.get("content-type", "").split(";")[0].strip()

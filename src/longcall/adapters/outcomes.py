@@ -27,14 +27,18 @@ REQUEST_KINDS: dict[str, RequestKind] = {
 """Engine command name → the request it sends."""
 
 
-def request_failed(request: RequestKind, failure: TransportFailure) -> Outcome:
-    """A failed request as ``RequestFailed`` (X9): the core retries or escalates it."""
+def request_failed(
+    request: RequestKind, failure: TransportFailure, *, poll_interval_s: float | None = None
+) -> Outcome:
+    """A failed request as ``RequestFailed`` (X9): the core retries or escalates it.
+    ``poll_interval_s``: the interval an earlier reply of the same exchange gave (X3)."""
     return Outcome(
         event=RequestFailed(
             request=request,
             failure=failure.kind,
             retry_after_s=failure.retry_after_s,
             detail=failure.detail,
+            poll_interval_s=poll_interval_s,
         )
     )
 

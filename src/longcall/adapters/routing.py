@@ -221,7 +221,7 @@ def carried_versions() -> frozenset[tuple[str, str]]:
     from longcall.adapters.aip151 import mapping as aip151
     from longcall.adapters.apify import mapping as apify
     from longcall.adapters.mcp import legacy, modern, sync
-    from longcall.adapters.mcp.negotiate import OLDER_VERSIONS
+    from longcall.adapters.mcp.rpc import OLDER_VERSIONS
 
     tasks = {
         (aip151.PROTOCOL, aip151.ADAPTER_VERSION),

@@ -19,7 +19,7 @@ from longcall.adapters.base import Adapter, Outcome, ProgressSink, ToolBinding
 from longcall.adapters.exchange import Exchange
 from longcall.adapters.http import EventObserver, HttpDriver
 from longcall.core import OperationRecord
-from longcall.errors import ToolNotAllowed
+from longcall.errors import AdapterError, ToolNotAllowed
 
 
 class ProtocolMapping(Protocol):
@@ -81,6 +81,26 @@ class MappedAdapter(Adapter):
             )
         binding: ToolBinding = await self._run(self.mapping.bind(tool_name))
         return binding
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """Every tool listed at an MCP-framed server (``tools/list``, paginated), less
+        the ones this caller may not call (C1)."""
+        from longcall.adapters.mcp.tools import describe_failure, list_tools
+
+        channel = getattr(self.mapping, "channel", None)
+        if channel is None:
+            return await super().list_tools()
+        meta = (
+            channel.dialect.meta("tools/list", consent=not self.protocol.endswith("/sync")) or None
+        )
+        listed = await self._run(list_tools(channel, meta))
+        if not isinstance(listed, list):
+            raise AdapterError(f"tools/list failed: {describe_failure(listed)}")
+        return [
+            tool
+            for tool in listed
+            if self.allowed_tools is None or tool.get("name") in self.allowed_tools
+        ]
 
     async def submit(self, record: OperationRecord, arguments: Mapping[str, Any]) -> Outcome:
         outcome: Outcome = await self._run(self.mapping.submit(record, arguments), record)

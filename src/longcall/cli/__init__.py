@@ -5,7 +5,7 @@ error that ends a command becomes one line on stderr and a documented exit statu
 (:class:`~longcall.cli.common.ExitCode`); Ctrl-C says how to resume and exits 130.
 
 The package holds every command, one module per command group (``call``, ``worker``,
-``ops``, ``rollout``, ``serve``, ``sim``, ``demo``), each a thin layer over a public
+``ops``, ``rollout``, ``serve``, ``sim``, ``demo``, ``console``), each a thin layer over a public
 API. A command module imports what it drives (the server library, the simulator, the
 executor) only when the command runs, so that ``longcall --help`` stays fast and a
 missing optional dependency only affects its own command.
@@ -18,7 +18,7 @@ from typing import Any
 
 import click
 
-from longcall.cli import call, demo, ops, rollout, serve, sim, worker
+from longcall.cli import call, console, demo, gateway, ops, rollout, serve, sim, worker
 from longcall.cli.common import EXIT_CODES_HELP, RESUME_KEY, ExitCode, describe_error, exit_code_of
 
 DEBUG_ENV = "LONGCALL_DEBUG"
@@ -115,7 +115,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 # ``longcall.cli.NAME`` stays the module; each holds the command of its name.
-for _module in (call, worker, ops, rollout, serve, sim, demo):
+for _module in (call, worker, ops, rollout, serve, sim, demo, console, gateway):
     main.add_command(getattr(_module, _module.__name__.rpartition(".")[2]))
 
 __all__ = ["ExitCode", "main"]

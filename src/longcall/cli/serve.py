@@ -35,7 +35,8 @@ from longcall.errors import LongcallError, MetricsPortUnavailable
     show_default=True,
     type=FiniteFloatRange(min=0.5, max=LONGEST_LEASE_S),
     help="How long another server on the same store waits before taking over a task"
-    " whose server stopped.",
+    " whose server stopped, when it cannot tell that server's process is gone (the"
+    " tasks of a process known dead are taken over at once).",
 )
 @click.option(
     "--allowed-origin", multiple=True, help="An Origin to serve besides loopback ones (repeat)."

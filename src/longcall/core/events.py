@@ -233,6 +233,10 @@ class RequestFailed(Event):
     failure: FailureKind
     retry_after_s: float | None = None
     detail: str = ""
+    poll_interval_s: float | None = None
+    """The interval a reply earlier in the same exchange gave (a 2025-11-25 status read
+    whose ``tasks/result`` side channel then failed): the server said it, so it floors
+    the retry like any other interval it gave (X3 rule 1)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -624,6 +624,10 @@ def _request_failed(r: OperationRecord, ev: e.RequestFailed, x: _Ctx) -> _Out:
     if failures > x.policy.retry.attempts_max:
         return _escalate(evolve(r, last_error=error), f"retries exhausted: {error}")
     r = evolve(r, backoff_step=r.backoff_step + 1, failed_attempts=failures, last_error=error)
+    if ev.poll_interval_s is not None:
+        # X3 rule 1: an interval the server gave before the exchange failed still holds;
+        # the retry is a read like any other, never sooner than it.
+        r = evolve(r, poll_interval_s=ev.poll_interval_s)
     if ev.request is RequestKind.POLL:
         return _schedule_poll(r, x, retry_after_s=ev.retry_after_s)
     at = x.now + max(backoff_delay_s(x.policy.retry, failures, x.jitter), ev.retry_after_s or 0.0)

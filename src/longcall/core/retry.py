@@ -29,6 +29,9 @@ class FailureKind(enum.Enum):
     MALFORMED_RESPONSE = "malformed_response"
     TOO_LARGE = "too_large"
     """The answer exceeded a size or line cap (C4): asking again would bring it again."""
+    REDIRECT_REFUSED = "redirect_refused"
+    """The server redirected us where we do not follow (another origin, too many hops,
+    a redirect that would drop the method or body): asking again brings it again."""
     FOREIGN_IDENTITY = "foreign_identity"
     """The answer names another operation than the one asked about (C3): never trusted,
     never retried into acceptance; an operator looks."""

@@ -157,6 +157,69 @@ class Claim:
     """The holder whose lease had lapsed (a takeover), or None (nobody held it)."""
 
 
+WAITING_REASONS = ("operator", "person", "worker", "backoff", "server", "nothing")
+"""What an operation waits on, as the ledger alone can tell, first match wins:
+``nothing`` (accepted), ``operator`` (reconciliation), ``person`` (an input round with
+questions unanswered), ``worker`` (open, and nobody with a live lease drives it),
+``backoff`` (its last request failed and is retried later), ``server`` (the server's
+next answer: a poll, a submission, a fetch)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class OperationQuery:
+    """A filtered, paged read of the operations (the operator console's list): every
+    condition given must hold. Pages go by creation order, newest first unless
+    ``oldest_first``; ``after_seq`` continues a page from the last row's ``seq``."""
+
+    states: tuple[State, ...] = ()
+    server: str | None = None
+    tool: str | None = None
+    server_status: ServerStatus | None = None
+    created_after_utc: str | None = None
+    """Created at or after this ledger stamp (``utc_now_iso``'s text, which sorts)."""
+    created_before_utc: str | None = None
+    search: str | None = None
+    """A call node id, its beginning, or a remote operation (task) id."""
+    waiting: str | None = None
+    """One of :data:`WAITING_REASONS`."""
+    min_epoch: int | None = None
+    now: float = 0.0
+    """When leases are judged (``waiting="worker"``)."""
+    after_seq: int | None = None
+    oldest_first: bool = False
+    limit: int = 50
+
+    def __post_init__(self) -> None:
+        if self.waiting is not None and self.waiting not in WAITING_REASONS:
+            raise ValueError(f"waiting must be one of {WAITING_REASONS}, not {self.waiting!r}")
+        if not 1 <= self.limit <= 10_000:
+            raise ValueError(f"limit must be in [1, 10000], not {self.limit!r}")
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ListedOperation:
+    """One row of an :class:`OperationQuery`: the record and what only the row holds."""
+
+    seq: int
+    """Its place in creation order (the page cursor)."""
+    record: OperationRecord
+    owner: str | None
+    created_at_utc: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ServerUse:
+    """The operations of one server at one (protocol, adapter version)."""
+
+    server: str
+    protocol: str
+    adapter_version: str
+    operations: int
+    open: int
+    failing: int
+    """Open operations whose last request to the server failed."""
+
+
 ClaimDecision = Callable[[OperationRecord], OperationRecord]
 """Given a stored open record, the record a claim writes (same identity, version + 1,
 a higher execution epoch): the engine runs the core machine here."""
@@ -427,6 +490,28 @@ class Ledger(abc.ABC):
     @abc.abstractmethod
     def shadow_comparisons(self) -> list[ShadowComparison]:
         """Every recorded shadow comparison, by shadow call node."""
+
+    # --- the operator's view (the console) ------------------------------------------
+
+    @abc.abstractmethod
+    def browse(self, query: OperationQuery) -> list[ListedOperation]:
+        """One page of the operations ``query`` selects, in creation order."""
+
+    @abc.abstractmethod
+    def outbox_of(self, call_node_id: str) -> OutboxRow | None:
+        """The outbox row of one call node's receipt, if it was accepted."""
+
+    @abc.abstractmethod
+    def count(self, query: OperationQuery) -> int:
+        """How many operations ``query`` selects (its page bounds ignored)."""
+
+    @abc.abstractmethod
+    def count_by_state(self) -> dict[State, int]:
+        """Operations per local state (states with none left out)."""
+
+    @abc.abstractmethod
+    def server_use(self) -> list[ServerUse]:
+        """Operations per (server, protocol, adapter version), by server."""
 
     @abc.abstractmethod
     def close(self) -> None:

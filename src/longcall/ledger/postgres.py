@@ -176,6 +176,21 @@ MIGRATIONS: tuple[str, ...] = (
         compared_at_utc TEXT NOT NULL
     );
     """,
+    # The operator's console's indexes, as in the SQLite backend's migration 7.
+    """
+    ALTER TABLE operations ADD COLUMN tool_name TEXT NOT NULL DEFAULT '';
+    ALTER TABLE operations ADD COLUMN failing SMALLINT CHECK (failing = 1);
+    UPDATE operations SET tool_name = record_json::jsonb ->> 'tool_name',
+        failing = CASE WHEN open = 1
+                       AND (record_json::jsonb ->> 'failed_attempts')::int > 0 THEN 1 END;
+    CREATE INDEX operations_by_tool ON operations (tool_name, seq);
+    CREATE INDEX operations_by_created ON operations (created_at_utc);
+    CREATE INDEX operations_by_server ON operations (server, protocol, adapter_version, open);
+    CREATE INDEX operations_failing ON operations (server, protocol, adapter_version)
+        WHERE failing = 1;
+    CREATE INDEX operations_claimed_again ON operations (execution_epoch)
+        WHERE execution_epoch >= 2;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -195,6 +210,9 @@ class PostgresLedger(SqlLedger):
 
     migrations = MIGRATIONS
     creation_order = "seq"
+    json_text = "(record_json::jsonb ->> '{name}')"
+    json_number = "((record_json::jsonb ->> '{name}')::double precision)"
+    json_length = "jsonb_array_length(record_json::jsonb -> '{name}')"
     # FOR UPDATE: a concurrent writer of this row waits for our commit, then reads the
     # version we wrote, so its check raises VersionConflict (L4).
     row_lock = " FOR UPDATE"
@@ -315,6 +333,11 @@ class PostgresLedger(SqlLedger):
         return int(inserted[0])
 
     # --- operations ------------------------------------------------------------------
+
+    def _prefix(self, text: str) -> tuple[str, tuple[object, ...]]:
+        # A database collation need not order text by code point, so a key range
+        # would not be exactly the prefix: ask for the prefix itself.
+        return "starts_with(call_node_id, ?)", (text,)
 
     def update(
         self,

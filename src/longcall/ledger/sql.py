@@ -57,7 +57,10 @@ from longcall.ledger.base import (
     Fence,
     HistoryRow,
     Ledger,
+    ListedOperation,
+    OperationQuery,
     OutboxRow,
+    ServerUse,
     ShadowComparison,
     VersionSet,
     WorkerRow,
@@ -161,6 +164,12 @@ _REBOUND_UPDATE = (
 )
 
 
+def failing_flag(record: OperationRecord) -> int | None:
+    """The ``failing`` column: 1 for an open operation whose last request failed (claims
+    and rollbacks keep ``failed_attempts``, so only the writes of a new record set it)."""
+    return 1 if record.failed_attempts > 0 and not record.is_terminal else None
+
+
 def dumps_versions(versions: VersionSet | None) -> str | None:
     """The versions a worker runs, as stored (None: every one)."""
     return None if versions is None else json.dumps(sorted([p, v] for p, v in versions))
@@ -205,6 +214,15 @@ class SqlLedger(Ledger):
     """Appended to the read of the rows a claim is about to take (PostgreSQL: skip the
     rows another claimer holds locked; SQLite: the write transaction already excludes
     every other writer)."""
+    json_text: ClassVar[str]
+    """SQL reading the text of the stored record's field ``{name}``."""
+    json_number: ClassVar[str]
+    """SQL reading the stored record's numeric field ``{name}``."""
+    json_length: ClassVar[str]
+    """SQL reading the length of the stored record's array field ``{name}``."""
+    failing: ClassVar[str] = "failing = 1"
+    """An open operation whose last request failed (the column ``failing_flag`` writes,
+    and the condition of the partial index ``operations_failing``)."""
     duplicate_errors: ClassVar[tuple[type[BaseException], ...]]
     """Driver errors that mean a create met an existing call node or submission key."""
     integrity_errors: ClassVar[tuple[type[BaseException], ...]]
@@ -452,6 +470,8 @@ class SqlLedger(Ledger):
             "protocol": record.protocol,
             "adapter_version": record.adapter_version,
             "shadow_of": record.shadow_of,
+            "tool_name": record.tool_name,
+            "failing": failing_flag(record),
         }
 
     def create(
@@ -546,7 +566,7 @@ class SqlLedger(Ledger):
         cursor = self._execute(
             conn,
             "UPDATE operations SET version = ?, state = ?, operation_id = ?, record_json = ?,"
-            " updated_at_utc = ?, execution_epoch = ?, open = ?"
+            " updated_at_utc = ?, execution_epoch = ?, open = ?, failing = ?"
             f" WHERE call_node_id = ? AND version = ?{fenced}",
             (
                 record.version,
@@ -556,6 +576,7 @@ class SqlLedger(Ledger):
                 now_utc,
                 record.execution_epoch,
                 None if record.is_terminal else 1,
+                failing_flag(record),
                 record.call_node_id,
                 expected,
                 *((owner, record.execution_epoch) if owner is not None else ()),
@@ -966,6 +987,133 @@ class SqlLedger(Ledger):
                 compared_at_utc=str(r[6]),
             )
             for r in rows
+        ]
+
+    # --- the operator's view (the console) ------------------------------------------
+
+    def _waiting_on(self) -> str:
+        """The CASE naming what an operation waits on (``WAITING_REASONS``, first match
+        wins); its one parameter is ``now`` (whose leases are live)."""
+        pending = self.json_length.format(name="input_keys_pending")
+        return (
+            "CASE WHEN open IS NULL THEN 'nothing'"
+            " WHEN state = 'reconciliation_required' THEN 'operator'"
+            f" WHEN state = 'input_required' AND {pending} > 0 THEN 'person'"
+            " WHEN owner IS NULL OR owner NOT IN"
+            " (SELECT owner FROM workers WHERE lease_until > ?) THEN 'worker'"
+            f" WHEN {self.failing} THEN 'backoff'"
+            " ELSE 'server' END"
+        )
+
+    _WAITING_NARROWS: ClassVar[dict[str, str]] = {
+        "nothing": "open IS NULL",
+        "operator": "state = 'reconciliation_required'",
+        "person": "state = 'input_required'",
+    }
+    """An indexed condition each reason implies, read before the CASE."""
+
+    def _prefix(self, text: str) -> tuple[str, tuple[object, ...]]:
+        """Call node ids beginning with ``text``: a range of the primary key (SQLite
+        compares text by code point, so the range is exactly the prefix)."""
+        return "(call_node_id >= ? AND call_node_id < ?)", (text, text + "\U0010ffff")
+
+    def _query_where(self, query: OperationQuery) -> tuple[str, list[object]]:
+        """The WHERE clause (without the page bounds) of ``query`` and its parameters."""
+        clauses: list[str] = []
+        params: list[object] = []
+        if query.states:
+            clauses.append(f"state IN ({marks(len(query.states))})")
+            params.extend(s.value for s in query.states)
+        if query.server is not None:
+            clauses.append("server = ?")
+            params.append(query.server)
+        if query.tool is not None:
+            clauses.append("tool_name = ?")
+            params.append(query.tool)
+        if query.server_status is not None:
+            clauses.append(f"{self.json_text.format(name='server_status')} = ?")
+            params.append(query.server_status.value)
+        if query.created_after_utc is not None:
+            clauses.append("created_at_utc >= ?")
+            params.append(query.created_after_utc)
+        if query.created_before_utc is not None:
+            clauses.append("created_at_utc < ?")
+            params.append(query.created_before_utc)
+        if query.search:
+            prefix, prefix_params = self._prefix(query.search)
+            clauses.append(f"(call_node_id = ? OR operation_id = ? OR {prefix})")
+            params.extend((query.search, query.search, *prefix_params))
+        if query.min_epoch is not None:
+            clauses.append("execution_epoch >= ?")
+            params.append(query.min_epoch)
+        if query.waiting is not None:
+            clauses.append(self._WAITING_NARROWS.get(query.waiting, "open = 1"))
+            if query.waiting == "backoff":
+                clauses.append(self.failing)  # the partial index's condition
+            clauses.append(f"{self._waiting_on()} = ?")
+            params.extend((query.now, query.waiting))
+        return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+    def browse(self, query: OperationQuery) -> list[ListedOperation]:
+        order = self.creation_order
+        where, params = self._query_where(query)
+        if query.after_seq is not None:
+            bound = f"{order} > ?" if query.oldest_first else f"{order} < ?"
+            where = f"{where} AND {bound}" if where else f" WHERE {bound}"
+            params.append(query.after_seq)
+        direction = "ASC" if query.oldest_first else "DESC"
+        rows = self._read(
+            f"SELECT {order}, record_json, owner, created_at_utc FROM operations{where}"
+            f" ORDER BY {order} {direction} LIMIT ?",
+            (*params, query.limit),
+        )
+        return [
+            ListedOperation(
+                seq=int(row[0]),
+                record=codec.loads_record(str(row[1])),
+                owner=None if row[2] is None else str(row[2]),
+                created_at_utc=str(row[3]),
+            )
+            for row in rows
+        ]
+
+    def outbox_of(self, call_node_id: str) -> OutboxRow | None:
+        rows = self._read(
+            f"SELECT {OUTBOX_COLUMNS} FROM outbox WHERE call_node_id = ?", (call_node_id,)
+        )
+        return outbox_row(rows[0]) if rows else None
+
+    def count(self, query: OperationQuery) -> int:
+        where, params = self._query_where(query)
+        rows = self._read(f"SELECT count(*) FROM operations{where}", params)
+        return int(rows[0][0])
+
+    def count_by_state(self) -> dict[State, int]:
+        rows = self._read("SELECT state, count(*) FROM operations GROUP BY state")
+        return {State(state): int(n) for state, n in rows}
+
+    def server_use(self) -> list[ServerUse]:
+        # Two index-only reads: every operation by server and version, and the few
+        # open ones whose last request failed (the partial index).
+        rows = self._read(
+            "SELECT server, protocol, adapter_version, count(*), count(open) FROM operations"
+            " GROUP BY server, protocol, adapter_version ORDER BY server, protocol, adapter_version"
+        )
+        failing = self._read(
+            "SELECT server, protocol, adapter_version, count(*) FROM operations"
+            f" WHERE {self.failing} GROUP BY server, protocol, adapter_version"
+        )
+        failed = {(str(r[0]), str(r[1]), str(r[2])): int(r[3]) for r in failing}
+        return [
+            ServerUse(
+                server=str(row[0]),
+                protocol=str(row[1]),
+                adapter_version=str(row[2]),
+                operations=int(row[3]),
+                open=int(row[4]),
+                failing=failed.get((str(row[0]), str(row[1]), str(row[2])), 0),
+            )
+            for row in rows
         ]
 
     def _executemany(self, conn: Any, query: str, rows: Sequence[Params]) -> None:

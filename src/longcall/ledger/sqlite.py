@@ -28,7 +28,7 @@ from longcall.core import TERMINAL_STATES, OperationRecord, TerminalReceipt
 from longcall.errors import LedgerRefused, LedgerUnavailable, VersionConflict
 from longcall.ledger import codec
 from longcall.ledger.base import check_update, utc_now_iso
-from longcall.ledger.sql import TERMINAL_VALUES, Params, SqlLedger, marks
+from longcall.ledger.sql import TERMINAL_VALUES, Params, SqlLedger, failing_flag, marks
 
 _TERMINAL_AT_V4 = ("accepted", "cancelled_accepted")
 """The terminal states when migration 4 ran (a migration never changes after it ships)."""
@@ -173,6 +173,25 @@ MIGRATIONS: tuple[str, ...] = (
         compared_at_utc TEXT NOT NULL
     );
     """,
+    # The operator's console (O2) reads the list of 100,000 operations by index: the
+    # tool in a column (written once, at creation); whether an open operation's last
+    # request failed (1, else NULL), written with each record; indexes on what never
+    # or seldom changes (creation stamp, server and version, a second claim) and on
+    # the few failing operations.
+    """
+    ALTER TABLE operations ADD COLUMN tool_name TEXT NOT NULL DEFAULT '';
+    ALTER TABLE operations ADD COLUMN failing INTEGER CHECK (failing = 1);
+    UPDATE operations SET tool_name = json_extract(record_json, '$.tool_name'),
+        failing = CASE WHEN open = 1 AND json_extract(record_json, '$.failed_attempts') > 0
+                       THEN 1 END;
+    CREATE INDEX operations_by_tool ON operations (tool_name);
+    CREATE INDEX operations_by_created ON operations (created_at_utc);
+    CREATE INDEX operations_by_server ON operations (server, protocol, adapter_version, open);
+    CREATE INDEX operations_failing ON operations (server, protocol, adapter_version)
+        WHERE failing = 1;
+    CREATE INDEX operations_claimed_again ON operations (execution_epoch)
+        WHERE execution_epoch >= 2;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -186,7 +205,7 @@ _STATE_NOT_TERMINAL = f"state NOT IN ({marks(len(TERMINAL_VALUES))})"
 _FENCE = " AND owner = ? AND execution_epoch = ?"
 _GUARDED_UPDATE = (
     "UPDATE operations SET version = ?, state = ?, operation_id = ?,"
-    " record_json = ?, updated_at_utc = ?, execution_epoch = ?"
+    " record_json = ?, updated_at_utc = ?, execution_epoch = ?, failing = ?"
     " WHERE call_node_id = ? AND version = ? AND version + 1 = ?"
     " AND request_digest = ? AND tool_digest = ? AND submission_key = ?"
     " AND {state_guard}{fence}"
@@ -267,6 +286,9 @@ class SQLiteLedger(SqlLedger):
 
     migrations = MIGRATIONS
     creation_order = "rowid"
+    json_text = "json_extract(record_json, '$.{name}')"
+    json_number = "json_extract(record_json, '$.{name}')"
+    json_length = "json_array_length(record_json, '$.{name}')"
     duplicate_errors = (sqlite3.IntegrityError,)
     integrity_errors = (sqlite3.IntegrityError,)
 
@@ -401,6 +423,7 @@ class SQLiteLedger(SqlLedger):
                     codec.dumps(record),
                     now_utc,
                     record.execution_epoch,
+                    failing_flag(record),
                     record.call_node_id,
                     expected_version,
                     record.version,

@@ -11,7 +11,7 @@ jitter comes from the ``random.Random`` it is given. The asyncio executor
 therefore run the same decision code.
 
 An :class:`Action` is one request to carry out. The driver reports back with
-:meth:`Engine.complete` (an adapter :class:`~longcall.adapters.base.Outcome`).
+:meth:`Engine.apply_reply` (an adapter :class:`~longcall.adapters.base.Outcome`).
 
 Several processes on one ledger (D1): an engine with an ``owner`` drives only the
 operations it holds a lease on. It claims its fair share of the open operations
@@ -1014,7 +1014,9 @@ class Engine:
 
     # --- replies ---------------------------------------------------------------------
 
-    def complete(self, action: Action, outcome: Outcome, *, now: float) -> OperationRecord | None:
+    def apply_reply(
+        self, action: Action, outcome: Outcome, *, now: float
+    ) -> OperationRecord | None:
         """Apply the reply to an action; returns the record as it now stands."""
         key = (action.call_node_id, action.kind)
         self._in_flight.discard(key)
@@ -1066,7 +1068,7 @@ class Engine:
             self._apply_and_plan(holder, e.ReconciliationEscalated(reason=reason), now=now)
         return self.records.get(record.call_node_id, record)
 
-    def finish(self, action: Action) -> None:
+    def end_without_reply(self, action: Action) -> None:
         """The action ended with nothing to apply (an input delivery acknowledged): it
         is no longer in flight."""
         key = (action.call_node_id, action.kind)

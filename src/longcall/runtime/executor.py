@@ -37,6 +37,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import enum
 import functools
 import logging
 import os
@@ -83,7 +84,14 @@ from longcall.runtime.rollout import compare_shadow, route, shadow_call_node, sh
 log = logging.getLogger("longcall.executor")
 
 LISTEN_EAGER_MAX = 256
-"""Up to this many open operations, push listeners follow every new operation at once."""
+"""Up to this many open operations, push listeners follow every new operation at once
+(a running stream is replaced at most once per :data:`LISTEN_COALESCE_S`)."""
+LISTEN_COALESCE_S = 0.5
+"""A running listener is replaced by one covering new operations at most this often.
+Replacing it breaks its stream, and a broken stream's connection cannot go back to the
+pool: replaced at every create, a caller opened a new connection (and a new stream)
+for nearly every operation. Polling carries the operations a listener does not cover
+yet (X3); a server's first listener, or one that has returned, opens at once."""
 LISTEN_RESYNC_S = 1.0
 """Beyond that, they are re-synced with the open operations at most this often."""
 
@@ -91,11 +99,16 @@ AdapterFactory = Callable[[str, str], Awaitable[Adapter]]
 """(server URL, protocol name) → a connected adapter for that protocol version."""
 
 T = TypeVar("T")
-_SLOT_MISSED = object()
-"""A poll whose send slot passed before it could leave (it waits for a new slot)."""
-_HELD = object()
-"""A Retry-After that arrived after the action was issued holds its server: not sent,
-planned again by the engine (:meth:`Engine.held`)."""
+
+
+class NotSent(enum.Enum):
+    """Why an action ended without a reply: it was never sent."""
+
+    SLOT_MISSED = "slot missed"
+    """A poll whose send slot passed before it could leave (it waits for a new slot)."""
+    HELD = "held"
+    """A Retry-After that arrived after the action was issued holds its server: planned
+    again by the engine (:meth:`Engine.held`)."""
 
 
 def new_owner_id() -> str:
@@ -199,6 +212,9 @@ class Executor:
         """(server, operation id) → call node, for the operations a listener covers."""
         self._listen_dirty = True
         self._next_listen_sync = 0.0
+        self._listener_opened_at: dict[tuple[str, str], float] = {}
+        self._listen_retry_at: float | None = None
+        """When a listener held back by :data:`LISTEN_COALESCE_S` may be reopened."""
         self._next_refresh = 0.0
         self._watched: set[str] = set()
         """Call nodes someone waits on that another process drives (read from the ledger)."""
@@ -272,6 +288,12 @@ class Executor:
         """Negotiate with the server and describe the tool (X1)."""
         adapter = await self._adapter(server, protocol or "")
         return await adapter.bind(tool_name)
+
+    async def list_tools(self, server: str, *, protocol: str | None = None) -> list[dict[str, Any]]:
+        """Every tool ``server`` lists that this caller may call, as listed (a gateway
+        re-serves them under its own names)."""
+        adapter = await self._adapter(server, protocol or "")
+        return await adapter.list_tools()
 
     def call(self, spec: CallSpec) -> OperationRecord:
         """Record a durable call (or attach to its call node) and plan its first request."""
@@ -510,7 +532,7 @@ class Executor:
             self._wakeup.clear()
             step = await self._off_loop(self._step, self.clock(), capacity)
             if step.listeners is not None:
-                self._apply_listeners(*step.listeners)
+                self._apply_listeners(*step.listeners, now=self.clock())
             for record in step.finished:
                 self._resolve(record)
             for node in step.changed:
@@ -525,6 +547,11 @@ class Executor:
             if until_idle and step.idle and not self._tasks:
                 return
             wake_at = step.wake_at if step.wake_at is not None else self._next_refresh
+            retry_at = self._listen_retry_at
+            if retry_at is not None and retry_at > self.clock():
+                wake_at = min(wake_at, retry_at)  # a held-back listener's reopen
+            else:
+                self._listen_retry_at = None
             timeout = max(0.0, min(self._next_refresh, wake_at) - self.clock())
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
@@ -668,6 +695,7 @@ class Executor:
     async def _drain(self) -> None:
         listeners = [task for _ids, task in self._listeners.values()]
         self._listeners.clear()
+        self._listener_opened_at.clear()
         self._listen_dirty = True
         for task in [*self._tasks, *listeners]:
             task.cancel()
@@ -692,13 +720,20 @@ class Executor:
         return wanted, nodes
 
     def _apply_listeners(
-        self, wanted: dict[tuple[str, str], set[str]], nodes: dict[tuple[str, str], str]
+        self,
+        wanted: dict[tuple[str, str], set[str]],
+        nodes: dict[tuple[str, str], str],
+        *,
+        now: float,
     ) -> None:
         """Keep one push listener per (server, protocol) holding open operations; reopen
-        it when an operation it does not cover appears, stop it when none is left."""
+        it when an operation it does not cover appears (a running stream at most once
+        per :data:`LISTEN_COALESCE_S`), stop it when none is left."""
         self._push_nodes = nodes
+        self._listen_retry_at = None
         for key in [k for k in self._listeners if k not in wanted]:
             self._listeners.pop(key)[1].cancel()
+            self._listener_opened_at.pop(key, None)
         for key, ids in wanted.items():
             adapter = self._adapters.get(key)
             if adapter is None:
@@ -709,11 +744,20 @@ class Executor:
             # recorded, so it is not reopened until a new operation appears.
             if current is not None and ids <= current[0]:
                 continue
-            if current is not None:
+            if current is not None and not current[1].done():
+                reopen_at = self._listener_opened_at.get(key, now) + LISTEN_COALESCE_S
+                if now < reopen_at:
+                    # Breaking the running stream now would cost its connection; the
+                    # new operations wait for the next reopen (polls carry them).
+                    self._listen_dirty = True
+                    retry: float | None = self._listen_retry_at
+                    self._listen_retry_at = reopen_at if retry is None else min(retry, reopen_at)
+                    continue
                 current[1].cancel()
             covered = frozenset(ids)
             task = asyncio.create_task(self._listen(key[0], adapter, covered))
             self._listeners[key] = (covered, task)
+            self._listener_opened_at[key] = now
 
     async def _listen(self, server: str, adapter: Adapter, operation_ids: frozenset[str]) -> None:
         def on_change(operation_id: str, status: str | None) -> None:
@@ -768,7 +812,7 @@ class Executor:
     # --- one action ------------------------------------------------------------------
 
     async def _perform(self, action: Action) -> None:
-        outcome: Outcome | object | None
+        outcome: Outcome | NotSent | None
         try:
             async with asyncio.timeout(self.request_timeout_s):
                 outcome = await self._send(action)
@@ -777,7 +821,7 @@ class Executor:
             self._io.submit(self._locked, self.engine.requeue, action, now=self.clock())
             raise
         except SendWindowPassed:
-            outcome = _SLOT_MISSED  # stopped before its bytes were written: never late
+            outcome = NotSent.SLOT_MISSED  # stopped before its bytes were written: never late
         except TimeoutError:
             outcome = failure_outcome(
                 action.kind, _failure(FailureKind.TIMEOUT, "no reply in time")
@@ -790,14 +834,14 @@ class Executor:
             log.exception("adapter failed on %s for %s", action.kind, action.call_node_id)
             outcome = failure_outcome(action.kind, _failure(FailureKind.TRANSPORT, repr(exc)))
         if outcome is None:
-            await self._off_loop(self.engine.finish, action)
-        elif outcome is _SLOT_MISSED:
+            await self._off_loop(self.engine.end_without_reply, action)
+        elif outcome is NotSent.SLOT_MISSED:
             await self._off_loop(self.engine.slot_missed, action, now=self.clock())
-        elif outcome is _HELD:
+        elif outcome is NotSent.HELD:
             pass  # the engine planned it again for the end of the Retry-After
         else:
             assert isinstance(outcome, Outcome)
-            await self._off_loop(self.engine.complete, action, outcome, now=self.clock())
+            await self._off_loop(self.engine.apply_reply, action, outcome, now=self.clock())
             if isinstance(outcome.event, (e.SubmitAcknowledged, e.SubmissionFound)):
                 self._listen_dirty = True  # a new operation id to listen for (X3)
             if outcome.progress is not None or isinstance(outcome.event, e.WorkingObserved):
@@ -812,13 +856,13 @@ class Executor:
         if call_node_id is not None and self.on_change is not None:
             self.on_change(call_node_id)
 
-    async def _send(self, action: Action) -> Outcome | object | None:
+    async def _send(self, action: Action) -> Outcome | NotSent | None:
         adapter = await self._adapter(action.server, action.record.protocol)
         record = action.record
         # Other replies ran since due() issued this: a 429/503 among them holds the
         # server (X3, X9), and nothing leaves before its Retry-After is over.
         if await self._off_loop(self.engine.held, action, now=self.clock()):
-            return _HELD
+            return NotSent.HELD
         match action.command:
             case SendSubmit():
                 payload = await self._off_loop(self.engine.request_payload, record.call_node_id)
@@ -838,7 +882,7 @@ class Executor:
 
     async def _within_slot(
         self, action: Action, send: Callable[[], Awaitable[Outcome]], *, poll: bool = False
-    ) -> Outcome | object:
+    ) -> Outcome | NotSent:
         """Send a read that may hold a send slot of its server's shared budget (X3): a
         slot is used at its moment or up to its validity later, never after. Checked
         before the adapter call and again by the HTTP driver as the request is written
@@ -848,7 +892,7 @@ class Executor:
                 self.metrics.observe_poll(action.server, self.clock())
             return await send()
         if action.slot_passed(self.clock()):
-            return _SLOT_MISSED
+            return NotSent.SLOT_MISSED
 
         def may_leave() -> bool:
             now = self.clock()
@@ -858,7 +902,7 @@ class Executor:
                 self.metrics.observe_poll(action.server, now)
             return True
 
-        with send_window(may_leave) as window:
+        with send_window(may_leave, lambda: not action.slot_passed(self.clock())) as window:
             outcome = await send()
         if poll and not window.asked:  # an adapter that sends without the HTTP driver
             self.metrics.observe_poll(action.server, self.clock())

@@ -32,24 +32,21 @@ class Cause(StrEnum):
     """Found without a runner, and its ttl elapsed or its tool is no longer served."""
 
 
-W, IR = TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED
-C, F, X = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED
+_OPEN = (TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED)
+_ENDINGS = {
+    Cause.TOOL_RETURNED: TaskStatus.COMPLETED,
+    Cause.TOOL_FAILED: TaskStatus.FAILED,
+    Cause.CANCEL_REQUESTED: TaskStatus.CANCELLED,
+    Cause.RUN_TIME_LIMIT: TaskStatus.FAILED,
+    Cause.OWNER_LOST: TaskStatus.FAILED,
+    Cause.NOT_RESUMABLE: TaskStatus.FAILED,
+}
+"""How each cause ends a task, from either open status."""
 
 TRANSITIONS: dict[tuple[TaskStatus, Cause], TaskStatus] = {
-    (W, Cause.INPUT_REQUESTED): IR,
-    (IR, Cause.INPUT_ANSWERED): W,
-    (W, Cause.TOOL_RETURNED): C,
-    (IR, Cause.TOOL_RETURNED): C,
-    (W, Cause.TOOL_FAILED): F,
-    (IR, Cause.TOOL_FAILED): F,
-    (W, Cause.CANCEL_REQUESTED): X,
-    (IR, Cause.CANCEL_REQUESTED): X,
-    (W, Cause.RUN_TIME_LIMIT): F,
-    (IR, Cause.RUN_TIME_LIMIT): F,
-    (W, Cause.OWNER_LOST): F,
-    (IR, Cause.OWNER_LOST): F,
-    (W, Cause.NOT_RESUMABLE): F,
-    (IR, Cause.NOT_RESUMABLE): F,
+    (TaskStatus.WORKING, Cause.INPUT_REQUESTED): TaskStatus.INPUT_REQUIRED,
+    (TaskStatus.INPUT_REQUIRED, Cause.INPUT_ANSWERED): TaskStatus.WORKING,
+    **{(status, cause): ending for status in _OPEN for cause, ending in _ENDINGS.items()},
 }
 
 

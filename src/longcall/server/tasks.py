@@ -389,7 +389,9 @@ class TaskManager:
     # ---- lifecycle -------------------------------------------------------------------------
 
     async def start(self) -> None:
-        """Purge long-expired rows, take over tasks nobody holds, then keep leases (S2, D1)."""
+        """Take this process's proof of life, purge long-expired rows, take over tasks
+        nobody holds or whose owner is proven dead, then keep leases (S2, D1)."""
+        await self.store.hold_owner(self.owner)
         await self.store.purge(self.clock())
         await self._claim_expired()
         self._keeper = asyncio.get_running_loop().create_task(

@@ -19,7 +19,7 @@ gets no answer as the driver's ``TransportFailure(TIMEOUT)`` after the request's
 budget, a body cut mid-way as the driver's translation of the reset; an action still
 unanswered after the executor's per-action budget ends as
 :func:`~longcall.adapters.outcomes.failure_outcome`. The outcome the exchange returns
-goes to ``Engine.complete`` at the virtual time it arrives.
+goes to ``Engine.apply_reply`` at the virtual time it arrives.
 
 Faults live here, in the simulated servers and in the network, never as flags inside
 ``core``, ``runtime`` or ``adapters``.
@@ -679,7 +679,7 @@ class World:
             timeout_at = max(self.now, hop.sent_at + request.timeout_s)
             self._flight_at(flight, timeout_at, "timeout", request)
             return
-        cut = answer.what == "result" and self.rng.random() < net.truncate
+        cut = self._cut(answer.what)
         if cut:
             self.count("result_lost_or_truncated")
         reply = received(answer, cut=self.rng.uniform(0.2, 0.9) if cut else None)
@@ -690,6 +690,17 @@ class World:
             self.count("replies_reordered")
             delay += self.rng.uniform(2.0, 12.0)
         self._flight_at(flight, self.now + delay, "deliver", reply, answer, intact)
+
+    def _cut(self, what: str) -> bool:
+        """Whether the network truncates this reply's body (F1): a result's, and the
+        2025-11-25 input side channel's stream. The side channel was never cut, so a
+        read whose second hop failed fast and retryably after its first told a new
+        interval was drawn about once in 10,000 worlds, and the corpus never met it.
+        It draws only where truncation is on, so other worlds keep their draws."""
+        truncate = self.config.net.truncate
+        if what == "result":
+            return self.rng.random() < truncate
+        return what == "input" and truncate > 0 and self.rng.random() < truncate
 
     def _held(self, flight: Flight, kind: str, *args: Any) -> bool:
         """A paused worker reads nothing: what reaches it waits until it resumes."""
@@ -786,14 +797,14 @@ class World:
             self.count("stale_epoch_callback")
             eid = self.newest_id
         if outcome is None:
-            self._call(eid, lambda en: en.finish(action))
+            self._call(eid, lambda en: en.end_without_reply(action))
             return
         if self.trace is not None:
             self.log(f"e{eid}", f"recv {action.kind} {node} {outcome.event.name}")
         stale = action.record.execution_epoch < self.checker.epoch.get(node, 0)
         writes = self.checker.writes
         now = self.clock(eid)
-        self._call(eid, lambda en: en.complete(action, outcome, now=now))
+        self._call(eid, lambda en: en.apply_reply(action, outcome, now=now))
         plain = (
             not isinstance(outcome.event, e.RequestFailed) or outcome.event.retry_after_s is None
         )

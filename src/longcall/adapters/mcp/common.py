@@ -63,17 +63,25 @@ def error_detail(error: Mapping[str, Any]) -> str:
     return f"JSON-RPC {error.get('code')}: {error.get('message')}"
 
 
-def request_failed(request: RequestKind, failure: RpcReply, failures: JsonRpcTable) -> Outcome:
+def request_failed(
+    request: RequestKind,
+    failure: RpcReply,
+    failures: JsonRpcTable,
+    *,
+    poll_interval_s: float | None = None,
+) -> Outcome:
     """A request-level failure as ``RequestFailed`` (X9); a JSON-RPC error is classified
-    by the caller's table ``failures``."""
+    by the caller's table ``failures``. ``poll_interval_s``: the interval an earlier
+    reply of the same exchange gave (it still floors the retry, X3)."""
     if isinstance(failure, TransportFailure):
-        return transport_request_failed(request, failure)
+        return transport_request_failed(request, failure, poll_interval_s=poll_interval_s)
     error = failure.error or {}
     return Outcome(
         event=RequestFailed(
             request=request,
             failure=jsonrpc_failure(failures, error.get("code")),
             detail=error_detail(error),
+            poll_interval_s=poll_interval_s,
         )
     )
 

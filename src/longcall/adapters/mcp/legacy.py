@@ -220,7 +220,10 @@ class LegacyMapping(BindingCache):
         """X4: open ``tasks/result`` and collect the server's input requests on it."""
         answer = yield from self._call("tasks/result", {"taskId": task_id}, watch=SIDE_CHANNEL)
         if isinstance(answer, TransportFailure):
-            return request_failed(RequestKind.POLL, answer, JSONRPC_FAILURES)
+            # The status read before it told an interval: the retry honours it (X3).
+            return request_failed(
+                RequestKind.POLL, answer, JSONRPC_FAILURES, poll_interval_s=interval
+            )
         collected = [
             m
             for m in answer.messages

@@ -20,17 +20,17 @@ from longcall.adapters.exchange import DEFAULT_TIMEOUT_S, Exchange, TransportFai
 from longcall.adapters.mcp.legacy import LegacyMapping
 from longcall.adapters.mcp.modern import ModernMapping
 from longcall.adapters.mcp.rpc import (
-    CLIENT_CAPABILITIES,
-    CLIENT_INFO,
     LEGACY,
     MODERN,
+    OLDER_VERSIONS,
     TASKS_EXTENSION,
     Dialect,
     ModernDialect,
     RpcChannel,
     RpcReply,
     call,
-    post,
+    dialect_of,
+    open_session,
 )
 from longcall.adapters.mcp.sync import SyncMapping
 from longcall.core.retry import FailureKind
@@ -39,9 +39,6 @@ from longcall.errors import NegotiationFailed
 Preference = str
 """``"2026-07-28"``, ``"2025-11-25"``, ``"sync"`` or a bound protocol name such as
 ``"2025-11-25/sync"`` (a record's ``protocol``: P6 keeps serving its operations)."""
-
-OLDER_VERSIONS = ("2025-06-18", "2025-03-26")
-"""Versions a server may answer ``initialize`` with: plain tools only (no tasks)."""
 
 Negotiated = ModernMapping | LegacyMapping | SyncMapping
 
@@ -62,34 +59,10 @@ def discover(channel: RpcChannel) -> Exchange[Mapping[str, Any] | RpcReply]:
 
 
 def initialize(channel: RpcChannel) -> Exchange[Mapping[str, Any] | RpcReply]:
-    """The ``initialize`` result (and ``notifications/initialized``), or the failed reply.
-
-    Declares what we answer (form elicitation, X4): a server must not send input
-    requests a client did not declare."""
-    params = {
-        "protocolVersion": LEGACY,
-        "capabilities": dict(CLIENT_CAPABILITIES),
-        "clientInfo": dict(CLIENT_INFO),
-    }
-    answer = yield from call(
-        channel, "initialize", params, headers={"mcp-protocol-version": LEGACY}
-    )
-    if isinstance(answer, TransportFailure) or answer.result is None:
-        return answer
-    version = answer.result.get("protocolVersion")
-    if version not in (LEGACY, *OLDER_VERSIONS):
-        return answer
-    channel.dialect = _dialect_of(str(version))
-    channel.initialized = dict(answer.result)
-    channel.session_expired = False
-    yield from post(channel, channel.notification("notifications/initialized"))
-    return answer.result
-
-
-def _dialect_of(version: str) -> Dialect:
-    dialect = Dialect()
-    dialect.version = version
-    return dialect
+    """The ``initialize`` result (and ``notifications/initialized``), or the failed reply;
+    a stateful server's session is the one issued with this answer (see
+    :func:`~longcall.adapters.mcp.rpc.open_session`)."""
+    return (yield from open_session(channel))
 
 
 def session_of(mapping: Negotiated) -> dict[str, Any] | None:
@@ -127,7 +100,7 @@ def resumed(
     want_sync = prefer is not None and (prefer == "sync" or prefer.endswith("/sync"))
     if prefer is not None and prefer.partition("/")[0] not in (str(version), "sync"):
         return None
-    channel = RpcChannel(_dialect_of(str(version)))
+    channel = RpcChannel(dialect_of(str(version)))
     channel.session_id = session_id
     channel.initialized = dict(initialized)
     if tasks and not want_sync:

@@ -19,6 +19,16 @@ is the answer to OUR request (C3):
 Every request accepts both ``application/json`` and ``text/event-stream``, as Streamable
 HTTP requires of a client.
 
+Sessions (Streamable HTTP, a stateful server): the ``Mcp-Session-Id`` is taken only from
+a successful answer to ``initialize`` (a server may stamp one on any reply — the Python
+SDK 1.x does on its 400 "Missing session ID" to a request sent without one — and such an
+id names a session nobody opened); ``initialize`` itself goes out without one. A 404 to
+a request that carried our session is the server saying the session is gone: :func:`call`
+opens a new one (:func:`open_session`) once and sends that request again. That 404
+comes before the server reads the request, so the request was not processed — a create
+included; a request whose fate is unknown (a timeout, a cut stream) is never re-sent
+here: the executor owns that (the submission-key lookup, X2).
+
 Must not: perform I/O, read a clock, or decide protocol semantics (what a result means
 is the version mappings').
 """
@@ -67,6 +77,8 @@ RESUMES_MAX = 3
 """How often one request's broken event stream is resumed before it counts as cut."""
 RESUME_DELAY_MAX_S = 30.0
 """A server's ``retry:`` is honoured up to this long."""
+OLDER_VERSIONS = ("2025-06-18", "2025-03-26")
+"""Versions a server may answer ``initialize`` with: plain tools only (no tasks)."""
 CLIENT_INFO = {"name": "longcall", "version": "0"}
 CLIENT_CAPABILITIES: Mapping[str, Any] = {"elicitation": {"form": {}}}
 """What we answer (X4): form elicitation, through the approval gate. A server must not
@@ -140,16 +152,17 @@ class RpcChannel:
     def __init__(self, dialect: Dialect | None = None) -> None:
         self.dialect = dialect or Dialect()
         self.session_id: str | None = None
-        """Issued by a stateful server (``Mcp-Session-Id``); sent back on every request."""
+        """Issued by a stateful server (``Mcp-Session-Id``) with its answer to ``initialize``;
+        sent back on every later request."""
         self.initialized: dict[str, Any] | None = None
         """What the server answered to ``initialize`` in this session (2025-11-25)."""
         self.session_expired = False
         """The server answered 404 to our session: it ended it (a new one is needed)."""
         self._ids = itertools.count(1)
 
-    def _headers(self, extra: Mapping[str, str]) -> dict[str, str]:
+    def _headers(self, extra: Mapping[str, str], *, opening: bool = False) -> dict[str, str]:
         headers = {"accept": ACCEPT, "content-type": "application/json"}
-        if self.session_id is not None:
+        if self.session_id is not None and not opening:
             headers[SESSION_HEADER] = self.session_id
         headers.update(extra)
         return headers
@@ -202,9 +215,11 @@ class RpcChannel:
         timeout_s: float = DEFAULT_TIMEOUT_S,
         watch: StreamWatch | None = None,
     ) -> HttpRequest:
+        # An initialize opens a session: it never carries one (Streamable HTTP).
+        opening = body.get("method") == "initialize"
         return HttpRequest(
             method="POST",
-            headers=self._headers(headers),
+            headers=self._headers(headers, opening=opening),
             body=compact_json(body).encode(),
             json_body=body,
             timeout_s=timeout_s,
@@ -220,7 +235,6 @@ class RpcChannel:
         good as one the driver stopped: what was asked for arrived."""
         if isinstance(reply, TransportFailure):
             return reply
-        self._note_session(reply)
         status = reply.status
         if status == 429 or status >= 500 or status in (401, 403, 406, 408, 415):
             return status_failure(reply)
@@ -235,20 +249,29 @@ class RpcChannel:
         """Whether a posted notification or response was taken (None) or refused."""
         if isinstance(reply, TransportFailure):
             return reply
-        self._note_session(reply)
         if reply.status in (200, 202, 204):
             return None
         return status_failure(reply)
 
-    def _note_session(self, reply: HttpReply) -> None:
-        """Keep the session a stateful server issues; forget one it says is gone (a 404
-        to a request that carried it, Streamable HTTP)."""
-        session = reply.headers.get(SESSION_HEADER)
-        if session:
-            self.session_id = session
-        elif reply.status == 404 and self.session_id is not None:
-            self.session_id = None
-            self.session_expired = True
+    def note_session(self, request: HttpRequest, reply: Reply) -> None:
+        """Keep the session a stateful server issues with its answer to ``initialize``
+        (and no other: an id stamped on a refusal names no session we opened); forget
+        ours when the server answers 404 to a request that carried it (Streamable HTTP)."""
+        if isinstance(reply, TransportFailure):
+            return
+        if _is_opening(request):
+            issued = reply.headers.get(SESSION_HEADER)
+            if issued and reply.status < 400:
+                self.session_id = issued
+            return
+        carried = request.headers.get(SESSION_HEADER)
+        if reply.status == 404 and carried is not None and carried == self.session_id:
+            self.forget_session()
+
+    def forget_session(self) -> None:
+        """The server ended our session: a new one is needed before the next request."""
+        self.session_id = None
+        self.session_expired = True
 
     def end_session(self) -> HttpRequest | None:
         """The DELETE that ends our session, if we hold one."""
@@ -268,11 +291,37 @@ def call(
     timeout_s: float = DEFAULT_TIMEOUT_S,
     watch: StreamWatch | None = None,
 ) -> Exchange[RpcReply]:
-    """One JSON-RPC request and its answer, as an exchange."""
+    """One JSON-RPC request and its answer, as an exchange.
+
+    A 404 to a request that carried our session (the server ended it) opens a new
+    session once and sends the request again in it; see the module docstring."""
+    attempt = _attempt(channel, method, params, name, headers, timeout_s, watch)
+    sent, answer = yield from attempt
+    if not _session_refused(sent, answer):
+        return answer
+    opened = yield from open_session(channel)
+    if not isinstance(opened, Mapping):
+        return answer  # no new session: the original refusal says what happened
+    _sent, answer = yield from _attempt(channel, method, params, name, headers, timeout_s, watch)
+    return answer
+
+
+def _attempt(
+    channel: RpcChannel,
+    method: str,
+    params: Mapping[str, Any] | None,
+    name: str | None,
+    headers: Mapping[str, str] | None,
+    timeout_s: float,
+    watch: StreamWatch | None,
+) -> Exchange[tuple[HttpRequest, RpcReply]]:
+    """Send the request once (resuming its broken event stream, up to
+    :data:`RESUMES_MAX` times); the request as sent and its answer."""
     request, request_id = channel.request(
         method, params, name=name, headers=headers, timeout_s=timeout_s, watch=watch
     )
     reply = _decoded((yield request))
+    channel.note_session(request, reply)
     answer = channel.read(reply, request_id, watch=watch)
     for _resume in range(RESUMES_MAX):
         if not _resumable(answer, reply):
@@ -292,7 +341,64 @@ def call(
             retry_ms=again.retry_ms or reply.retry_ms,
         )
         answer = channel.read(reply, request_id, watch=watch)
-    return answer
+    return request, answer
+
+
+def _session_refused(request: HttpRequest, answer: RpcReply) -> bool:
+    """Whether the server refused ``request`` for its session alone: a 404 that answers
+    nothing of ours, to a request that carried a session. The server says so before it
+    reads the request (Streamable HTTP), so the request was not processed."""
+    return (
+        isinstance(answer, TransportFailure)
+        and answer.http_status == 404
+        and not answer.processed_possible
+        and SESSION_HEADER in request.headers
+        and not _is_opening(request)
+    )
+
+
+def _is_opening(request: HttpRequest) -> bool:
+    body = request.json_body
+    return isinstance(body, Mapping) and body.get("method") == "initialize"
+
+
+def open_session(channel: RpcChannel) -> Exchange[Mapping[str, Any] | RpcReply]:
+    """``initialize`` (2025-11-25, declaring the capabilities we answer, X4) and
+    ``notifications/initialized``: the ``InitializeResult``, or the failed reply.
+
+    A stateful server issues the session with its answer; a server must not send input
+    requests a client did not declare."""
+    params = {
+        "protocolVersion": LEGACY,
+        "capabilities": dict(CLIENT_CAPABILITIES),
+        "clientInfo": dict(CLIENT_INFO),
+    }
+    _sent, answer = yield from _attempt(
+        channel,
+        "initialize",
+        params,
+        None,
+        {"mcp-protocol-version": LEGACY},
+        DEFAULT_TIMEOUT_S,
+        None,
+    )
+    if isinstance(answer, TransportFailure) or answer.result is None:
+        return answer
+    version = answer.result.get("protocolVersion")
+    if version not in (LEGACY, *OLDER_VERSIONS):
+        return answer
+    channel.dialect = dialect_of(str(version))
+    channel.initialized = dict(answer.result)
+    channel.session_expired = False
+    yield from post(channel, channel.notification("notifications/initialized"))
+    return answer.result
+
+
+def dialect_of(version: str) -> Dialect:
+    """The plain dialect of a version ``initialize`` agreed on."""
+    dialect = Dialect()
+    dialect.version = version
+    return dialect
 
 
 def _decoded(reply: Reply) -> Reply:
@@ -315,8 +421,10 @@ def _resumable(answer: RpcReply, reply: Reply) -> bool:
 
 
 def post(channel: RpcChannel, request: HttpRequest) -> Exchange[TransportFailure | None]:
-    """Post a notification or a response; None when the server took it."""
+    """Post a notification or a response; None when the server took it. Never sent
+    again: a response belongs to the session the server asked in."""
     reply = yield request
+    channel.note_session(request, reply)
     return channel.accepted(reply)
 
 
@@ -403,6 +511,7 @@ __all__ = [
     "DEFAULT_LOOKUP_METHOD",
     "LEGACY",
     "MODERN",
+    "OLDER_VERSIONS",
     "RELATED_TASK_META_KEY",
     "SESSION_HEADER",
     "SUBMISSION_KEY_EXTENSION",
@@ -414,6 +523,8 @@ __all__ = [
     "RpcChannel",
     "RpcReply",
     "call",
+    "dialect_of",
     "header_value",
+    "open_session",
     "post",
 ]

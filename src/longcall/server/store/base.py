@@ -55,6 +55,8 @@ RERUN_MESSAGE = "The previous run stopped; the operation is running again from t
 EXPIRED_ROW_RETENTION_S = 7 * 24 * 3600.0
 """Expired rows are kept (answering "not found") this long so lookups by key stay proofs (S3)."""
 CLAIM_BATCH = 100
+DEAD_OWNER_NOTE = " (its process is gone: its lock was free)"
+"""The end of a takeover's history reason when the owner was proven dead, not timed out."""
 
 TASK_COLUMNS = (
     "task_id, principal, tool_name, arguments, arguments_digest, protocol, submission_key,"
@@ -159,6 +161,11 @@ class TaskStore(Protocol):
 
     async def release(self, owner: str) -> int:
         """Give up ``owner``'s leases at once (a graceful stop), so others need not wait."""
+        ...
+
+    async def hold_owner(self, owner: str) -> None:
+        """Take ``owner``'s proof of life, held until :meth:`close` (or the process dies):
+        while it is held no other process can prove ``owner`` dead (D1)."""
         ...
 
     async def set_abort_at(self, task_id: str, at: float) -> None:
@@ -273,6 +280,28 @@ class SqlTaskStore:
 
     def _check_alive(self, conn: Any) -> None:
         """Refuse to work on a store that vanished under us (fail closed, C5)."""
+
+    # ---- proof of an owner's death (D1; docs/design/server-task-store.md) --------------------
+
+    _skip_locked = ""
+    """Appended to a claim's read of rows (PostgreSQL: claimers split the rows)."""
+
+    def _hold_owner(self, conn: Any, owner: str) -> None:
+        """Take the lock whose being free proves ``owner``'s process is gone (none here:
+        a store without one never proves a death, and leases decide alone)."""
+
+    def _prove_dead(self, conn: Any, owner: str, now: float, until: float) -> bool:
+        """True only when ``owner``'s process is provably gone; its lock is then held by
+        us until :meth:`_proofs_done`, so it cannot come back meanwhile. False when the
+        lock is held or cannot be checked: the owner's lease decides."""
+        return False
+
+    def _proofs_done(self, owners: Sequence[str], *, committed: bool) -> None:
+        """After the claim's transaction: drop what proving these owners dead held
+        (``committed``: their tasks are ours now, so their proofs are spent)."""
+
+    def _keep_owner(self) -> None:
+        """Before a renewal: make sure this process still holds its proof of life."""
 
     def _forget_connection(self) -> None:
         conn = getattr(self._local, "conn", None)
@@ -688,6 +717,7 @@ class SqlTaskStore:
         """Extend ``owner``'s leases; the tasks it still holds (id → epoch) (D1)."""
 
         def write(conn: Any) -> dict[str, int]:
+            self._keep_owner()
             with self._transaction(conn):
                 self._execute(
                     conn,
@@ -724,29 +754,82 @@ class SqlTaskStore:
 
         def write(conn: Any) -> list[TaskRecord]:
             claimed: list[TaskRecord] = []
-            with self._transaction(conn):
-                for task_id, epoch in self._expired_ids(conn, owner, now, limit):
-                    previous = self._execute(
-                        conn, "SELECT owner FROM tasks WHERE task_id = ?", (task_id,)
-                    ).fetchone()
-                    cursor = self._execute(
-                        conn,
-                        "UPDATE tasks SET owner = ?, lease_until = ?,"
-                        " execution_epoch = execution_epoch + 1, status_message = ?,"
-                        " last_updated_at = ?, version = version + 1"
-                        f" WHERE task_id = ? AND execution_epoch = ? AND {ACTIVE_IN}",
-                        (owner, until, RERUN_MESSAGE, now, task_id, epoch),
-                    )
-                    if cursor.rowcount != 1:
-                        continue
-                    record = self._select_task(conn, task_id)
-                    assert record is not None
-                    reason = f"claimed by {owner} from {previous[0] if previous else None}"
-                    self._append_history(conn, task_id, record.status, now, reason)
-                    claimed.append(record)
+            proven: list[str] = []
+            try:
+                with self._transaction(conn):
+                    for task_id, epoch in self._expired_ids(conn, owner, now, limit):
+                        self._claim_one(conn, owner, task_id, epoch, now, until, claimed, "")
+                    # A lease that has not run out yet, of an owner proven dead: taken
+                    # over now instead of when the lease ends (D1).
+                    for dead in self._leaseholders(conn, owner, now):
+                        if len(claimed) >= limit or not self._prove_dead(conn, dead, now, until):
+                            continue
+                        proven.append(dead)
+                        for task_id, epoch in self._owned_ids(conn, dead, limit - len(claimed)):
+                            self._claim_one(
+                                conn, owner, task_id, epoch, now, until, claimed, DEAD_OWNER_NOTE
+                            )
+            except BaseException:
+                self._proofs_done(proven, committed=False)
+                raise
+            self._proofs_done(proven, committed=True)
             return claimed
 
         return await self._run(write)
+
+    def _claim_one(
+        self,
+        conn: Any,
+        owner: str,
+        task_id: str,
+        epoch: int,
+        now: float,
+        until: float,
+        claimed: list[TaskRecord],
+        note: str,
+    ) -> None:
+        """Compare-and-set one task to ``owner`` at the next epoch, with its history row."""
+        previous = self._execute(
+            conn, "SELECT owner FROM tasks WHERE task_id = ?", (task_id,)
+        ).fetchone()
+        cursor = self._execute(
+            conn,
+            "UPDATE tasks SET owner = ?, lease_until = ?,"
+            " execution_epoch = execution_epoch + 1, status_message = ?,"
+            " last_updated_at = ?, version = version + 1"
+            f" WHERE task_id = ? AND execution_epoch = ? AND {ACTIVE_IN}",
+            (owner, until, RERUN_MESSAGE, now, task_id, epoch),
+        )
+        if cursor.rowcount != 1:
+            return
+        record = self._select_task(conn, task_id)
+        assert record is not None
+        reason = f"claimed by {owner} from {previous[0] if previous else None}{note}"
+        self._append_history(conn, task_id, record.status, now, reason)
+        claimed.append(record)
+
+    def _leaseholders(self, conn: Any, owner: str, now: float) -> list[str]:
+        """The other owners holding leases that have not run out."""
+        rows = self._execute(
+            conn,
+            f"SELECT DISTINCT owner FROM tasks WHERE {ACTIVE_IN}"
+            " AND owner IS NOT NULL AND owner <> ? AND lease_until >= ?",
+            (owner, now),
+        ).fetchall()
+        return sorted(str(row[0]) for row in rows)
+
+    def _owned_ids(self, conn: Any, owner: str, limit: int) -> list[tuple[str, int]]:
+        rows = self._execute(
+            conn,
+            f"SELECT task_id, execution_epoch FROM tasks WHERE {ACTIVE_IN} AND owner = ?"
+            f" ORDER BY created_at LIMIT ?{self._skip_locked}",
+            (owner, limit),
+        ).fetchall()
+        return [(str(row[0]), int(row[1])) for row in rows]
+
+    async def hold_owner(self, owner: str) -> None:
+        """Take ``owner``'s proof of life, held until :meth:`close` (D1)."""
+        await self._run(lambda conn: self._hold_owner(conn, owner))
 
     async def release(self, owner: str) -> int:
         """Give up ``owner``'s leases at once (a graceful stop), so others need not wait."""

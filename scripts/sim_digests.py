@@ -1,0 +1,44 @@
+"""Print one digest per simulator profile of everything 600 worlds did.
+
+Owns: the check that a change kept every simulated world identical (the same draws,
+events and ledger writes) or, when it changes behaviour, the new figures to record in
+docs/design/simulator.md. Each world of seed 0 (permutations 0..N-1) is run with its
+trace; the digest covers every trace line and every measured field of its result.
+
+Must not: judge the gates (``longcall sim`` does), or write anywhere.
+
+Usage: python scripts/sim_digests.py [WORLDS]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import sys
+
+from longcall.sim import derive_seed, run_one
+from longcall.sim.config import PROFILES
+
+WORLDS = 600
+
+
+def profile_digest(profile_name: str, worlds: int) -> str:
+    """The first 16 hex digits of a SHA-256 over ``worlds`` worlds of one profile."""
+    profile = PROFILES[profile_name]
+    digest = hashlib.sha256()
+    for index in range(worlds):
+        result = run_one(derive_seed(0, index), trace=True, profile=profile)
+        digest.update("\n".join(result.trace or []).encode())
+        fields = dataclasses.asdict(dataclasses.replace(result, trace=None))
+        digest.update(repr(sorted(fields.items())).encode())
+    return digest.hexdigest()[:16]
+
+
+def main(argv: list[str]) -> None:
+    worlds = int(argv[1]) if len(argv) > 1 else WORLDS
+    for name in PROFILES:
+        print(f"{name}: {profile_digest(name, worlds)}")
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,69 @@
+"""``longcall console``: the operator's web console over the ledger.
+
+Owns the command line of the console: its options, the first stdout line (the URL
+with its token), and the note on stderr when it listens beyond loopback. Must not:
+hold any page or rule of the console (``longcall.console`` does).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import sys
+
+import click
+
+from longcall.cli.common import ledger_option
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+@click.command()
+@ledger_option
+@click.option(
+    "--port",
+    type=click.IntRange(0, 65535),
+    default=0,
+    show_default=True,
+    help="Port to listen on (0: a free one).",
+)
+@click.option(
+    "--host",
+    default="127.0.0.1",
+    show_default=True,
+    help="Interface to listen on; anything but loopback lets others reach it with the token.",
+)
+def console(ledger_url: str | None, port: int, host: str) -> None:
+    """Serve the operator's web console over the ledger: what needs a person, every
+    operation and what it waits on, and the answer, cancel and reconcile actions.
+
+    The first line printed is the address to open, with its token; anyone with that
+    address can act on the ledger as you. Stop it with Ctrl-C.
+
+    \b
+    Examples:
+      longcall console
+      longcall console --ledger postgresql://db.internal/longcall --port 8790
+    """
+    from longcall.client import default_ledger_url
+    from longcall.console import open_console, serve
+
+    server, sock = open_console(ledger_url or default_ledger_url(), host=host, port=port)
+    click.echo(server.url)
+    sys.stdout.flush()  # the first line, at once: a script waits for it through a pipe
+    if not _loopback(host):
+        click.echo(
+            f"longcall: the console listens on {host}, beyond this machine: anyone who can"
+            " reach it and holds the address above can act on the ledger",
+            err=True,
+        )
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(serve(server, sock))

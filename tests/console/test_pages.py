@@ -1,0 +1,367 @@
+"""The console in headless Chromium over a ledger holding every local state: the list
+and its filters, an operation's banner and timeline, hostile status messages kept as
+text, the token and Origin guards, a reconciliation resolved from the page, a cancel,
+and a double-sent action that writes once. Screenshots of every page are saved."""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from tests.console.conftest import Shots, running_console
+
+from longcall.console import Console
+from longcall.console.pages import utc_stamp
+from longcall.core import State
+from longcall.ledger import SQLiteLedger
+from longcall.testing.sample import HOSTILE, KINDS, fill
+
+pytestmark = pytest.mark.slow
+
+WAIT_MS = 30_000
+TERMINAL_KINDS = ("accepted_ok", "accepted_empty", "tool_error", "protocol_error", "cancelled")
+OPEN_KINDS = [k for k in KINDS if k not in TERMINAL_KINDS]
+
+
+@pytest.fixture
+def ledger_path(tmp_path: Path) -> Path:
+    """A ledger with every sample kind, normal and hostile, one worker holding most."""
+    path = tmp_path / "ledger.db"
+    now = time.time()
+    two_hours_ago = utc_stamp(now - 7_200)  # the ledger's own stamps, as if then
+    with SQLiteLedger(path, utc_now=lambda: two_hours_ago) as ledger:
+        fill(ledger, now=now - 7_200, worker="worker-1")
+    with SQLiteLedger(path) as ledger:
+        fill(ledger, now=now - 60, prefix="evil-", hostile=True)
+    return path
+
+
+@pytest.fixture
+def console(ledger_path: Path) -> Iterator[Console]:
+    """The console over that ledger."""
+    with running_console(f"sqlite:///{ledger_path}") as served:
+        yield served
+
+
+@pytest.fixture
+def page(browser: Any, console: Console) -> Iterator[Any]:
+    """A browser tab that opened the printed address (so it holds the cookie)."""
+    context = browser.new_context(viewport={"width": 1360, "height": 900})
+    tab = context.new_page()
+    tab.set_default_timeout(WAIT_MS)
+    tab.goto(console.url)
+    assert "token" not in tab.url  # the token leaves the address bar at once
+    try:
+        yield tab
+    finally:
+        context.close()
+
+
+def base(console: Console) -> str:
+    return f"http://127.0.0.1:{console.port}"
+
+
+def column(tab: Any, index: int) -> list[str]:
+    return [
+        c.strip()
+        for c in tab.locator(f"#ops-table tbody tr td:nth-child({index})").all_inner_texts()
+    ]
+
+
+def test_home_puts_what_needs_a_person_first(page: Any, console: Console, shots: Shots) -> None:
+    """Home: the input requests and the reconciliation queue first, counts per state,
+    the health figures; the list is one link away."""
+    needs = page.locator("#needs")
+    assert "Input requests (2)" in needs.inner_text()
+    assert needs.locator("a.node", has_text="input_required").count() == 2
+    assert "Reconciliation queue" in needs.inner_text()
+    assert "Servers failing requests" in needs.inner_text()
+    states = page.locator("#states").inner_text()
+    for state in State:
+        assert state.value in states
+    health = page.locator("#health").inner_text()
+    assert "completion rate" in health
+    assert "4 of 8 accepted completed ok" in health
+    assert "outcome UNKNOWN" in health
+    shots.take(page, "home")
+    page.click("text=/All \\d+ operations/")
+    assert page.url.endswith("/operations")
+
+
+def test_list_shows_every_state_and_its_filters_work(
+    page: Any, console: Console, shots: Shots
+) -> None:
+    """Every local state is listed (the demo's among them); state, waiting-on, tool,
+    server status and search filters narrow the list as they say."""
+    page.goto(f"{base(console)}/operations")
+    assert set(column(page, 2)) == {s.value for s in State}
+    assert len(column(page, 1)) == 2 * len(KINDS)
+    shots.take(page, "operations")
+    page.select_option("#f-state", "input_required")
+    page.click("form.filters button")
+    page.wait_for_url(re.compile(r"state=input_required"))
+    assert column(page, 1) == ["evil-input_required", "input_required"]
+    page.goto(f"{base(console)}/operations?waiting=operator")
+    assert sorted(column(page, 1)) == sorted(
+        ["reconcile_lost", "reconcile_unsent", "evil-reconcile_lost", "evil-reconcile_unsent"]
+    )
+    page.goto(f"{base(console)}/operations?waiting=worker")
+    assert "evil-working" in column(page, 1)
+    assert "working" not in column(page, 1)
+    page.goto(f"{base(console)}/operations?tool=deploy&status=")
+    assert sorted(column(page, 1)) == ["evil-reconcile_unsent", "reconcile_unsent"]
+    page.goto(f"{base(console)}/operations?status=failed")
+    assert sorted(column(page, 1)) == sorted(
+        ["tool_error", "protocol_error", "evil-tool_error", "evil-protocol_error"]
+    )
+    page.goto(f"{base(console)}/operations")
+    page.fill("#f-q", "task-evil-working")
+    page.click("form.filters button")
+    page.wait_for_url(re.compile(r"q=task-evil-working"))
+    assert column(page, 1) == ["evil-working"]
+    page.goto(f"{base(console)}/operations?age=gt1h")
+    assert len(column(page, 1)) == len(KINDS)
+    assert "evil-working" not in column(page, 1)
+    page.click("#ops-table a.node >> nth=0")
+    assert "/op/" in page.url
+
+
+def test_every_open_operation_has_a_banner_and_a_timeline(
+    page: Any, console: Console, shots: Shots
+) -> None:
+    """Each non-terminal sample shows a typed "waiting on" banner; the timeline folds
+    repeated polls into one row; the identity names epoch and cancel generation."""
+    reasons = {}
+    for kind in OPEN_KINDS:
+        page.goto(f"{base(console)}/op/{kind}")
+        banner = page.locator("#banner")
+        assert banner.inner_text().startswith("Waiting on"), kind
+        reasons[kind] = banner.get_attribute("data-reason")
+    assert reasons["input_required"] == "person"
+    assert reasons["reconcile_lost"] == reasons["reconcile_unsent"] == "operator"
+    assert reasons["submitting"] == "worker"
+    assert reasons["retrying"] == "backoff"
+    assert reasons["working"] == "server"
+    page.goto(f"{base(console)}/op/working")
+    timeline = page.locator("#timeline").inner_text()
+    assert "WorkingObserved ×3" in timeline
+    identity = page.locator("#identity").inner_text()
+    assert "execution epoch" in identity
+    assert "cancel generation" in identity
+    assert "worker-1" in identity
+    assert "next at" in page.locator("#banner").inner_text()
+    shots.take(page, "operation")
+    page.goto(f"{base(console)}/op/input_required")
+    assert "waiting for a person" in page.locator(".clocks").inner_text()
+
+
+def test_receipts_keep_tool_and_protocol_errors_apart(
+    page: Any, console: Console, shots: Shots
+) -> None:
+    """A tool error and a protocol error are told apart; zero items are warned about;
+    the result is paged; the outbox row is shown."""
+    page.goto(f"{base(console)}/op/tool_error")
+    assert page.locator(".tool-error").count() == 1
+    assert page.locator(".protocol-error").count() == 0
+    page.goto(f"{base(console)}/op/protocol_error")
+    assert page.locator(".protocol-error").count() == 1
+    assert page.locator(".tool-error").count() == 0
+    page.goto(f"{base(console)}/op/accepted_empty")
+    assert page.locator(".zero-items").count() == 1
+    page.goto(f"{base(console)}/op/accepted_ok")
+    assert "outbox row" in page.locator("#receipt").inner_text()
+    assert "result page 1 of 2" in page.locator("#receipt").inner_text()
+    shots.take(page, "receipt")
+    page.click("#receipt a[rel=next]")
+    assert "result page 2 of 2" in page.locator("#receipt").inner_text()
+
+
+def test_hostile_status_messages_stay_text(page: Any, console: Console) -> None:
+    """A status message, error, reason and question holding <script> and <img onerror>
+    are shown as their characters on every page, and never run; no page holds the
+    token."""
+    for path in ("/", "/operations", "/op/evil-working", "/op/evil-retrying",
+                 "/op/evil-tool_error", "/inbox", "/reconcile"):  # fmt: skip
+        page.goto(base(console) + path)
+        assert console.token not in page.content(), path  # no credential in a page
+        assert page.evaluate("window.__pwned") is None, path
+        assert page.locator("img").count() == 0, path
+        assert page.locator("body script").count() == 0, path
+    page.goto(f"{base(console)}/op/evil-working")
+    assert HOSTILE in page.locator("#banner").inner_text()
+    page.goto(f"{base(console)}/inbox")
+    assert f"Approve this change? {HOSTILE}" in page.locator("#q-evil-input_required").inner_text()
+
+
+def test_no_token_no_page_and_no_write_from_another_origin(
+    page: Any, console: Console, ledger_path: Path, tmp_path: Path
+) -> None:
+    """Without the token or its cookie nothing is served; a wrong Host is refused; a
+    write from another origin is refused even with the cookie and a real action id,
+    and writes nothing; every answer carries the CSP."""
+    with httpx.Client(base_url=base(console)) as bare:
+        for path in ("/", "/operations", "/op/working", "/static/console.js"):
+            response = bare.get(path)
+            assert response.status_code == 403
+            assert "working" not in response.text
+        assert bare.get("/?token=wrong").status_code == 403
+        posted = bare.post("/act/cancel", data={"node": "working", "version": "5"})
+        assert posted.status_code == 403
+        rebound = bare.get(
+            f"/?token={console.token}", headers={"host": f"evil.example:{console.port}"}
+        )
+        assert rebound.status_code == 421
+    page.goto(f"{base(console)}/op/working")
+    assert (
+        "default-src 'none'"
+        in (page.request.get(f"{base(console)}/").headers["content-security-policy"])
+    )
+    action_id = page.locator("form.cancel input[name=action_id]").get_attribute("value")
+    version = page.locator("form.cancel input[name=version]").get_attribute("value")
+    # Another site (another port of 127.0.0.1 is the same site, so the cookie goes
+    # along) posts the console's own form, with a real action id.
+    attacker = tmp_path / "attack.html"
+    attacker.write_text(
+        f'<form id=f method=post action="{base(console)}/act/cancel">'
+        f'<input name=node value=working><input name=version value="{version}">'
+        f'<input name=action_id value="{action_id}"></form>'
+    )
+    with _static_site(tmp_path) as site:
+        page.goto(f"{site}/attack.html")
+        with page.expect_response(f"{base(console)}/act/cancel") as answer:
+            page.evaluate("document.getElementById('f').submit()")
+        assert answer.value.status == 403
+        assert "Cross-site request refused" in answer.value.text()
+    with SQLiteLedger(ledger_path) as ledger:
+        record = ledger.get("working")
+        assert record.state is State.WORKING
+        assert str(record.version) == version
+
+
+def test_a_reconciliation_from_the_page_ends_with_one_receipt(
+    page: Any, console: Console, ledger_path: Path, shots: Shots
+) -> None:
+    """The queue offers only what the evidence allows (resume with a task id, resubmit
+    without one); settling as completed writes one receipt naming the operator; the
+    same stale form again is refused and writes nothing."""
+    page.goto(f"{base(console)}/reconcile")
+    lost = page.locator("#r-reconcile_lost")
+    unsent = page.locator("#r-reconcile_unsent")
+    assert lost.locator("input[value=resume]").count() == 1
+    assert lost.locator("input[value=never_created]").count() == 0
+    assert unsent.locator("input[value=never_created]").count() == 1
+    assert unsent.locator("input[value=resume]").count() == 0
+    assert "resubmitting may repeat its side effect" in unsent.inner_text()
+    shots.take(page, "reconcile")
+    form = lost.locator("form")
+    form.locator("input[value=completed]").check()
+    form.locator("input[name=note]").fill("the server's log shows it finished")
+    form.locator("input[name=actor]").fill("ops-alice")
+    form.locator("textarea[name=result_json]").fill('{"rows": 3}')
+    stale = {
+        "node": "reconcile_lost",
+        "version": form.locator("input[name=version]").get_attribute("value"),
+        "resolution": "failed",
+        "note": "a second look",
+        "actor": "ops-bob",
+    }
+    form.locator("button").click()
+    page.wait_for_selector("#flash")
+    assert "Done" in page.locator("#flash").inner_text()
+    assert (
+        "longcall ops reconcile reconcile_lost --as completed"
+        in page.locator("#flash").inner_text()
+    )
+    assert page.locator("#banner").inner_text().startswith("Accepted")
+    # The same form sent again later (another action id, the old row version).
+    again = page.request.post(
+        f"{base(console)}/act/reconcile",
+        form=dict(stale, action_id=console.new_action()),
+        headers={"origin": base(console)},
+    )
+    assert "changed since this page was drawn" in again.text()
+    with SQLiteLedger(ledger_path) as ledger:
+        receipts = [r for r in ledger.receipts() if r.call_node_id == "reconcile_lost"]
+        assert len(receipts) == 1
+        assert receipts[0].resolved_by == "ops-alice: the server's log shows it finished"
+        assert ledger.outbox_of("reconcile_lost") is not None
+        assert ledger.result_payload("reconcile_lost") == b'{"rows":3}'
+
+
+def test_a_stale_form_and_a_repeated_action_write_nothing(
+    page: Any, console: Console, ledger_path: Path
+) -> None:
+    """An action id sent twice does one thing; a form drawn from an older row version
+    is refused (compare-and-set) and says what changed."""
+    page.goto(f"{base(console)}/op/working")
+    form = {
+        "node": "working",
+        "version": page.locator("form.cancel input[name=version]").get_attribute("value"),
+        "action_id": page.locator("form.cancel input[name=action_id]").get_attribute("value"),
+    }
+    headers = {"origin": base(console)}
+    first = page.request.post(f"{base(console)}/act/cancel", form=form, headers=headers)
+    second = page.request.post(f"{base(console)}/act/cancel", form=form, headers=headers)
+    assert first.ok
+    assert second.ok
+    assert first.url == second.url
+    assert "requested (generation 1)" in second.text()
+    with SQLiteLedger(ledger_path) as ledger:
+        history = ledger.history("working")
+    assert [h.event for h in history].count("CancelRequested") == 1
+    again = dict(form, action_id=console.new_action())  # the same form, drawn again
+    stale = page.request.post(f"{base(console)}/act/cancel", form=again, headers=headers)
+    assert "changed since this page was drawn" in stale.text()
+    with SQLiteLedger(ledger_path) as ledger:
+        assert len(ledger.history("working")) == len(history)
+
+
+def test_servers_and_workers_page(page: Any, console: Console, shots: Shots) -> None:
+    """Servers with their protocol versions and failing counts; workers with lease and
+    operations held; the rollout plan."""
+    page.goto(f"{base(console)}/servers")
+    servers = page.locator("#servers").inner_text()
+    assert "2026-07-28" in servers
+    assert "http://127.0.0.1:9/mcp" in servers
+    workers = page.locator("#workers").inner_text()
+    assert "worker-1" in workers
+    assert "until" in workers
+    assert "Rollout plan" in page.locator("#plan").inner_text()
+    shots.take(page, "servers")
+
+
+@contextlib.contextmanager
+def _static_site(folder: Path) -> Iterator[str]:
+    """Another origin on 127.0.0.1 serving ``folder``."""
+    import functools
+    import http.server
+    import threading
+
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(folder))
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_the_ledger_address_is_shown_without_its_secrets() -> None:
+    """A page (and its CLI lines) shows the ledger URL without any password, in the
+    address or among its options; the schema and other options stay."""
+    from longcall.console import shown_ledger
+
+    url = "postgresql://ops:s3cret@db:5432/lc?password=p2&schema=calls&sslmode=require"
+    shown = shown_ledger(url)
+    assert shown == "postgresql://ops@db:5432/lc?schema=calls&sslmode=require"
+    assert "s3cret" not in shown
+    assert "p2" not in shown
+    assert shown_ledger("sqlite:////var/lib/ledger.db") == "sqlite:////var/lib/ledger.db"

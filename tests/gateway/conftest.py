@@ -1,0 +1,189 @@
+"""Fixtures of the gateway tests: an upstream whose tools finish when the test says, a
+gateway in front of it (both on 127.0.0.1), and a plain 2025-11-25 JSON-RPC host."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from longcall.adapters.servers import ServerConfig, ServersConfig
+from longcall.gateway import Gateway, GatewayOptions
+from longcall.server import LongcallServer, TaskContext, ToolProtocolError, running_server
+
+LEGACY = "2025-11-25"
+WINDOW_S = 2.0
+"""The early-return window of the tests (the default is 40 s)."""
+BOUND_S = 30.0
+"""The most any one awaited event may take on a loaded 2-core machine."""
+
+
+@dataclass
+class Upstream:
+    """The upstream's tools' runs, and the gates that let them finish."""
+
+    url: str = ""
+    runs: collections.Counter[str] = field(default_factory=collections.Counter)
+    started: dict[str, asyncio.Event] = field(default_factory=dict)
+    gates: dict[str, asyncio.Event] = field(default_factory=dict)
+    cancelled: dict[str, asyncio.Event] = field(default_factory=dict)
+
+    def gate(self, key: str) -> asyncio.Event:
+        return self.gates.setdefault(key, asyncio.Event())
+
+    def start_seen(self, key: str) -> asyncio.Event:
+        return self.started.setdefault(key, asyncio.Event())
+
+    def cancel_seen(self, key: str) -> asyncio.Event:
+        return self.cancelled.setdefault(key, asyncio.Event())
+
+    def release(self, key: str) -> None:
+        self.gate(key).set()
+
+
+def upstream_server(upstream: Upstream, store: str) -> LongcallServer:
+    """``longcall serve``'s library with tools a test controls: ``slow`` (tasks) and
+    ``plain`` (no tasks) finish when released; ``quick``, ``empty``, ``big``, ``ask``."""
+    server = LongcallServer(store=store)
+
+    @server.tool(task="optional")
+    async def slow(ctx: TaskContext, key: str, n: int = 3) -> dict[str, Any]:
+        """A long report: n items once the test releases `key`."""
+        upstream.runs[key] += 1
+        upstream.start_seen(key).set()
+        await ctx.report_progress(1, 4, "step 1/4")
+        try:
+            await upstream.gate(key).wait()
+        except asyncio.CancelledError:
+            upstream.cancel_seen(key).set()
+            raise
+        return {"items": list(range(n))}
+
+    @server.tool(task="forbidden")
+    async def plain(key: str) -> str:
+        """A plain tool (no tasks) that finishes when released."""
+        upstream.runs[key] += 1
+        upstream.start_seen(key).set()
+        await upstream.gate(key).wait()
+        return f"plain {key} done"
+
+    @server.tool(task="optional")
+    async def quick(x: int) -> dict[str, Any]:
+        """Answers at once."""
+        upstream.runs[f"quick-{x}"] += 1
+        return {"x": x, "items": [x]}
+
+    @server.tool(task="optional")
+    async def empty() -> dict[str, Any]:
+        """Finds nothing."""
+        return {"items": []}
+
+    @server.tool(task="optional")
+    async def big(chars: int) -> str:
+        """A long text."""
+        return "".join(str(i % 10) for i in range(chars))
+
+    @server.tool(task="optional")
+    async def refuse() -> str:
+        """Refuses every call with a protocol error."""
+        raise ToolProtocolError(-32602, "Invalid params: no such report")
+
+    @server.tool(task="optional")
+    async def ask(ctx: TaskContext) -> dict[str, Any]:
+        """Asks for approval first."""
+        form = {
+            "type": "object",
+            "properties": {"approved": {"type": "boolean", "description": "Go ahead?"}},
+            "required": ["approved"],
+        }
+        answer = await ctx.elicit("Approve the deploy?", form)
+        return {"approved": answer.get("content", {}).get("approved")}
+
+    return server
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "asyncio"
+
+
+@pytest.fixture
+async def upstream(tmp_path: Path) -> AsyncIterator[Upstream]:
+    state = Upstream()
+    async with running_server(upstream_server(state, str(tmp_path / "up.db"))) as url:
+        state.url = url
+        yield state
+
+
+def servers_of(url: str) -> ServersConfig:
+    return ServersConfig(servers={"up": ServerConfig(name="up", url=url)})
+
+
+@contextlib.asynccontextmanager
+async def gateway_at(
+    upstream_url: str, tmp_path: Path, **options: Any
+) -> AsyncIterator[tuple[Gateway, str]]:
+    gateway = Gateway(
+        servers=servers_of(upstream_url),
+        ledger=f"sqlite:///{tmp_path / 'gateway.db'}",
+        task_store=str(tmp_path / "gateway-tasks.db"),
+        options=GatewayOptions(early_return_s=options.pop("window", WINDOW_S), **options),
+    )
+    async with gateway, gateway.running() as url:
+        yield gateway, url
+
+
+@pytest.fixture
+async def gateway(upstream: Upstream, tmp_path: Path) -> AsyncIterator[tuple[Gateway, str]]:
+    async with gateway_at(upstream.url, tmp_path) as pair:
+        yield pair
+
+
+class Host:
+    """A task-unaware host speaking plain 2025-11-25 JSON-RPC over Streamable HTTP."""
+
+    def __init__(self, http: httpx.AsyncClient, url: str, token: str | None = None) -> None:
+        self.http = http
+        self.url = url
+        self.token = token
+        self._ids = itertools.count(1)
+
+    async def rpc(self, method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
+        headers = {"accept": "application/json, text/event-stream", "mcp-protocol-version": LEGACY}
+        if self.token is not None:
+            headers["authorization"] = f"Bearer {self.token}"
+        body: dict[str, Any] = {"jsonrpc": "2.0", "id": next(self._ids), "method": method}
+        if params is not None:
+            body["params"] = params
+        answer = await self.http.post(self.url, json=body, headers=headers, timeout=BOUND_S)
+        payload: dict[str, Any] = answer.json()
+        return payload
+
+    async def call(self, tool: str, arguments: dict[str, Any] | None = None) -> dict[str, Any]:
+        payload = await self.rpc("tools/call", {"name": tool, "arguments": arguments or {}})
+        assert "result" in payload, payload
+        result: dict[str, Any] = payload["result"]
+        return result
+
+    async def follow(self, reply: dict[str, Any]) -> dict[str, Any]:
+        """Call what ``next`` names."""
+        step = reply["structuredContent"]["next"]
+        return await self.call(step["tool"], step["arguments"])
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[httpx.AsyncClient]:
+    async with httpx.AsyncClient() as client:
+        yield client
+
+
+def text_of(result: dict[str, Any]) -> str:
+    return "\n".join(b["text"] for b in result.get("content", []) if b.get("type") == "text")

@@ -1,0 +1,241 @@
+"""Task-unaware hosts built on real packages, through the gateway (G1): each times out on
+its first try, retries, gets an early return, follows `next` to the result — and the
+upstream ran once per call, retries included.
+
+The Python hosts (langchain-mcp-adapters, pydantic-ai, openai-agents) need the mcp 1.x
+SDK, which cannot share the project's venv (mcp 2.x): they run in interop/hosts/.venv,
+built by `make hosts` (a part of `make test`). The TypeScript SDK client runs on the
+interop Node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from conftest import BOUND_S, Host, Upstream, gateway_at, text_of
+from longcall.gateway import Gateway
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+HERE = Path(__file__).parent
+ROOT = HERE.parents[1]
+HOSTS_PYTHON = ROOT / "interop" / "hosts" / ".venv" / "bin" / "python"
+NODE = ROOT / "interop" / "node_modules" / ".bin" / "node"
+SHORT_TIMEOUT_S = 0.5
+TIMEOUT_S = 10.0
+
+
+class HostProcess:
+    """A host in a child process, read line by line (one JSON event a line)."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.events: list[dict[str, Any]] = []
+
+    async def until(self, key: str, bound_s: float = BOUND_S) -> dict[str, Any]:
+        """The first event with ``key`` (bounded; the host's output so far on failure)."""
+        assert self.process.stdout is not None
+        try:
+            async with asyncio.timeout(bound_s):
+                while True:
+                    for event in self.events:
+                        if key in event:
+                            return event
+                    line = await self.process.stdout.readline()
+                    if not line:
+                        break
+                    self.events.append(json.loads(line))
+        except TimeoutError:
+            pass
+        stderr = b""
+        if (self.process.stderr is not None and not self.events) or key == "result":
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2):
+                    await self.process.wait()
+        if self.process.stderr is not None and self.process.returncode is not None:
+            stderr = await self.process.stderr.read()
+        raise AssertionError(f"no {key!r} from the host: {self.events} {stderr[-3000:]!r}")
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+        await self.process.wait()
+
+
+async def start_host(*argv: str | Path) -> HostProcess:
+    process = await asyncio.create_subprocess_exec(
+        *map(str, argv),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    return HostProcess(process)
+
+
+def hosts_venv() -> Path:
+    if not HOSTS_PYTHON.exists():
+        pytest.fail(f"the host packages are not installed ({HOSTS_PYTHON}): run `make hosts`")
+    return HOSTS_PYTHON
+
+
+@pytest.mark.parametrize("package", ["langchain", "pydantic-ai", "openai-agents"])
+async def test_a_python_host_times_out_retries_and_follows_next_to_the_result(
+    package: str, gateway: tuple[Gateway, str], upstream: Upstream
+) -> None:
+    """langchain-mcp-adapters, pydantic-ai and openai-agents: early return on the retry,
+    next followed to the result, one upstream run for both tries."""
+    gw, url = gateway
+    key = f"host-{package}"
+    host = await start_host(
+        hosts_venv(),
+        HERE / "hosts" / "py_host.py",
+        package,
+        url,
+        "slow",
+        json.dumps({"key": key, "n": 2}),
+        SHORT_TIMEOUT_S,
+        TIMEOUT_S,
+    )
+    try:
+        first = await host.until("attempt")
+        assert first["timed_out"], first
+        early = await host.until("early")
+        print(f"{package}: early return {early['took_s']:.2f} s after the retry was sent")
+        shown = json.dumps(early["early"])
+        assert "lc-" in shown
+        assert "longcall_status" in shown
+        upstream.release(key)
+        done = await host.until("result")
+        assert "[0, 1]" in json.dumps(done["result"]) or "[0,1]" in json.dumps(done["result"])
+        assert upstream.runs[key] == 1
+        print(f"{package}: upstream runs for the call chain: {upstream.runs[key]}")
+    finally:
+        await host.stop()
+    assert gw.metrics.retries_attached._value.get() >= 1
+
+
+TS_HOST = ROOT / "interop" / "gateway-host.mjs"
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="the interop Node is a Linux build")
+async def test_the_typescript_sdk_client_follows_next_and_the_upstream_runs_once(
+    gateway: tuple[Gateway, str], upstream: Upstream
+) -> None:
+    """The TypeScript SDK client (default 60 s request timeout; here a short first try and
+    a retry) gets the early return and follows next to the result."""
+    if not NODE.exists():
+        pytest.fail(f"the interop peers are not installed ({NODE}): run `make interop`")
+    _, url = gateway
+    host = await start_host(
+        NODE, TS_HOST, "plain", url, "slow", json.dumps({"key": "ts", "n": 2}), SHORT_TIMEOUT_S
+    )
+    try:
+        first = await host.until("attempt")
+        assert first["timed_out"], first
+        early = await host.until("early")
+        assert early["early"]["structuredContent"]["state"] == "running"
+        upstream.release("ts")
+        done = await host.until("result")
+        assert done["result"]["structuredContent"] == {"items": [0, 1]}
+        assert upstream.runs["ts"] == 1
+    finally:
+        await host.stop()
+
+
+async def test_the_typescript_sdk_tasks_client_gets_a_task_whatever_the_upstream_speaks(
+    gateway: tuple[Gateway, str], upstream: Upstream
+) -> None:
+    """A task-aware host (TypeScript SDK experimental.tasks, 2025-11-25): the call is a
+    task at the gateway, its status follows the upstream, its result is the upstream's."""
+    if not NODE.exists():
+        pytest.fail(f"the interop peers are not installed ({NODE}): run `make interop`")
+    _, url = gateway
+    host = await start_host(
+        NODE, TS_HOST, "tasks", url, "slow", json.dumps({"key": "ts-task", "n": 3}), TIMEOUT_S
+    )
+    try:
+        created = await host.until("taskCreated")
+        assert created["taskCreated"]["status"] == "working"
+        await asyncio.wait_for(upstream.start_seen("ts-task").wait(), BOUND_S)
+        upstream.release("ts-task")
+        done = await host.until("result")
+        assert done["result"]["structuredContent"] == {"items": [0, 1, 2]}
+        assert upstream.runs["ts-task"] == 1
+    finally:
+        await host.stop()
+
+
+async def test_a_task_aware_host_gets_the_upstream_question_passed_through(
+    gateway: tuple[Gateway, str],
+) -> None:
+    """The upstream asks for input: the TypeScript SDK tasks client is asked the same
+    question (its form), answers it, and the task ends with the upstream's result."""
+    if not NODE.exists():
+        pytest.fail(f"the interop peers are not installed ({NODE}): run `make interop`")
+    _, url = gateway
+    host = await start_host(NODE, TS_HOST, "tasks", url, "ask", "{}", TIMEOUT_S)
+    try:
+        asked = await host.until("elicited")
+        assert asked["elicited"]["message"] == "Approve the deploy?"
+        assert asked["elicited"]["requestedSchema"]["required"] == ["approved"]
+        done = await host.until("result")
+        assert done["result"]["structuredContent"] == {"approved": True}
+    finally:
+        await host.stop()
+
+
+MCP1_UPSTREAM = ROOT / "interop" / "hosts" / "mcp1_upstream.py"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+async def test_an_mcp_1_30_upstream_plain_tool_is_served_durably(
+    tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    """An upstream on the mcp 1.30 SDK (FastMCP, no tasks): its plain tool returns early
+    through the gateway, and next leads to its result; it ran once."""
+    port = free_port()
+    process = await asyncio.create_subprocess_exec(
+        str(hosts_venv()),
+        str(MCP1_UPSTREAM),
+        str(port),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        async with asyncio.timeout(BOUND_S):
+            while b"Uvicorn running on" not in await process.stderr.readline():
+                pass
+        upstream_url = f"http://127.0.0.1:{port}/mcp"
+        async with gateway_at(upstream_url, tmp_path) as (_, url):
+            host = Host(http, url)
+            early = await host.call("plain_slow", {"key": "k"})
+            assert early["structuredContent"]["state"] == "running", early
+            release = await Host(http, upstream_url).call("release", {"key": "k"})
+            assert "1" in text_of(release)
+            reply = early
+            async with asyncio.timeout(BOUND_S * 2):
+                while "next" in reply.get("structuredContent", {}):
+                    reply = await host.follow(reply)
+            assert text_of(reply) == "plain k done after 1 run(s)"
+    finally:
+        if process.stdin is not None:
+            process.stdin.close()
+        async with asyncio.timeout(BOUND_S):
+            await process.wait()

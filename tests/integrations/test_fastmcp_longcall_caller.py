@@ -1,0 +1,87 @@
+"""longcall's own caller (the ``longcall`` command, separate processes on one ledger)
+against a FastMCP app on ``LongcallTasks``: a call to its receipt, a caller killed
+mid-task that another caller process finishes without a second run, and a server
+restarted under a waiting caller."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import httpx
+import pytest
+from tests.integrations.conftest import App
+from tests.integrations.test_fastmcp_durability import wait_for_lines
+from tests.interop.harness import Caller, call_args, finish, stop, view_of
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+
+@pytest.fixture
+def caller(tmp_path: Path) -> Caller:
+    """The longcall command on a ledger of this test alone."""
+    return Caller(f"sqlite:///{tmp_path / 'ledger.db'}")
+
+
+async def test_call_wait_reaches_the_receipt(shared_app: App, caller: Caller) -> None:
+    """`longcall call --wait` negotiates 2026-07-28 tasks and accepts the tool's value."""
+    code, view, stderr = await anyio.to_thread.run_sync(
+        lambda: caller.call(shared_app.url, "add", {"a": 2, "b": 3}, "n-add", "--wait")
+    )
+    assert (view["state"], view["result_kind"], view["protocol"]) == (
+        "accepted",
+        "value",
+        "2026-07-28",
+    ), stderr
+    assert code == 0
+    assert view["result"]["structuredContent"] == {"sum": 5}
+
+
+async def test_a_caller_killed_mid_task_is_finished_by_another_without_a_rerun(
+    shared_app: App, caller: Caller, tmp_path: Path
+) -> None:
+    """SIGKILL the waiting caller while the tool runs; a second `call --wait` on the same
+    node attaches to the same task (no second create), and the tool ran once."""
+    runs, gate = tmp_path / "runs.log", tmp_path / "gate"
+    arguments = {"log": str(runs), "gate": str(gate)}
+    first = caller.start(*call_args(shared_app.url, "count_runs", arguments, "n-kill", "--wait"))
+    try:
+        await wait_for_lines(runs, 1)
+    finally:
+        first.kill()
+        first.wait(timeout=10)
+    gate.touch()
+    _, view, stderr = await anyio.to_thread.run_sync(
+        lambda: caller.call(shared_app.url, "count_runs", arguments, "n-kill", "--wait")
+    )
+    assert (view["state"], view["result_kind"]) == ("accepted", "value"), stderr
+    assert view["result"]["content"][0]["text"] == "runs: 1"
+    assert runs.read_text().splitlines() == ["run"]
+
+
+async def test_server_restarted_under_a_waiting_caller(
+    http: httpx.AsyncClient, caller: Caller, tmp_path: Path
+) -> None:
+    """The app stops mid-task and starts again on its store: the waiting caller keeps
+    polling the same task id and accepts the idempotent tool's re-run result."""
+    app = App(f"sqlite:///{tmp_path / 'tasks.db'}", tmp_path)
+    await app.start()
+    runs, gate = tmp_path / "runs.log", tmp_path / "gate"
+    arguments = {"log": str(runs), "gate": str(gate)}
+    waiting = caller.start(*call_args(app.url, "count_runs", arguments, "n-restart", "--wait"))
+    try:
+        await wait_for_lines(runs, 1)
+        url = app.url
+        app.stop()
+        # The same port: the caller's operation names the server by URL.
+        await app.start_on(url)
+        await wait_for_lines(runs, 2)
+        gate.touch()
+        code, out, err = await anyio.to_thread.run_sync(lambda: finish(waiting))
+        view = view_of(out, err)
+        assert (view["state"], view["result_kind"]) == ("accepted", "value"), err
+        assert view["result"]["content"][0]["text"] == "runs: 2"
+        assert code == 0
+    finally:
+        stop(waiting)
+        app.stop()

@@ -1,0 +1,204 @@
+"""A dead server process's running tasks are taken over at once, a live one's never (D1).
+
+Each server process holds a lock the operating system (SQLite: ``flock`` on a file
+beside the store) or the database (PostgreSQL: a session-level advisory lock) drops
+when the process dies. The leases here are 300 s, longer than any wait of the test, so
+a takeover can only come from that proof, and the history row says so.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+from test_multi_process import Serve
+
+from conftest import ModernClient
+from longcall.server.store import SqliteTaskStore, open_store
+from longcall.server.store.base import DEAD_OWNER_NOTE
+
+pytestmark = [pytest.mark.anyio, pytest.mark.slow]
+
+LEASE_S = 300.0
+STARTUP_LIMIT_S = 240.0
+"""A generous bound for a server to start on a loaded machine (36 s at load 20), still
+inside the lease: a takeover within it is the proof's, never the lease's."""
+CHILD_LIMIT_S = 30.0
+
+HOLDER = textwrap.dedent(
+    """
+    import asyncio, sys, time
+    from longcall.server.model import NewTask, ProtocolVersion
+    from longcall.server.store import SqliteTaskStore, open_store
+
+    async def main(url, owner):
+        store = open_store(url)
+        await store.hold_owner(owner)
+        task = NewTask(
+            task_id="t-held", principal="p", tool_name="tool", arguments={}, arguments_digest="d",
+            protocol=ProtocolVersion.MODERN, submission_key=None, created_at=time.time(),
+            ttl_ms=3_600_000, poll_interval_ms=100,
+        )
+        await store.create(task, owner=owner, lease_until=time.time() + {lease})
+        print("ready", flush=True)
+        sys.stdin.readline()  # lives until the test kills it
+
+    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    """
+).replace("{lease}", str(LEASE_S))
+
+
+def _owner_id() -> str:
+    """An owner id of this host, as a server process names itself."""
+    return f"{socket.gethostname()}/{os.getpid() + 100000}/feedc0de"
+
+
+@pytest.fixture
+def holder(store_url: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A child process that holds its owner's lock and one leased task, until killed."""
+    owner = _owner_id()
+    child = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, store_url, owner],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert child.stdout is not None
+    # A blocking read of the child's first line: the event itself, not a poll.
+    assert child.stdout.readline().strip() == "ready"
+    yield child, owner
+    if child.poll() is None:
+        child.kill()
+    child.wait(timeout=CHILD_LIMIT_S)
+
+
+async def test_a_live_owner_keeps_its_tasks_and_a_dead_one_loses_them_at_once(
+    store_url: str, holder: tuple[subprocess.Popen[str], str]
+) -> None:
+    """While the holder lives, no claim takes its leased task; once it is SIGKILLed, the
+    next claim takes it, saying the owner's process is gone, long before its lease ends."""
+    child, owner = holder
+    store = open_store(store_url)
+    try:
+        now = time.time()
+        assert await store.claim_expired("probe", now=now, until=now + LEASE_S) == []
+        child.send_signal(signal.SIGKILL)
+        child.wait(timeout=CHILD_LIMIT_S)
+        now = time.time()
+        (claimed,) = await store.claim_expired("probe", now=now, until=now + LEASE_S)
+        assert claimed.task_id == "t-held"
+        assert claimed.execution_epoch == 2
+        history = await store.history("t-held")
+        assert history[-1].reason == f"claimed by probe from {owner}{DEAD_OWNER_NOTE}"
+    finally:
+        store.close()
+
+
+async def _takeovers_of(store_url: str, task_id: str) -> list[tuple[float, str]]:
+    """(when, why) of each takeover row in ``task_id``'s history."""
+    store = open_store(store_url)
+    try:
+        history = await store.history(task_id)
+    finally:
+        store.close()
+    return [
+        (change.at, change.reason)
+        for change in history
+        if change.reason and change.reason.startswith("claimed by")
+    ]
+
+
+async def test_a_restarted_server_takes_a_killed_ones_tasks_over_at_once(
+    store_url: str, tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    """SIGKILL a real ``longcall serve`` holding a running task, start another on the
+    same store: before it answers its first request it has claimed the task because
+    the dead process's lock was free (the lease, 300 s, is far from over), and it runs
+    the task again (the tool is idempotent)."""
+    first = Serve(store_url, tmp_path / "first.log", lease_s=LEASE_S)
+    second: Serve | None = None
+    try:
+        await first.wait_ready(http, limit_s=STARTUP_LIMIT_S)
+        task = await ModernClient(http, first.url).create(
+            "sleep_report", {"seconds": 600, "rows": 1}
+        )
+        first.kill()
+        restarted_at = time.time()
+        second = Serve(store_url, tmp_path / "second.log", lease_s=LEASE_S)
+        await second.wait_ready(http, limit_s=STARTUP_LIMIT_S)
+        ready_at = time.time()
+        ((claimed_at, reason),) = await _takeovers_of(store_url, task["taskId"])
+        assert reason.endswith(DEAD_OWNER_NOTE), reason
+        assert restarted_at < claimed_at <= ready_at
+        print(
+            f"taken over {claimed_at - restarted_at:.2f} s after the restart,"
+            f" {ready_at - claimed_at:.2f} s before the server answered (lease {LEASE_S:g} s)"
+        )
+        running = await ModernClient(http, second.url).get(task["taskId"])
+        assert running["status"] == "working"
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+async def test_two_live_servers_never_take_each_others_tasks(
+    store_url: str, tmp_path: Path, http: httpx.AsyncClient
+) -> None:
+    """A second ``longcall serve`` started on the store of a live one takes none of its
+    running tasks (its start-up claim found the first one's lock held), and neither does
+    a third claimer; the first one's task keeps its one execution."""
+    first = Serve(store_url, tmp_path / "first.log", lease_s=LEASE_S)
+    second: Serve | None = None
+    try:
+        await first.wait_ready(http, limit_s=STARTUP_LIMIT_S)
+        task = await ModernClient(http, first.url).create(
+            "sleep_report", {"seconds": 600, "rows": 1}
+        )
+        second = Serve(store_url, tmp_path / "second.log", lease_s=LEASE_S)
+        # Its start-up claim ran before it served.
+        await second.wait_ready(http, limit_s=STARTUP_LIMIT_S)
+        store = open_store(store_url)
+        try:
+            now = time.time()
+            assert await store.claim_expired("probe", now=now, until=now + LEASE_S) == []
+            history = await store.history(task["taskId"])
+        finally:
+            store.close()
+        assert [change.reason for change in history if "claimed" in (change.reason or "")] == []
+        assert (await ModernClient(http, second.url).get(task["taskId"]))["status"] == "working"
+    finally:
+        first.stop()
+        if second is not None:
+            second.stop()
+
+
+def test_a_lock_file_is_never_seen_free_while_its_process_lives(tmp_path: Path) -> None:
+    """SQLite: the lock file is locked before it gets its name, and a clean close removes
+    it; a stale one of a dead process without tasks is swept at the next start."""
+    store = SqliteTaskStore(tmp_path / "s.db")
+    owner = _owner_id()
+    asyncio.run(store.hold_owner(owner))
+    path = store.owner_lock_path(owner)
+    assert path.read_text() == owner
+    assert [p.name for p in store.owners_dir.iterdir()] == [path.name]
+    store.close()
+    assert not path.exists()
+    stale = tmp_path / "s.db-owners" / "0123.lock"
+    stale.write_text("gone/1/x")
+    again = SqliteTaskStore(tmp_path / "s.db")
+    try:
+        asyncio.run(again.hold_owner(_owner_id() + "2"))
+        assert not stale.exists()
+    finally:
+        again.close()
