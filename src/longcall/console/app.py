@@ -5,11 +5,15 @@ app. The guard in front of every request checks the Host (a DNS-rebinding page
 cannot reach the console), the token (``?token=`` once, then an HttpOnly SameSite
 cookie) and, for every write, the Origin (another site's form is refused even with
 the cookie or token); every answer carries a strict Content-Security-Policy. An action
-is a POST carrying the row version its form was drawn from and an action id this
-console issued: a changed row is refused (compare-and-set), a repeated id does
-nothing twice, and the write itself is the client's command, the one ``longcall ops
-answer|cancel|reconcile`` runs. Must not: write the ledger any other way, fake a
-protocol outcome, or put a credential (token, password) into a page.
+is a POST carrying what its form was drawn from (the row version for a
+reconciliation, the state and cancel generation for a cancel, the state and input
+round for an answer) and an action id this console issued: a row changed in those is
+refused, and the write goes to the client with the very version just checked, so one
+that loses a race is refused too, never retried onto a row the operator did not see
+(compare-and-set); a repeated id does nothing twice, and the write itself is the
+client's command, the one ``longcall ops answer|cancel|reconcile`` runs. Must not:
+write the ledger any other way, fake a protocol outcome, or put a credential (token,
+password) into a page.
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from longcall.client import Client
 from longcall.console import pages
 from longcall.console.html import node_url
-from longcall.core import UnknownCallNode
-from longcall.errors import ConsolePortUnavailable, LongcallError
+from longcall.core import OperationRecord, State, UnknownCallNode
+from longcall.errors import ConsolePortUnavailable, LongcallError, VersionConflict
 from longcall.ledger import Ledger
 
 STATIC = Path(__file__).parent / "static"
@@ -233,39 +237,44 @@ class Console:
     ) -> ActionOutcome:
         node = form.get("node", "")
         try:
-            record = await asyncio.to_thread(self.ledger.get, node)
-            seen = form.get("version", "")
-            if str(record.version) != seen:
-                return ActionOutcome(
-                    node=node,
-                    ok=False,
-                    message=f"{node} changed since this page was drawn (version {seen} → "
-                    f"{record.version}, now {record.state.value}); nothing was written: look again",
-                    cli="",
-                )
             return await run(form)
+        except VersionConflict as exc:
+            return ActionOutcome(
+                node=node, ok=False, cli="",
+                message=f"{node} changed since this page was drawn: {exc}; look again",
+            )  # fmt: skip
         except LongcallError as exc:
             return ActionOutcome(node=node, ok=False, message=str(exc), cli="")
+
+    async def _fresh(self, node: str, form: dict[str, str], *fields: str) -> OperationRecord:
+        """The row now, refused (VersionConflict) unless ``fields`` still read as the form
+        drew them: the write then goes against this very version, never a newer one."""
+        record = await asyncio.to_thread(self.ledger.get, node)
+        for name in fields:
+            now = _form_value(record, name)
+            if now != form.get(name, ""):
+                raise VersionConflict(
+                    f"its {name.replace('_', ' ')} was {form.get(name, '')!r} on the page,"
+                    f" it is {now!r} now (state {record.state.value})"
+                )
+        return record
 
     def _cli(self, line: str) -> str:
         return f"{line} --ledger {pages.quoted(shown_ledger(self.ledger_url))}"
 
     async def _answer(self, form: dict[str, str]) -> ActionOutcome:
         node, key = form["node"], form.get("key", "")
-        record = await asyncio.to_thread(self.ledger.get, node)
-        if str(record.input_round) != form.get("input_round"):
-            return ActionOutcome(
-                node=node, ok=False, cli="",
-                message=f"{node} is at input round {record.input_round} now; this form was for"
-                f" round {form.get('input_round')}",
-            )  # fmt: skip
+        # The round, not the raw version: a worker polling the waiting operation commits
+        # new versions all the time, and none of them changes the question.
+        record = await self._fresh(node, form, "state", "input_round")
+        at = record.version
         q = pages.quoted
         if form.get("decline"):
-            await self.client.answer(node, {key: {"action": "decline"}})
+            await self.client.answer(node, {key: {"action": "decline"}}, expected_version=at)
             line = f"longcall ops answer {q(node)} --key {q(key)} --decline"
         elif "answer_json" in form:
             body = _json(form["answer_json"])
-            await self.client.answer(node, {key: body})
+            await self.client.answer(node, {key: body}, expected_version=at)
             line = f"longcall ops answer {q(node)} --key {q(key)} --json {q(form['answer_json'])}"
         else:
             fields = {
@@ -273,7 +282,7 @@ class Console:
                 for name, value in form.items()
                 if name.startswith("field.") and value != ""
             }
-            await self.client.answer(node, fields=fields, key=key)
+            await self.client.answer(node, fields=fields, key=key, expected_version=at)
             pairs = " ".join(f"{k}={q(v)}" for k, v in fields.items())
             line = f"longcall ops answer {q(node)} --key {q(key)} {pairs}".rstrip()
         return ActionOutcome(
@@ -283,7 +292,10 @@ class Console:
 
     async def _cancel(self, form: dict[str, str]) -> ActionOutcome:
         node = form["node"]
-        outcome = await self.client.cancel(node)
+        # State and cancel generation, not the raw version: every poll of a running
+        # operation commits a new version, and none of them changes what Cancel means.
+        record = await self._fresh(node, form, "state", "cancel_generation")
+        outcome = await self.client.cancel(node, expected_version=record.version)
         detail = f" — {outcome.detail}" if outcome.detail else ""
         return ActionOutcome(
             node=node,
@@ -294,6 +306,8 @@ class Console:
 
     async def _reconcile(self, form: dict[str, str]) -> ActionOutcome:
         node = form["node"]
+        # A row waiting for an operator is not polled: the exact version drawn must hold.
+        record = await self._fresh(node, form, "version")
         resolution = form.get("resolution", "")
         note, actor = form.get("note", "").strip(), form.get("actor", "").strip()
         if not note or not actor:
@@ -301,7 +315,10 @@ class Console:
             return ActionOutcome(node=node, ok=False, cli="", message=why)
         raw = form.get("result_json", "").strip()
         result = _json(raw) if raw else None
-        after = await self.client.reconcile(node, resolution, note=note, actor=actor, result=result)
+        after = await self.client.reconcile(
+            node, resolution, note=note, actor=actor, result=result,
+            expected_version=record.version,
+        )  # fmt: skip
         q = pages.quoted
         line = (
             f"longcall ops reconcile {q(node)} --as {q(resolution)} --note {q(note)}"
@@ -313,6 +330,12 @@ class Console:
             node=node, ok=True, cli=self._cli(line),
             message=f"{after.state.value} (by {actor}: {note})",
         )  # fmt: skip
+
+
+def _form_value(record: OperationRecord, name: str) -> str:
+    """The record's field as a form carries it (text)."""
+    value = getattr(record, name)
+    return str(value.value if isinstance(value, State) else value)
 
 
 def _json(text: str) -> Any:
