@@ -15,8 +15,10 @@ from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner
 from tests.console.conftest import Shots, running_console
 
+from longcall.cli.console import console as cli_console
 from longcall.console import Console
 from longcall.console.pages import utc_stamp
 from longcall.core import State
@@ -371,6 +373,36 @@ def test_a_reconciliation_on_a_row_changed_since_the_page_writes_nothing(
         assert record.state is State.RECONCILIATION_REQUIRED
         assert record.version == now
         assert not [r for r in ledger.receipts() if r.call_node_id == "reconcile_lost"]
+
+
+def test_a_wildcard_bind_answers_at_the_allowed_hosts_only(ledger_path: Path) -> None:
+    """Bound to every interface, the console answers (and takes writes from) the names
+    given as allowed hosts and loopback; any other Host gets 421; a bad name is refused
+    on the command line."""
+    with running_console(
+        f"sqlite:///{ledger_path}", host="0.0.0.0", allowed_hosts=("Ops.Example",)
+    ) as wide:
+        assert wide.url.startswith(f"http://ops.example:{wide.port}/")
+        with httpx.Client(base_url=f"http://127.0.0.1:{wide.port}") as bare:
+            for name, status in (("ops.example", 303), ("127.0.0.1", 303), ("evil.example", 421)):
+                answer = bare.get(f"/?token={wide.token}", headers={"host": f"{name}:{wide.port}"})
+                assert answer.status_code == status, name
+            origin = f"http://ops.example:{wide.port}"
+            bare.cookies.set(wide.cookie, wide.session)
+            posted = bare.post(
+                "/act/cancel",
+                data={"node": "working", "state": "working", "cancel_generation": "0",
+                      "action_id": wide.new_action()},
+                headers={"host": f"ops.example:{wide.port}", "origin": origin},
+            )  # fmt: skip
+            assert posted.status_code == 303
+    with SQLiteLedger(ledger_path) as ledger:
+        assert ledger.get("working").cancel_generation == 1
+    refused = CliRunner().invoke(
+        cli_console, ["--host", "0.0.0.0", "--allowed-host", "ops.example:8790"]
+    )
+    assert refused.exit_code == 2
+    assert "without scheme, port or path" in refused.output
 
 
 def test_servers_and_workers_page(page: Any, console: Console, shots: Shots) -> None:

@@ -27,7 +27,7 @@ import json
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -46,6 +46,8 @@ from longcall.errors import ConsolePortUnavailable, LongcallError, VersionConfli
 from longcall.ledger import Ledger
 
 STATIC = Path(__file__).parent / "static"
+WILDCARDS = frozenset({"0.0.0.0", "::", "[::]", ""})
+"""Bind addresses meaning every interface: no browser sends one as its Host."""
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
     " connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
@@ -99,8 +101,19 @@ class ActionOutcome:
 class Console:
     """One console over one ledger: ``app`` serves it; ``url`` is the address to open."""
 
-    def __init__(self, ledger_url: str, *, host: str, port: int, token: str | None = None) -> None:
+    def __init__(
+        self,
+        ledger_url: str,
+        *,
+        host: str,
+        port: int,
+        token: str | None = None,
+        allowed_hosts: Iterable[str] = (),
+    ) -> None:
         self.ledger_url = ledger_url
+        # Names a browser elsewhere uses to reach a console bound beyond loopback (its
+        # Host header); a wildcard bind address is never one.
+        self.allowed_hosts = tuple(h.lower() for h in allowed_hosts)
         self.client = Client(ledger_url, create_ledger=False)
         self.ledger: Ledger = self.client.ledger  # opened now: a wrong URL fails at start
         self.host = host
@@ -115,15 +128,19 @@ class Console:
 
     @property
     def url(self) -> str:
-        shown = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{shown}:{self.port}/?token={self.token}"
+        if self.host in WILDCARDS:
+            host = self.allowed_hosts[0] if self.allowed_hosts else "127.0.0.1"
+        else:
+            host = self.host
+        return f"http://{_bracketed(host)}:{self.port}/?token={self.token}"
 
     @property
     def origins(self) -> frozenset[str]:
-        hosts = {self.host, "127.0.0.1", "localhost", "[::1]"}
-        return frozenset(
-            f"{h if ':' not in h or h.startswith('[') else f'[{h}]'}:{self.port}" for h in hosts
-        )
+        """Every ``host:port`` this console answers at (the Host and Origin it accepts)."""
+        hosts = {"127.0.0.1", "localhost", "[::1]", *self.allowed_hosts}
+        if self.host not in WILDCARDS:
+            hosts.add(self.host.lower())
+        return frozenset(f"{_bracketed(h)}:{self.port}" for h in hosts)
 
     def close(self) -> None:
         self.client.close()
@@ -375,7 +392,7 @@ class Guard:
 
     def _refusal(self, request: Request) -> Response | None:
         console = self.console
-        host = request.headers.get("host", "")
+        host = request.headers.get("host", "").lower()
         if host not in console.origins:
             return _refused(421, "Wrong host", "this console answers only at its own address")
         token = request.query_params.get("token")
@@ -402,6 +419,10 @@ class Guard:
                 403, "Cross-site request refused", "writes come only from this console's pages"
             )
         return None
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def _same_origin(request: Request, host: str) -> bool:
@@ -432,10 +453,15 @@ def _with_headers(send: Send) -> Send:
 
 
 def open_console(
-    ledger_url: str, *, host: str = "127.0.0.1", port: int = 0
+    ledger_url: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    allowed_hosts: Iterable[str] = (),
 ) -> tuple[Console, socket.socket]:
     """A console on a listening socket of ``host`` (``port`` 0: a free one): connections
-    queue from now on, so its URL can be handed out before serving starts."""
+    queue from now on, so its URL can be handed out before serving starts. It answers
+    at loopback names, ``host`` (unless a wildcard) and ``allowed_hosts``."""
     try:
         sock = _listening_socket(host, port)
     except OSError as exc:
@@ -443,7 +469,10 @@ def open_console(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}"
         ) from None
     try:
-        return Console(ledger_url, host=host, port=sock.getsockname()[1]), sock
+        console = Console(
+            ledger_url, host=host, port=sock.getsockname()[1], allowed_hosts=allowed_hosts
+        )
+        return console, sock
     except BaseException:
         sock.close()
         raise
