@@ -55,6 +55,7 @@ from longcall.errors import (
     InvalidArguments,
     LedgerMissing,
     LongcallError,
+    MissingCredential,
     NotReconcilable,
     NotWaitingForInput,
     ServerUnreachable,
@@ -76,10 +77,13 @@ if TYPE_CHECKING:
     # Loaded on first use: the executor pulls in the protocol adapters and the MCP SDK
     # (seconds), which commands that only read the ledger never need.
     from longcall.runtime.executor import AdapterFactory, Executor
+    from longcall.runtime.webhooks import WebhookReceiver
 
 log = logging.getLogger("longcall.client")
 
 LEDGER_ENV = "LONGCALL_LEDGER"
+WEBHOOK_SECRET_ENV = "LONGCALL_WEBHOOK_SECRET"
+"""The webhook receiver's key(s) when none is passed (whsec_… or whpk_…, space-separated)."""
 """Names the ledger when none is given; wins over the default location."""
 SUBMIT_WAIT_S = 120.0
 """``call(wait=False)`` returns once the server holds the operation, or after this long
@@ -362,8 +366,14 @@ class Client:
         servers: ServersConfig | None = None,
         announce: Callable[[str], None] | None = None,
         versions: Collection[tuple[str, str]] | None = None,
+        webhook_secret: str | None = None,
+        webhook_tolerance_s: float = 300.0,
     ) -> None:
-        """``versions``: the (protocol, adapter version) pairs this process runs; it
+        """``webhook_secret``: the key(s) a webhook receiver verifies deliveries with
+        (``whsec_…`` or ``whpk_…``, several separated by spaces while rotating; default
+        ``$LONGCALL_WEBHOOK_SECRET``), read when :meth:`webhook_receiver` is first asked
+        for; ``webhook_tolerance_s``: how far a delivery's timestamp may be from now.
+        ``versions``: the (protocol, adapter version) pairs this process runs; it
         drives only operations bound to one of them (default: every version).
         ``drive_all`` takes over every open operation of the ledger (a worker);
         otherwise only the nodes this client calls or waits on. ``create_ledger=False``
@@ -404,6 +414,9 @@ class Client:
 
             self._executor_options["lease"] = LeasePolicy.of(lease_s)
         self._executor: Executor | None = None
+        self._webhook_secret = webhook_secret
+        self._webhook_tolerance_s = webhook_tolerance_s
+        self._webhook_receiver: WebhookReceiver | None = None
         self._runner: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._waiters: dict[
@@ -421,6 +434,35 @@ class Client:
         self._callbacks: asyncio.Queue[Coroutine[Any, Any, None]] | None = None
         self._observations: asyncio.Queue[str] | None = None
         """Call nodes the driver changed, handled in order by the observer task."""
+
+    # --- webhooks ---------------------------------------------------------------------
+
+    def webhook_receiver(self) -> WebhookReceiver:
+        """The receiver of signed webhook deliveries for this client's operations: each
+        verified one only wakes the poll of the operation it names (never an outcome).
+        Mount ``receiver.asgi_app()`` (``POST /webhooks``) or call ``receiver.handle(
+        headers, body)`` from your own framework. MissingCredential without a key."""
+        if self._webhook_receiver is None:
+            from longcall.adapters.webhooks import Verifier, parse_keys
+            from longcall.runtime.webhooks import WebhookReceiver
+
+            text = self._webhook_secret or os.environ.get(WEBHOOK_SECRET_ENV, "")
+            if not text.strip():
+                raise MissingCredential(
+                    f"a webhook receiver needs a key: pass webhook_secret or set "
+                    f"${WEBHOOK_SECRET_ENV} (whsec_… or whpk_…)"
+                )
+            verifier = Verifier(parse_keys(text), tolerance_s=self._webhook_tolerance_s)
+            self._webhook_receiver = WebhookReceiver(self.executor, verifier)
+        return self._webhook_receiver
+
+    async def serve_webhooks(self, host: str, port: int) -> None:
+        """Serve :meth:`webhook_receiver` as ``POST /webhooks`` on ``host:port`` until
+        cancelled (WebhookPortUnavailable when it cannot listen there)."""
+        from longcall.runtime.webhooks import listen_socket, serve
+
+        receiver = self.webhook_receiver()
+        await serve(receiver, listen_socket(host, port))
 
     # --- the ledger -------------------------------------------------------------------
 

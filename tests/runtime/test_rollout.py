@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
+from tests.bounds import LOADED_MACHINE_S
 from tests.ledger.conftest import pg_schema
 
 from longcall.cli import main
@@ -351,7 +352,7 @@ def test_a_worker_runs_the_versions_its_build_carries_by_default(
         [*argv, *runs, "--ledger", f"sqlite:///{path}"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=LOADED_MACHINE_S,
         check=False,
     )
     assert done.returncode == 4, done.stderr

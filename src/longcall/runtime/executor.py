@@ -440,6 +440,43 @@ class Executor:
         self._io.submit(self._locked, self.engine.wake, call_node_id, now=self.clock())
         self._wake_soon()
 
+    def hint(
+        self,
+        *,
+        operation_id: str | None = None,
+        call_node_id: str | None = None,
+        status: str | None = None,
+    ) -> concurrent.futures.Future[list[str]]:
+        """Something outside the poll (a webhook delivery) says an operation changed:
+        wake the poll of each open operation it names, exactly as a push notification
+        does (:meth:`notify` → ``Engine.wake``, floored by the server's interval). It
+        never touches a record. ``status``: the status the hint claims; one equal to
+        the status last polled wakes nothing. Resolves to the call nodes woken (an
+        operation id may be held at two servers: both are polled)."""
+        return self._io.submit(self._locked, self._hint, operation_id, call_node_id, status)
+
+    def _hint(
+        self, operation_id: str | None, call_node_id: str | None, status: str | None
+    ) -> list[str]:
+        now = self.clock()
+        woken = []
+        for node, record in list(self.engine.records.items()):
+            if record.is_terminal or record.state is State.RECONCILIATION_REQUIRED:
+                continue
+            if call_node_id is not None and node != call_node_id:
+                continue
+            if operation_id is not None and record.operation_id != operation_id:
+                continue
+            if call_node_id is None and operation_id is None:
+                continue
+            if status is not None and status == record.server_status_raw:
+                continue  # nothing we have not polled already
+            self.engine.wake(node, now=now)
+            woken.append(node)
+        if woken:
+            self._wake_soon()
+        return woken
+
     def _wake_soon(self, changed: str | None = None) -> None:
         """Wake the loop (from the loop or from the ledger thread), and report the call
         node a local intent just changed."""
