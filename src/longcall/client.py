@@ -718,22 +718,31 @@ class Client:
         self.ledger.get(node)
         return self.ledger.history(node)
 
-    async def cancel(self, node: str) -> CancelOutcome:
+    async def cancel(self, node: str, *, expected_version: int | None = None) -> CancelOutcome:
         """Ask for cancellation and say what it achieved: ``requested`` (sent; polling
         finds the real terminal), ``cancelled``, ``already_terminal`` or
         ``not_cancellable`` (X5). Without a driver (``longcall ops cancel``) it is an
-        operator's write, and the driver that holds the node sends it."""
+        operator's write, and the driver that holds the node sends it.
+
+        With ``expected_version`` the write lands only on that version of the row: a row
+        at another version, or one changed before the write commits, raises
+        VersionConflict and nothing is written (no retry on a row the caller never saw)."""
+        attempt = _once if expected_version is not None else _retrying
         if self._runner is not None and not self._runner.done():
             executor = self.executor
-            return await _retrying(lambda: executor.acancel(node))
+            if expected_version is not None:
+                current = await self._on_ledger(self.ledger.get, node)
+                _check_version(node, current, expected_version)
+            return await attempt(lambda: executor.acancel(node))
         from longcall.runtime.engine import request_cancel
 
         def as_operator() -> CancelOutcome:
             record = self.ledger.get(node)
+            _check_version(node, record, expected_version)
             outcome, _ = request_cancel(self.ledger, record, now=time.time(), jitter=0.5)
             return outcome
 
-        return await _retrying(lambda: self._on_ledger(as_operator))
+        return await attempt(lambda: self._on_ledger(as_operator))
 
     async def answer(
         self,
@@ -742,13 +751,16 @@ class Client:
         *,
         fields: Mapping[str, str] | None = None,
         key: str | None = None,
+        expected_version: int | None = None,
     ) -> CallResult:
         """Answer the node's pending input: ``answers`` maps keys to whole answers
         (``request.accept(approved=True)``), or ``fields`` gives a form's fields as text
         (``{"approved": "true"}``) for the one pending form (or ``key``'s). Each answer is
         checked against its form before it is stored (InvalidAnswer); the driver sends
-        it (this client's, or a worker's on its next refresh)."""
+        it (this client's, or a worker's on its next refresh). ``expected_version``: as
+        for :meth:`cancel`, the answer is stored only on that version of the row."""
         record = await self._on_ledger(self.ledger.get, node)
+        _check_version(node, record, expected_version)
         request = await self._on_ledger(pending_request, self.ledger, record)
         if request is None:
             raise NotWaitingForInput(f"{node!r} waits for no input (it is {record.state.value})")
@@ -765,17 +777,19 @@ class Client:
                 f"{node!r} waits for {', '.join(request.keys)}, not {', '.join(unknown)}"
             )
         checked = dict(answers)
+        attempt = _once if expected_version is not None else _retrying
         if self._runner is not None and not self._runner.done():
             executor = self.executor
-            await _retrying(lambda: executor.aanswer(node, checked))
+            await attempt(lambda: executor.aanswer(node, checked))
             return await self._on_ledger(self.result, node)
         from longcall.runtime.engine import record_answers
 
         def as_operator() -> None:
             record = self.ledger.get(node)
+            _check_version(node, record, expected_version)
             record_answers(self.ledger, record, checked, now=time.time(), jitter=0.5)
 
-        await _retrying(lambda: self._on_ledger(as_operator))
+        await attempt(lambda: self._on_ledger(as_operator))
         return await self._on_ledger(self.result, node)
 
     async def reconcile(
@@ -787,11 +801,15 @@ class Client:
         actor: str,
         operation_id: str | None = None,
         result: Any = None,
+        expected_version: int | None = None,
     ) -> CallResult:
         """Resolve a node waiting for an operator (X7), recorded with who and why:
         ``resume`` (polling goes on), ``never_created`` (resubmit with the same key), or
-        ``completed`` / ``failed`` / ``cancelled`` with ``result`` as the outcome."""
+        ``completed`` / ``failed`` / ``cancelled`` with ``result`` as the outcome.
+        ``expected_version``: as for :meth:`cancel` (the resolution is always written
+        against the row it read, never retried)."""
         record = await self._on_ledger(self.ledger.get, node)
+        _check_version(node, record, expected_version)
         if record.state is not State.RECONCILIATION_REQUIRED:
             raise NotReconcilable(
                 f"{node!r} is {record.state.value}: only an operation waiting for an"
@@ -1055,6 +1073,19 @@ async def _retrying(intent: Callable[[], Awaitable[_T]]) -> _T:
         except VersionConflict:  # only the lost compare-and-set race
             continue
     return await intent()
+
+
+async def _once(intent: Callable[[], Awaitable[_T]]) -> _T:
+    """The intent decided on the row as the caller saw it: a lost race is refused."""
+    return await intent()
+
+
+def _check_version(node: str, record: OperationRecord, expected: int | None) -> None:
+    if expected is not None and record.version != expected:
+        raise VersionConflict(
+            f"{node!r} changed: expected row version {expected}, it is at {record.version}"
+            f" ({record.state.value}); nothing was written"
+        )
 
 
 def _stopped(runner: asyncio.Task[None]) -> DriverStopped:
