@@ -25,7 +25,13 @@ def python_blocks(path: Path) -> list[str]:
     return re.findall(r"```python\n(.*?)```", path.read_text(encoding="utf-8"), re.DOTALL)
 
 
-GUIDE = python_blocks(ROOT / "docs" / "guide.md")
+GUIDE = [
+    block
+    for block in python_blocks(ROOT / "docs" / "guide.md")
+    # A fragment of another program (a host's MCP client, pointed at the gateway) is
+    # shown for its configuration, not run: it imports nothing of longcall's.
+    if re.search(r"^(from longcall|import longcall)", block, re.MULTILINE)
+]
 README = python_blocks(ROOT / "README.md")
 CALLER_EXAMPLES = [block for block in README if "from longcall import" in block]
 

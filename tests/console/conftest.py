@@ -57,9 +57,11 @@ def running_console(ledger_url: str, **options: Any) -> Iterator[Console]:
         console.close()
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    """Headless Chromium, the system's."""
+    """Headless Chromium, the system's, for one module's tests at a time: while it is
+    open, Playwright's sync API keeps an event loop running in this thread, and a test
+    of another module that runs its own loop (in the same worker) could not start."""
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: run `make browser` (apt-get install chromium)")
     from playwright.sync_api import sync_playwright
