@@ -269,3 +269,24 @@ async def test_a_send_window_already_passed_stops_the_request_before_a_connectio
         await d.aclose()
     assert asked == []
     assert (server.requests, server.connections) == (0, 0)
+
+
+class AnswerThenHold(httpx.AsyncByteStream):
+    """An event stream that sends the answer to id 1 and then stays open (never ends)."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b'data: {"jsonrpc":"2.0","id":1,"result":{"taskId":"t-1"}}\n\n'
+        await asyncio.Event().wait()  # held open until the reader gives up on it
+
+
+async def test_an_answer_in_hand_survives_the_timeout_firing_during_its_drain() -> None:
+    """The request's time runs out while the stream's end is awaited after the answer:
+    the answer is returned, never a timeout that discards it (X2)."""
+    d = driver(
+        lambda r: httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, stream=AnswerThenHold()
+        )
+    )
+    reply = await d.send(HttpRequest(body=b"{}", answer_id=1, timeout_s=0.02))
+    assert isinstance(reply, HttpReply), reply
+    assert [e.data for e in reply.events] == ['{"jsonrpc":"2.0","id":1,"result":{"taskId":"t-1"}}']

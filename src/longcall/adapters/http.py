@@ -187,8 +187,13 @@ class HttpDriver:
         if request.delay_s > 0:
             await anyio.sleep(request.delay_s)
         outcome: Reply | None = None
+        answered: list[Reply] = []  # an answer in hand, kept should the time run out after it
         with anyio.move_on_after(request.timeout_s) as scope:
-            outcome = await self._send(request, on_event, scope)
+            outcome = await self._send(request, on_event, scope, answered)
+        if outcome is None and answered:
+            # The time ran out while the connection was put away after the answer: the
+            # answer stands (a create whose id we hold is never turned into "unknown", X2).
+            return answered[0]
         if outcome is None:
             return TransportFailure(
                 kind=FailureKind.TIMEOUT,
@@ -198,7 +203,11 @@ class HttpDriver:
         return outcome
 
     async def _send(
-        self, request: HttpRequest, on_event: EventObserver | None, scope: anyio.CancelScope
+        self,
+        request: HttpRequest,
+        on_event: EventObserver | None,
+        scope: anyio.CancelScope,
+        answered: list[Reply],
     ) -> Reply:
         headers = {**self.headers, **request.headers}
         window = _SEND_WINDOW.get()
@@ -218,7 +227,9 @@ class HttpDriver:
                 _normalise_retry_after(reply_headers)
                 content_type = reply_headers.get("content-type", "").split(";")[0].strip()
                 if content_type.lower() == "text/event-stream" and response.status_code < 400:
-                    return await self._stream(request, response, reply_headers, on_event, scope)
+                    reply = await self._stream(request, response, reply_headers, on_event, scope)
+                    answered.append(reply)  # closing the response may still meet the deadline
+                    return reply
                 return await self._body(response, reply_headers)
         except httpx.HTTPError as exc:
             return failure_of_exception(exc)
@@ -312,9 +323,12 @@ class HttpDriver:
                             # end (a server closes it right after the answer) is still
                             # read, briefly: httpcore closes a connection whose response
                             # was not read to its end instead of returning it to the pool.
+                            # Shielded: the request's own deadline must not cut this
+                            # short and discard the answer (the drain has its own bound).
                             answered = True
                             drained = anyio.current_time() + ANSWER_DRAIN_S
                             watch_scope.deadline = min(watch_scope.deadline, drained)
+                            watch_scope.shield = True
             except LineTooLong as exc:
                 return exc.failure(response.status_code)
             except httpx.HTTPError as exc:
