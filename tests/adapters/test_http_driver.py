@@ -290,3 +290,25 @@ async def test_an_answer_in_hand_survives_the_timeout_firing_during_its_drain() 
     reply = await d.send(HttpRequest(body=b"{}", answer_id=1, timeout_s=0.02))
     assert isinstance(reply, HttpReply), reply
     assert [e.data for e in reply.events] == ['{"jsonrpc":"2.0","id":1,"result":{"taskId":"t-1"}}']
+
+
+async def test_a_followed_redirect_asks_the_send_window_again() -> None:
+    """A 307 hop is a request leaving again: a slot that passed since the first left
+    stops it, and the target never sees it (X3)."""
+    seen: list[str] = []
+
+    def redirecting(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        if request.url.path == "/mcp":
+            return httpx.Response(307, headers={"location": "/mcp/"})
+        return httpx.Response(200, json={})
+
+    answers = iter([True, False])
+    d = driver(redirecting)
+    with send_window(lambda: True, lambda: next(answers)), pytest.raises(SendWindowPassed):
+        await d.send(HttpRequest(body=b"{}"))
+    assert seen == ["/mcp"]
+    with send_window(lambda: True, lambda: True):
+        reply = await d.send(HttpRequest(body=b"{}"))
+    assert isinstance(reply, HttpReply)
+    assert seen == ["/mcp", "/mcp", "/mcp/"]

@@ -219,7 +219,11 @@ class HttpDriver:
             extensions = {"trace": _window_trace(window)}
         try:
             async with self._following(
-                request, headers, params=dict(request.query) or None, extensions=extensions
+                request,
+                headers,
+                params=dict(request.query) or None,
+                extensions=extensions,
+                window=window,
             ) as response:
                 if isinstance(response, TransportFailure):
                     return response
@@ -243,10 +247,15 @@ class HttpDriver:
         params: Mapping[str, str] | None = None,
         extensions: dict[str, object] | None = None,
         bounds: httpx.Timeout | None = None,
+        window: SendWindow | None = None,
     ) -> AsyncIterator[httpx.Response | TransportFailure]:
         """The response to ``request``, after following the redirects we follow (same
         origin, 307/308, a few hops: :func:`~longcall.adapters.redirects.next_hop`), with
-        the same method, body and headers; or the failure of a refused redirect."""
+        the same method, body and headers; or the failure of a refused redirect.
+
+        A followed hop is a request that leaves again: the send ``window`` (if any) is
+        asked again before it, and a slot passed meanwhile stops it (the 307/308 proved
+        the first one was not processed, so nothing is lost)."""
         url = self.base_url + request.path
         hops = 0
         while True:
@@ -269,7 +278,9 @@ class HttpDriver:
                 if hop is None or isinstance(hop, TransportFailure):
                     yield response if hop is None else hop
                     return
-            # The target's URL carries its own query; the send window was asked already.
+            if window is not None and not window.is_open():
+                raise SendWindowPassed("the send slot passed before the redirected request")
+            # The target's URL carries its own query.
             url, params, extensions, hops = hop, None, None, hops + 1
 
     async def _body(self, response: httpx.Response, headers: dict[str, str]) -> Reply:
