@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator, Callable
 
@@ -18,6 +19,7 @@ import pytest
 
 from longcall.adapters.exchange import HttpReply, HttpRequest, StreamWatch, TransportFailure
 from longcall.adapters.http import HttpDriver, send_window
+from longcall.adapters.mcp.rpc import RpcChannel, call
 from longcall.core.retry import FailureKind
 from longcall.errors import SendWindowPassed
 
@@ -312,3 +314,29 @@ async def test_a_followed_redirect_asks_the_send_window_again() -> None:
         reply = await d.send(HttpRequest(body=b"{}"))
     assert isinstance(reply, HttpReply)
     assert seen == ["/mcp", "/mcp", "/mcp/"]
+
+
+async def test_a_resend_after_a_reopened_session_asks_the_send_window_again() -> None:
+    """A request re-sent in a new session leaves again: a slot passed since the first
+    one stops it, and the server sees no second copy (X3)."""
+    seen: list[tuple[str, str | None]] = []
+
+    def stateful(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        session = request.headers.get("mcp-session-id")
+        seen.append((body.get("method", "?"), session))
+        if body.get("method") == "initialize":
+            result = {"protocolVersion": "2025-11-25", "capabilities": {}}
+            answer = {"jsonrpc": "2.0", "id": body["id"], "result": result}
+            return httpx.Response(200, json=answer, headers={"mcp-session-id": "s-2"})
+        if "id" not in body:
+            return httpx.Response(202)
+        return httpx.Response(404, json={"jsonrpc": "2.0", "id": None, "error": {"code": -1}})
+
+    channel = RpcChannel()
+    channel.session_id = "s-1"
+    answers = iter([True, False])
+    d = driver(stateful)
+    with send_window(lambda: True, lambda: next(answers)), pytest.raises(SendWindowPassed):
+        await d.run(call(channel, "tasks/get", {"taskId": "t"}))
+    assert [m for m, _ in seen] == ["tasks/get", "initialize", "notifications/initialized"]

@@ -89,6 +89,10 @@ class SendWindow:
 _SEND_WINDOW: contextvars.ContextVar[SendWindow | None] = contextvars.ContextVar(
     "longcall_send_window", default=None
 )
+_RESEND_WINDOW: contextvars.ContextVar[SendWindow | None] = contextvars.ContextVar(
+    "longcall_resend_window", default=None
+)
+"""The window the block's first request was held to: asked again for a resend of it."""
 
 
 @contextlib.contextmanager
@@ -100,10 +104,18 @@ def send_window(
     ``is_open`` (no side effects) is asked first, before a connection is taken."""
     window = SendWindow(may_leave, is_open)
     token = _SEND_WINDOW.set(window)
+    resend_token = _RESEND_WINDOW.set(None)
     try:
         yield window
     finally:
+        _RESEND_WINDOW.reset(resend_token)
         _SEND_WINDOW.reset(token)
+
+
+def _resend_may_leave() -> bool:
+    """Whether the window the block's first request was held to is still open."""
+    first = _RESEND_WINDOW.get()
+    return first is None or first.is_open()
 
 
 def _window_trace(window: SendWindow) -> Callable[[str, object], Awaitable[None]]:
@@ -214,9 +226,12 @@ class HttpDriver:
         extensions: dict[str, object] | None = None
         if window is not None:
             _SEND_WINDOW.set(None)  # the first request only (this task's own context)
+            _RESEND_WINDOW.set(window)
             if not window.is_open():
                 raise SendWindowPassed("the send slot passed before the request could leave")
             extensions = {"trace": _window_trace(window)}
+        elif request.resend and not _resend_may_leave():
+            raise SendWindowPassed("the send slot passed before the request was re-sent")
         try:
             async with self._following(
                 request,

@@ -306,7 +306,7 @@ def call(
         return answer
     if channel.session_id is not None and channel.session_id != sent.headers.get(SESSION_HEADER):
         _sent, answer = yield from _attempt(
-            channel, method, params, name, headers, timeout_s, watch
+            channel, method, params, name, headers, timeout_s, watch, resend=True
         )
         return answer
     before = dict(channel.initialized or {})
@@ -315,7 +315,9 @@ def call(
         return answer  # no new session: the original refusal says what happened
     if _creates_task(method, params) and not _same_tasks_terms(before, opened):
         return answer
-    _sent, answer = yield from _attempt(channel, method, params, name, headers, timeout_s, watch)
+    _sent, answer = yield from _attempt(
+        channel, method, params, name, headers, timeout_s, watch, resend=True
+    )
     return answer
 
 
@@ -347,12 +349,17 @@ def _attempt(
     headers: Mapping[str, str] | None,
     timeout_s: float,
     watch: StreamWatch | None,
+    *,
+    resend: bool = False,
 ) -> Exchange[tuple[HttpRequest, RpcReply]]:
     """Send the request once (resuming its broken event stream, up to
-    :data:`RESUMES_MAX` times); the request as sent and its answer."""
+    :data:`RESUMES_MAX` times); the request as sent and its answer. A ``resend`` is
+    marked so (the driver asks the send window again before it leaves)."""
     request, request_id = channel.request(
         method, params, name=name, headers=headers, timeout_s=timeout_s, watch=watch
     )
+    if resend:
+        request = dataclasses.replace(request, resend=True)
     reply = _decoded((yield request))
     channel.note_session(request, reply)
     answer = channel.read(reply, request_id, watch=watch)
