@@ -45,6 +45,7 @@ from longcall.core import (
 )
 from longcall.core import events as e
 from longcall.core.keys import canonical_json, digest_bytes, request_digest
+from longcall.core.notfound import resubmit_repeats_refusal
 from longcall.core.states import UNSUBMITTED_STATES
 from longcall.errors import (
     CallNodeConflict,
@@ -60,6 +61,7 @@ from longcall.errors import (
     NotWaitingForInput,
     ServerUnreachable,
     StaleEvent,
+    SyncClientInLoop,
     VersionConflict,
 )
 from longcall.ledger import HistoryRow, Ledger, open_ledger
@@ -140,11 +142,22 @@ class CallResult:
     input: InputRequest | None
     """The questions of the input round waiting for an answer, if any."""
     record: OperationRecord
+    replayed: bool = False
+    """This call sent nothing: its call node was already accepted, and this is its
+    receipt (X2). A new call of the same request needs another call node."""
 
     @property
     def ok(self) -> bool:
         """Accepted, completed, and not an error: the one outcome to advance on."""
         return self.outcome is CallOutcome.OK
+
+    @property
+    def structured(self) -> Any:
+        """The result a program reads: an MCP tool result's ``structuredContent`` when
+        it has one, else the accepted result as it is (None until accepted)."""
+        if isinstance(self.result, dict) and "structuredContent" in self.result:
+            return self.result["structuredContent"]
+        return self.result
 
     @property
     def settled(self) -> bool:
@@ -171,6 +184,7 @@ class CallResult:
             "result_digest": self.receipt.result_digest if self.receipt else r.result_digest,
             "warnings": list(self.warnings),
             "receipt": self.receipt is not None,
+            "replayed": self.replayed,
             "reason": self.reason,
             "input_round": r.input_round,
             "input_keys_pending": list(r.input_keys_pending),
@@ -302,6 +316,12 @@ def _check_resolution(
         raise NotReconcilable(
             f"a result goes with completed, failed or cancelled; {how.value} takes none"
         )
+    if how is e.Resolution.NEVER_CREATED and resubmit_repeats_refusal(record):
+        raise NotReconcilable(
+            f"{node!r}: the server refused this very request unread"
+            f" ({record.reconciliation_reason}); resubmitting sends the same request and"
+            " would be refused the same way again: settle it as failed"
+        )
     ended_by = record.polling_ended_by(now) if how is e.Resolution.RESUME else None
     if ended_by is not None:
         raise NotReconcilable(
@@ -364,15 +384,18 @@ class Client:
         servers: ServersConfig | None = None,
         announce: Callable[[str], None] | None = None,
         versions: Collection[tuple[str, str]] | None = None,
+        push: bool = True,
         webhook_secret: str | None = None,
         webhook_tolerance_s: float = 300.0,
     ) -> None:
-        """``webhook_secret``: the key(s) a webhook receiver verifies deliveries with
-        (``whsec_…`` or ``whpk_…``, several separated by spaces while rotating; default
-        ``$LONGCALL_WEBHOOK_SECRET``), read when :meth:`webhook_receiver` is first asked
-        for; ``webhook_tolerance_s``: how far a delivery's timestamp may be from now.
-        ``versions``: the (protocol, adapter version) pairs this process runs; it
-        drives only operations bound to one of them (default: every version).
+        """``push=False``: no push listener, only polling (for a client that returns
+        once its calls are submitted). ``webhook_secret``: the key(s) a webhook receiver
+        verifies deliveries with (``whsec_…`` or ``whpk_…``, several separated by spaces
+        while rotating; default ``$LONGCALL_WEBHOOK_SECRET``), read when
+        :meth:`webhook_receiver` is first asked for; ``webhook_tolerance_s``: how far a
+        delivery's timestamp may be from now. ``versions``: the (protocol, adapter
+        version) pairs this process runs; it drives only operations bound to one of them
+        (default: every version).
         ``drive_all`` takes over every open operation of the ledger (a worker);
         otherwise only the nodes this client calls or waits on. ``create_ledger=False``
         refuses a ledger that does not exist yet (LedgerMissing). ``lease_s``: how long
@@ -397,6 +420,7 @@ class Client:
             "disabled_protocols": disabled_protocols,
             "adopt_new": drive_all,
             "versions": versions,
+            "push": push,
         }
         self.servers = servers or ServersConfig()
         self.announce = announce
@@ -616,13 +640,32 @@ class Client:
             await executor.aattach(node, tool, args)
         else:
             binding = await self._bind(executor, server, tool, protocol)
+            _check_arguments(binding, args)
             await executor.acall(
                 CallSpec(call_node_id=node, binding=binding, arguments=args, budget_s=budget_s)
             )
+        if existing is not None and existing.is_terminal:
+            settled = await self._on_ledger(self.result, node)
+            return dataclasses.replace(settled, replayed=True)
         if wait:
             return await self.wait(node, timeout_s=timeout_s, through_input=through_input)
         await self._until(node, _submitted, SUBMIT_WAIT_S if timeout_s is None else timeout_s)
         return await self._on_ledger(self.result, node)
+
+    async def tools(self, server: str, *, protocol: str | None = None) -> list[dict[str, Any]]:
+        """The tools ``server`` lists (a URL, or a configured name), as listed, each with
+        ``taskSupport`` (forbidden, optional, required) as the negotiated protocol reads
+        it; nothing is recorded. ServerUnreachable when it cannot be reached."""
+        executor = self._driving()
+        target = self.servers.resolve(server)
+        url, protocol = target.url, protocol or target.protocol
+        try:
+            return await executor.tools(url, protocol=protocol)
+        except Exception as exc:
+            unreachable = await _unreachable(url)
+            if unreachable is not None:
+                raise ServerUnreachable(f"cannot reach {url}: {unreachable}") from exc
+            raise
 
     async def wait(
         self, node: str, *, timeout_s: float | None = None, through_input: bool = False
@@ -673,22 +716,31 @@ class Client:
         self.ledger.get(node)
         return self.ledger.history(node)
 
-    async def cancel(self, node: str) -> CancelOutcome:
+    async def cancel(self, node: str, *, expected_version: int | None = None) -> CancelOutcome:
         """Ask for cancellation and say what it achieved: ``requested`` (sent; polling
         finds the real terminal), ``cancelled``, ``already_terminal`` or
         ``not_cancellable`` (X5). Without a driver (``longcall ops cancel``) it is an
-        operator's write, and the driver that holds the node sends it."""
+        operator's write, and the driver that holds the node sends it.
+
+        With ``expected_version`` the write lands only on that version of the row: a row
+        at another version, or one changed before the write commits, raises
+        VersionConflict and nothing is written (no retry on a row the caller never saw)."""
+        attempt = _once if expected_version is not None else _retrying
         if self._runner is not None and not self._runner.done():
             executor = self.executor
-            return await _retrying(lambda: executor.acancel(node))
+            if expected_version is not None:
+                current = await self._on_ledger(self.ledger.get, node)
+                _check_version(node, current, expected_version)
+            return await attempt(lambda: executor.acancel(node))
         from longcall.runtime.engine import request_cancel
 
         def as_operator() -> CancelOutcome:
             record = self.ledger.get(node)
+            _check_version(node, record, expected_version)
             outcome, _ = request_cancel(self.ledger, record, now=time.time(), jitter=0.5)
             return outcome
 
-        return await _retrying(lambda: self._on_ledger(as_operator))
+        return await attempt(lambda: self._on_ledger(as_operator))
 
     async def answer(
         self,
@@ -697,13 +749,16 @@ class Client:
         *,
         fields: Mapping[str, str] | None = None,
         key: str | None = None,
+        expected_version: int | None = None,
     ) -> CallResult:
         """Answer the node's pending input: ``answers`` maps keys to whole answers
         (``request.accept(approved=True)``), or ``fields`` gives a form's fields as text
         (``{"approved": "true"}``) for the one pending form (or ``key``'s). Each answer is
         checked against its form before it is stored (InvalidAnswer); the driver sends
-        it (this client's, or a worker's on its next refresh)."""
+        it (this client's, or a worker's on its next refresh). ``expected_version``: as
+        for :meth:`cancel`, the answer is stored only on that version of the row."""
         record = await self._on_ledger(self.ledger.get, node)
+        _check_version(node, record, expected_version)
         request = await self._on_ledger(pending_request, self.ledger, record)
         if request is None:
             raise NotWaitingForInput(f"{node!r} waits for no input (it is {record.state.value})")
@@ -720,17 +775,19 @@ class Client:
                 f"{node!r} waits for {', '.join(request.keys)}, not {', '.join(unknown)}"
             )
         checked = dict(answers)
+        attempt = _once if expected_version is not None else _retrying
         if self._runner is not None and not self._runner.done():
             executor = self.executor
-            await _retrying(lambda: executor.aanswer(node, checked))
+            await attempt(lambda: executor.aanswer(node, checked))
             return await self._on_ledger(self.result, node)
         from longcall.runtime.engine import record_answers
 
         def as_operator() -> None:
             record = self.ledger.get(node)
+            _check_version(node, record, expected_version)
             record_answers(self.ledger, record, checked, now=time.time(), jitter=0.5)
 
-        await _retrying(lambda: self._on_ledger(as_operator))
+        await attempt(lambda: self._on_ledger(as_operator))
         return await self._on_ledger(self.result, node)
 
     async def reconcile(
@@ -742,11 +799,15 @@ class Client:
         actor: str,
         operation_id: str | None = None,
         result: Any = None,
+        expected_version: int | None = None,
     ) -> CallResult:
         """Resolve a node waiting for an operator (X7), recorded with who and why:
         ``resume`` (polling goes on), ``never_created`` (resubmit with the same key), or
-        ``completed`` / ``failed`` / ``cancelled`` with ``result`` as the outcome."""
+        ``completed`` / ``failed`` / ``cancelled`` with ``result`` as the outcome.
+        ``expected_version``: as for :meth:`cancel` (the resolution is always written
+        against the row it read, never retried)."""
         record = await self._on_ledger(self.ledger.get, node)
+        _check_version(node, record, expected_version)
         if record.state is not State.RECONCILIATION_REQUIRED:
             raise NotReconcilable(
                 f"{node!r} is {record.state.value}: only an operation waiting for an"
@@ -1018,6 +1079,19 @@ async def _retrying(intent: Callable[[], Awaitable[_T]]) -> _T:
     return await intent()
 
 
+async def _once(intent: Callable[[], Awaitable[_T]]) -> _T:
+    """The intent decided on the row as the caller saw it: a lost race is refused."""
+    return await intent()
+
+
+def _check_version(node: str, record: OperationRecord, expected: int | None) -> None:
+    if expected is not None and record.version != expected:
+        raise VersionConflict(
+            f"{node!r} changed: expected row version {expected}, it is at {record.version}"
+            f" ({record.state.value}); nothing was written"
+        )
+
+
 def _stopped(runner: asyncio.Task[None]) -> DriverStopped:
     if runner.cancelled() or runner.exception() is None:
         return DriverStopped("the client's driver stopped: the client was closed")
@@ -1088,6 +1162,23 @@ def _check_same_target(record: OperationRecord, server: str, protocol: str | Non
         )
 
 
+def _check_arguments(binding: ToolBinding, arguments: Mapping[str, Any]) -> None:
+    """Arguments the tool's own input schema refuses are refused before anything is
+    recorded or sent (InvalidArguments): a call the server would refuse at once would
+    spend its call node on that refusal. What the schema allows, the server judges."""
+    if binding.input_schema is None:
+        return
+    from longcall.adapters.binding import arguments_violation
+
+    why = arguments_violation(arguments, binding.input_schema)
+    if why is not None:
+        raise InvalidArguments(
+            f"{binding.tool_name}: the arguments do not fit the tool's input schema: {why}"
+            f" (nothing was sent; see the schema with: longcall tools {binding.server}"
+            f" {binding.tool_name})"
+        )
+
+
 def _normal_url(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
@@ -1130,6 +1221,20 @@ def _input_json(request: InputRequest | None) -> dict[str, Any] | None:
     }
 
 
+def _refuse_a_running_loop() -> None:
+    """SyncClient blocks on a loop of its own: where one already runs (a notebook, an
+    async function) that cannot be, so say what to use instead."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise SyncClientInLoop(
+        "SyncClient cannot run inside a running event loop (a Jupyter notebook, an async"
+        " function): use `async with longcall.Client(...) as client:` and await its"
+        " methods there"
+    )
+
+
 # --- for scripts ----------------------------------------------------------------------
 
 
@@ -1140,6 +1245,7 @@ class SyncClient:
     methods runs, and (being durable) go on at their servers in between."""
 
     def __init__(self, ledger: str | Ledger | None = None, **options: Any) -> None:
+        _refuse_a_running_loop()
         self._client = Client(ledger, **options)
         self._loop = asyncio.Runner()
 
@@ -1158,6 +1264,11 @@ class SyncClient:
             self._loop.close()
 
     def _run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        try:
+            _refuse_a_running_loop()
+        except SyncClientInLoop:
+            coroutine.close()
+            raise
         return self._loop.run(coroutine)
 
     def call(
@@ -1210,6 +1321,7 @@ __all__ = [
     "ProgressCallback",
     "ServerUnreachable",
     "SyncClient",
+    "SyncClientInLoop",
     "default_ledger_url",
     "fraction_of",
     "outcome_of",

@@ -19,6 +19,7 @@ The tree, and what a handler does with each branch::
     │   ├── NotWaitingForInput      an answer for a node that waits for none, or not that key
     │   ├── NotReconcilable         a manual resolution the operation's state does not allow
     │   ├── ClientNotStarted        calling or waiting outside ``async with Client(...)``
+    │   ├── SyncClientInLoop        SyncClient inside a running event loop: use Client
     │   ├── ConfigError             the servers file cannot be read or names the impossible
     │   ├── MissingCredential       a configured secret is not there (C1)
     │   ├── AuthorizationFailed     an OAuth sign-in did not complete
@@ -137,6 +138,11 @@ class NotReconcilable(UsageError):
 
 class ClientNotStarted(UsageError):
     """Calling or waiting needs the client's driver: ``async with Client(...)``."""
+
+
+class SyncClientInLoop(UsageError):
+    """SyncClient was used where an event loop already runs (Jupyter, an async
+    function): it would need a loop of its own there; ``Client`` is the one to use."""
 
 
 class ConfigError(UsageError):
@@ -451,6 +457,7 @@ __all__ = [
     "ServerUnreachable",
     "StaleEpoch",
     "StaleEvent",
+    "SyncClientInLoop",
     "TaskSupportMissing",
     "ToolNotAllowed",
     "UnavailableError",

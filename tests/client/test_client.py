@@ -5,6 +5,7 @@ waits that always end (X2, X4, X5, X6, X8, X11)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import math
 import socket
 import sqlite3
@@ -32,6 +33,7 @@ from longcall import (
 )
 from longcall.core import RequestDigestMismatch
 from longcall.core import events as e
+from longcall.errors import VersionConflict
 from longcall.ledger import SQLiteLedger
 from longcall.runtime.step import apply_event
 
@@ -345,3 +347,33 @@ async def test_calls_made_together_share_one_tools_list_and_a_later_call_describ
             later = await client.call(peer.url, "sleep_report", args, node="c")
             assert later.ok
             assert peer.faults.counts["tools/list"] - before == 2
+
+
+async def test_an_operator_write_with_an_expected_version_never_lands_on_a_newer_row(
+    peer: Peer,
+) -> None:
+    """With ``expected_version``, an answer or cancel on a row that moved on since it was
+    read is refused (VersionConflict) and writes nothing; at the right version it lands."""
+    with anyio.fail_after(BOUND_S):
+        async with Client(peer.ledger) as client:
+            waiting = await client.call(peer.url, "approve", {"change": "z"}, node="gate")
+            assert waiting.input is not None
+        operator = Client(peer.ledger)
+        try:
+            ledger = operator.ledger
+            seen = ledger.get("gate")
+            moved = dataclasses.replace(seen, version=seen.version + 1)
+            ledger.update(moved, expected_version=seen.version, event="PollScheduled")
+            before = len(ledger.history("gate"))
+            with pytest.raises(VersionConflict):
+                await operator.answer(
+                    "gate", fields={"approved": "true"}, expected_version=seen.version
+                )
+            with pytest.raises(VersionConflict):
+                await operator.cancel("gate", expected_version=seen.version)
+            assert len(ledger.history("gate")) == before
+            assert ledger.get("gate").input_keys_pending == seen.input_keys_pending
+            await operator.cancel("gate", expected_version=moved.version)
+            assert ledger.get("gate").cancel_generation == seen.cancel_generation + 1
+        finally:
+            operator.close()

@@ -16,6 +16,7 @@ import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import uvicorn
@@ -37,9 +38,10 @@ DOCS_SHOTS = Path(__file__).resolve().parents[2] / "docs" / "images" / "console"
 
 
 @contextlib.contextmanager
-def running_console(ledger_url: str) -> Iterator[Console]:
-    """The console over ``ledger_url``, served until the block ends."""
-    console, sock = open_console(ledger_url)
+def running_console(ledger_url: str, **options: Any) -> Iterator[Console]:
+    """The console over ``ledger_url`` (``options`` as for open_console), served until
+    the block ends."""
+    console, sock = open_console(ledger_url, **options)
     config = uvicorn.Config(console.app, log_level="warning", lifespan="off")
     server = uvicorn.Server(config)
     thread = threading.Thread(

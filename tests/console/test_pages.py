@@ -6,6 +6,7 @@ and a double-sent action that writes once. Screenshots of every page are saved."
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import re
 import time
 from collections.abc import Iterator
@@ -14,8 +15,10 @@ from typing import Any
 
 import httpx
 import pytest
+from click.testing import CliRunner
 from tests.console.conftest import Shots, running_console
 
+from longcall.cli.console import console as cli_console
 from longcall.console import Console
 from longcall.console.pages import utc_stamp
 from longcall.core import State
@@ -223,13 +226,14 @@ def test_no_token_no_page_and_no_write_from_another_origin(
         in (page.request.get(f"{base(console)}/").headers["content-security-policy"])
     )
     action_id = page.locator("form.cancel input[name=action_id]").get_attribute("value")
-    version = page.locator("form.cancel input[name=version]").get_attribute("value")
+    generation = page.locator("form.cancel input[name=cancel_generation]").get_attribute("value")
     # Another site (another port of 127.0.0.1 is the same site, so the cookie goes
     # along) posts the console's own form, with a real action id.
     attacker = tmp_path / "attack.html"
     attacker.write_text(
         f'<form id=f method=post action="{base(console)}/act/cancel">'
-        f'<input name=node value=working><input name=version value="{version}">'
+        f"<input name=node value=working><input name=state value=working>"
+        f'<input name=cancel_generation value="{generation}">'
         f'<input name=action_id value="{action_id}"></form>'
     )
     with _static_site(tmp_path) as site:
@@ -241,7 +245,8 @@ def test_no_token_no_page_and_no_write_from_another_origin(
     with SQLiteLedger(ledger_path) as ledger:
         record = ledger.get("working")
         assert record.state is State.WORKING
-        assert str(record.version) == version
+        assert str(record.cancel_generation) == generation
+        assert "CancelRequested" not in [h.event for h in ledger.history("working")]
 
 
 def test_a_reconciliation_from_the_page_ends_with_one_receipt(
@@ -297,12 +302,14 @@ def test_a_reconciliation_from_the_page_ends_with_one_receipt(
 def test_a_stale_form_and_a_repeated_action_write_nothing(
     page: Any, console: Console, ledger_path: Path
 ) -> None:
-    """An action id sent twice does one thing; a form drawn from an older row version
-    is refused (compare-and-set) and says what changed."""
+    """An action id sent twice does one thing; a form drawn before the cancel generation
+    moved on is refused (compare-and-set) and says what changed."""
     page.goto(f"{base(console)}/op/working")
+    cancel = page.locator("form.cancel")
     form = {
         "node": "working",
-        "version": page.locator("form.cancel input[name=version]").get_attribute("value"),
+        "state": cancel.locator("input[name=state]").get_attribute("value"),
+        "cancel_generation": cancel.locator("input[name=cancel_generation]").get_attribute("value"),
         "action_id": page.locator("form.cancel input[name=action_id]").get_attribute("value"),
     }
     headers = {"origin": base(console)}
@@ -320,6 +327,82 @@ def test_a_stale_form_and_a_repeated_action_write_nothing(
     assert "changed since this page was drawn" in stale.text()
     with SQLiteLedger(ledger_path) as ledger:
         assert len(ledger.history("working")) == len(history)
+
+
+def _bump(ledger_path: Path, node: str) -> int:
+    """Commit a new version of the row that changes nothing else, as a worker's poll
+    does; the new version."""
+    with SQLiteLedger(ledger_path) as ledger:
+        record = ledger.get(node)
+        bumped = dataclasses.replace(record, version=record.version + 1)
+        ledger.update(bumped, expected_version=record.version, event="PollScheduled")
+        return bumped.version
+
+
+def test_cancel_from_an_open_page_survives_polls(
+    page: Any, console: Console, ledger_path: Path
+) -> None:
+    """A running operation's row moves on under an open page (each poll commits a new
+    version): its Cancel button still goes through, once."""
+    page.goto(f"{base(console)}/op/working")
+    for _ in range(3):
+        _bump(ledger_path, "working")
+    page.locator("form.cancel button").click()
+    page.wait_for_selector("#flash")
+    assert "requested (generation 1)" in page.locator("#flash").inner_text()
+    with SQLiteLedger(ledger_path) as ledger:
+        assert [h.event for h in ledger.history("working")].count("CancelRequested") == 1
+
+
+def test_a_reconciliation_on_a_row_changed_since_the_page_writes_nothing(
+    page: Any, console: Console, ledger_path: Path
+) -> None:
+    """A reconciliation form whose row was changed after the page was drawn is refused,
+    and nothing is written."""
+    page.goto(f"{base(console)}/reconcile")
+    form = page.locator("#r-reconcile_lost form")
+    form.locator("input[value=failed]").check()
+    form.locator("input[name=note]").fill("checked the server")
+    form.locator("input[name=actor]").fill("ops-carol")
+    now = _bump(ledger_path, "reconcile_lost")
+    form.locator("button").click()
+    page.wait_for_selector("#flash")
+    assert "changed since this page was drawn" in page.locator("#flash").inner_text()
+    with SQLiteLedger(ledger_path) as ledger:
+        record = ledger.get("reconcile_lost")
+        assert record.state is State.RECONCILIATION_REQUIRED
+        assert record.version == now
+        assert not [r for r in ledger.receipts() if r.call_node_id == "reconcile_lost"]
+
+
+def test_a_wildcard_bind_answers_at_the_allowed_hosts_only(ledger_path: Path) -> None:
+    """Bound to every interface, the console answers (and takes writes from) the names
+    given as allowed hosts and loopback; any other Host gets 421; a bad name is refused
+    on the command line."""
+    with running_console(
+        f"sqlite:///{ledger_path}", host="0.0.0.0", allowed_hosts=("Ops.Example",)
+    ) as wide:
+        assert wide.url.startswith(f"http://ops.example:{wide.port}/")
+        with httpx.Client(base_url=f"http://127.0.0.1:{wide.port}") as bare:
+            for name, status in (("ops.example", 303), ("127.0.0.1", 303), ("evil.example", 421)):
+                answer = bare.get(f"/?token={wide.token}", headers={"host": f"{name}:{wide.port}"})
+                assert answer.status_code == status, name
+            origin = f"http://ops.example:{wide.port}"
+            bare.cookies.set(wide.cookie, wide.session)
+            posted = bare.post(
+                "/act/cancel",
+                data={"node": "working", "state": "working", "cancel_generation": "0",
+                      "action_id": wide.new_action()},
+                headers={"host": f"ops.example:{wide.port}", "origin": origin},
+            )  # fmt: skip
+            assert posted.status_code == 303
+    with SQLiteLedger(ledger_path) as ledger:
+        assert ledger.get("working").cancel_generation == 1
+    refused = CliRunner().invoke(
+        cli_console, ["--host", "0.0.0.0", "--allowed-host", "ops.example:8790"]
+    )
+    assert refused.exit_code == 2
+    assert "without scheme, port or path" in refused.output
 
 
 def test_servers_and_workers_page(page: Any, console: Console, shots: Shots) -> None:

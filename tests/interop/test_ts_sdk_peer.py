@@ -304,7 +304,7 @@ def test_elicitation_answered_with_ops_answer_during_call_wait(
         pending = pending_keys(caller, "n", waiting)
         assert pending, "the caller never recorded the peer's elicitation:\n" + peer.log()
         answer = json.dumps({"action": "accept", "content": {"name": "Ada"}})
-        answered = caller.run("ops", "answer", "n", "--key", pending[0], "--json", answer)
+        answered = caller.run("ops", "answer", "n", "--key", pending[0], "--answer-json", answer)
         assert answered.returncode == 0, answered.stderr
         code, out, err = finish(waiting)
     finally:

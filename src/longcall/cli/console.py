@@ -26,6 +26,27 @@ def _loopback(host: str) -> bool:
         return False
 
 
+def _host_names(
+    _ctx: click.Context, _param: click.Parameter, names: tuple[str, ...]
+) -> tuple[str, ...]:
+    for name in names:
+        if not name or any(c in name for c in "/@?# ") or name.count(":") == 1:
+            raise click.BadParameter(
+                f"{name!r}: give a host name or address without scheme, port or path"
+            )
+    return names
+
+
+def _beyond_loopback(host: str, origins: frozenset[str]) -> str:
+    answered = ", ".join(sorted(origins))
+    return (
+        f"longcall: the console listens on {host}, beyond this machine: anyone who can reach"
+        " it and holds the token can act on the ledger. It answers only at "
+        f"{answered}; a browser using any other address gets 421 (name it with"
+        " --allowed-host)"
+    )
+
+
 @click.command()
 @ledger_option
 @click.option(
@@ -39,9 +60,16 @@ def _loopback(host: str) -> bool:
     "--host",
     default="127.0.0.1",
     show_default=True,
-    help="Interface to listen on; anything but loopback lets others reach it with the token.",
+    help="Interface to listen on; beyond loopback, browsers elsewhere also need --allowed-host.",
 )
-def console(ledger_url: str | None, port: int, host: str) -> None:
+@click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    callback=_host_names,
+    help="A host name or address browsers use to reach it, besides loopback (repeat).",
+)
+def console(ledger_url: str | None, port: int, host: str, allowed_hosts: tuple[str, ...]) -> None:
     """Serve the operator's web console over the ledger: what needs a person, every
     operation and what it waits on, and the answer, cancel and reconcile actions.
 
@@ -52,18 +80,17 @@ def console(ledger_url: str | None, port: int, host: str) -> None:
     Examples:
       longcall console
       longcall console --ledger postgresql://db.internal/longcall --port 8790
+      longcall console --host 0.0.0.0 --port 8790 --allowed-host ops.internal
     """
     from longcall.client import default_ledger_url
     from longcall.console import open_console, serve
 
-    server, sock = open_console(ledger_url or default_ledger_url(), host=host, port=port)
+    server, sock = open_console(
+        ledger_url or default_ledger_url(), host=host, port=port, allowed_hosts=allowed_hosts
+    )
     click.echo(server.url)
     sys.stdout.flush()  # the first line, at once: a script waits for it through a pipe
     if not _loopback(host):
-        click.echo(
-            f"longcall: the console listens on {host}, beyond this machine: anyone who can"
-            " reach it and holds the address above can act on the ledger",
-            err=True,
-        )
+        click.echo(_beyond_loopback(host, server.origins), err=True)
     with contextlib.suppress(KeyboardInterrupt):
         asyncio.run(serve(server, sock))

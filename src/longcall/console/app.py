@@ -5,11 +5,15 @@ app. The guard in front of every request checks the Host (a DNS-rebinding page
 cannot reach the console), the token (``?token=`` once, then an HttpOnly SameSite
 cookie) and, for every write, the Origin (another site's form is refused even with
 the cookie or token); every answer carries a strict Content-Security-Policy. An action
-is a POST carrying the row version its form was drawn from and an action id this
-console issued: a changed row is refused (compare-and-set), a repeated id does
-nothing twice, and the write itself is the client's command, the one ``longcall ops
-answer|cancel|reconcile`` runs. Must not: write the ledger any other way, fake a
-protocol outcome, or put a credential (token, password) into a page.
+is a POST carrying what its form was drawn from (the row version for a
+reconciliation, the state and cancel generation for a cancel, the state and input
+round for an answer) and an action id this console issued: a row changed in those is
+refused, and the write goes to the client with the very version just checked, so one
+that loses a race is refused too, never retried onto a row the operator did not see
+(compare-and-set); a repeated id does nothing twice, and the write itself is the
+client's command, the one ``longcall ops answer|cancel|reconcile`` runs. Must not:
+write the ledger any other way, fake a protocol outcome, or put a credential (token,
+password) into a page.
 """
 
 from __future__ import annotations
@@ -23,7 +27,7 @@ import json
 import secrets
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -37,11 +41,13 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from longcall.client import Client
 from longcall.console import pages
 from longcall.console.html import node_url
-from longcall.core import UnknownCallNode
-from longcall.errors import ConsolePortUnavailable, LongcallError
+from longcall.core import OperationRecord, State, UnknownCallNode
+from longcall.errors import ConsolePortUnavailable, LongcallError, VersionConflict
 from longcall.ledger import Ledger
 
 STATIC = Path(__file__).parent / "static"
+WILDCARDS = frozenset({"0.0.0.0", "::", "[::]", ""})
+"""Bind addresses meaning every interface: no browser sends one as its Host."""
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';"
     " connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'"
@@ -95,8 +101,19 @@ class ActionOutcome:
 class Console:
     """One console over one ledger: ``app`` serves it; ``url`` is the address to open."""
 
-    def __init__(self, ledger_url: str, *, host: str, port: int, token: str | None = None) -> None:
+    def __init__(
+        self,
+        ledger_url: str,
+        *,
+        host: str,
+        port: int,
+        token: str | None = None,
+        allowed_hosts: Iterable[str] = (),
+    ) -> None:
         self.ledger_url = ledger_url
+        # Names a browser elsewhere uses to reach a console bound beyond loopback (its
+        # Host header); a wildcard bind address is never one.
+        self.allowed_hosts = tuple(h.lower() for h in allowed_hosts)
         self.client = Client(ledger_url, create_ledger=False)
         self.ledger: Ledger = self.client.ledger  # opened now: a wrong URL fails at start
         self.host = host
@@ -111,15 +128,19 @@ class Console:
 
     @property
     def url(self) -> str:
-        shown = f"[{self.host}]" if ":" in self.host else self.host
-        return f"http://{shown}:{self.port}/?token={self.token}"
+        if self.host in WILDCARDS:
+            host = self.allowed_hosts[0] if self.allowed_hosts else "127.0.0.1"
+        else:
+            host = self.host
+        return f"http://{_bracketed(host)}:{self.port}/?token={self.token}"
 
     @property
     def origins(self) -> frozenset[str]:
-        hosts = {self.host, "127.0.0.1", "localhost", "[::1]"}
-        return frozenset(
-            f"{h if ':' not in h or h.startswith('[') else f'[{h}]'}:{self.port}" for h in hosts
-        )
+        """Every ``host:port`` this console answers at (the Host and Origin it accepts)."""
+        hosts = {"127.0.0.1", "localhost", "[::1]", *self.allowed_hosts}
+        if self.host not in WILDCARDS:
+            hosts.add(self.host.lower())
+        return frozenset(f"{_bracketed(h)}:{self.port}" for h in hosts)
 
     def close(self) -> None:
         self.client.close()
@@ -233,39 +254,44 @@ class Console:
     ) -> ActionOutcome:
         node = form.get("node", "")
         try:
-            record = await asyncio.to_thread(self.ledger.get, node)
-            seen = form.get("version", "")
-            if str(record.version) != seen:
-                return ActionOutcome(
-                    node=node,
-                    ok=False,
-                    message=f"{node} changed since this page was drawn (version {seen} → "
-                    f"{record.version}, now {record.state.value}); nothing was written: look again",
-                    cli="",
-                )
             return await run(form)
+        except VersionConflict as exc:
+            return ActionOutcome(
+                node=node, ok=False, cli="",
+                message=f"{node} changed since this page was drawn: {exc}; look again",
+            )  # fmt: skip
         except LongcallError as exc:
             return ActionOutcome(node=node, ok=False, message=str(exc), cli="")
+
+    async def _fresh(self, node: str, form: dict[str, str], *fields: str) -> OperationRecord:
+        """The row now, refused (VersionConflict) unless ``fields`` still read as the form
+        drew them: the write then goes against this very version, never a newer one."""
+        record = await asyncio.to_thread(self.ledger.get, node)
+        for name in fields:
+            now = _form_value(record, name)
+            if now != form.get(name, ""):
+                raise VersionConflict(
+                    f"its {name.replace('_', ' ')} was {form.get(name, '')!r} on the page,"
+                    f" it is {now!r} now (state {record.state.value})"
+                )
+        return record
 
     def _cli(self, line: str) -> str:
         return f"{line} --ledger {pages.quoted(shown_ledger(self.ledger_url))}"
 
     async def _answer(self, form: dict[str, str]) -> ActionOutcome:
         node, key = form["node"], form.get("key", "")
-        record = await asyncio.to_thread(self.ledger.get, node)
-        if str(record.input_round) != form.get("input_round"):
-            return ActionOutcome(
-                node=node, ok=False, cli="",
-                message=f"{node} is at input round {record.input_round} now; this form was for"
-                f" round {form.get('input_round')}",
-            )  # fmt: skip
+        # The round, not the raw version: a worker polling the waiting operation commits
+        # new versions all the time, and none of them changes the question.
+        record = await self._fresh(node, form, "state", "input_round")
+        at = record.version
         q = pages.quoted
         if form.get("decline"):
-            await self.client.answer(node, {key: {"action": "decline"}})
+            await self.client.answer(node, {key: {"action": "decline"}}, expected_version=at)
             line = f"longcall ops answer {q(node)} --key {q(key)} --decline"
         elif "answer_json" in form:
             body = _json(form["answer_json"])
-            await self.client.answer(node, {key: body})
+            await self.client.answer(node, {key: body}, expected_version=at)
             line = f"longcall ops answer {q(node)} --key {q(key)} --json {q(form['answer_json'])}"
         else:
             fields = {
@@ -273,7 +299,7 @@ class Console:
                 for name, value in form.items()
                 if name.startswith("field.") and value != ""
             }
-            await self.client.answer(node, fields=fields, key=key)
+            await self.client.answer(node, fields=fields, key=key, expected_version=at)
             pairs = " ".join(f"{k}={q(v)}" for k, v in fields.items())
             line = f"longcall ops answer {q(node)} --key {q(key)} {pairs}".rstrip()
         return ActionOutcome(
@@ -283,7 +309,10 @@ class Console:
 
     async def _cancel(self, form: dict[str, str]) -> ActionOutcome:
         node = form["node"]
-        outcome = await self.client.cancel(node)
+        # State and cancel generation, not the raw version: every poll of a running
+        # operation commits a new version, and none of them changes what Cancel means.
+        record = await self._fresh(node, form, "state", "cancel_generation")
+        outcome = await self.client.cancel(node, expected_version=record.version)
         detail = f" — {outcome.detail}" if outcome.detail else ""
         return ActionOutcome(
             node=node,
@@ -294,6 +323,8 @@ class Console:
 
     async def _reconcile(self, form: dict[str, str]) -> ActionOutcome:
         node = form["node"]
+        # A row waiting for an operator is not polled: the exact version drawn must hold.
+        record = await self._fresh(node, form, "version")
         resolution = form.get("resolution", "")
         note, actor = form.get("note", "").strip(), form.get("actor", "").strip()
         if not note or not actor:
@@ -301,7 +332,10 @@ class Console:
             return ActionOutcome(node=node, ok=False, cli="", message=why)
         raw = form.get("result_json", "").strip()
         result = _json(raw) if raw else None
-        after = await self.client.reconcile(node, resolution, note=note, actor=actor, result=result)
+        after = await self.client.reconcile(
+            node, resolution, note=note, actor=actor, result=result,
+            expected_version=record.version,
+        )  # fmt: skip
         q = pages.quoted
         line = (
             f"longcall ops reconcile {q(node)} --as {q(resolution)} --note {q(note)}"
@@ -313,6 +347,12 @@ class Console:
             node=node, ok=True, cli=self._cli(line),
             message=f"{after.state.value} (by {actor}: {note})",
         )  # fmt: skip
+
+
+def _form_value(record: OperationRecord, name: str) -> str:
+    """The record's field as a form carries it (text)."""
+    value = getattr(record, name)
+    return str(value.value if isinstance(value, State) else value)
 
 
 def _json(text: str) -> Any:
@@ -352,7 +392,7 @@ class Guard:
 
     def _refusal(self, request: Request) -> Response | None:
         console = self.console
-        host = request.headers.get("host", "")
+        host = request.headers.get("host", "").lower()
         if host not in console.origins:
             return _refused(421, "Wrong host", "this console answers only at its own address")
         token = request.query_params.get("token")
@@ -379,6 +419,10 @@ class Guard:
                 403, "Cross-site request refused", "writes come only from this console's pages"
             )
         return None
+
+
+def _bracketed(host: str) -> str:
+    return f"[{host}]" if ":" in host and not host.startswith("[") else host
 
 
 def _same_origin(request: Request, host: str) -> bool:
@@ -409,10 +453,15 @@ def _with_headers(send: Send) -> Send:
 
 
 def open_console(
-    ledger_url: str, *, host: str = "127.0.0.1", port: int = 0
+    ledger_url: str,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    allowed_hosts: Iterable[str] = (),
 ) -> tuple[Console, socket.socket]:
     """A console on a listening socket of ``host`` (``port`` 0: a free one): connections
-    queue from now on, so its URL can be handed out before serving starts."""
+    queue from now on, so its URL can be handed out before serving starts. It answers
+    at loopback names, ``host`` (unless a wildcard) and ``allowed_hosts``."""
     try:
         sock = _listening_socket(host, port)
     except OSError as exc:
@@ -420,7 +469,10 @@ def open_console(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}"
         ) from None
     try:
-        return Console(ledger_url, host=host, port=sock.getsockname()[1]), sock
+        console = Console(
+            ledger_url, host=host, port=sock.getsockname()[1], allowed_hosts=allowed_hosts
+        )
+        return console, sock
     except BaseException:
         sock.close()
         raise

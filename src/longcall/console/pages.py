@@ -2,8 +2,9 @@
 
 Owns: one function per page (home, operations list, one operation, input inbox,
 reconciliation queue, servers and workers) turning ledger reads into :class:`Html`,
-the layout around them, the forms of every action (each carrying the row version it
-was drawn from and a fresh action id) and the CLI line that does the same. Every
+the layout around them, the forms of every action (each carrying what it was drawn
+from: the row version, or the state with the cancel generation or input round; and a
+fresh action id) and the CLI line that does the same. Every
 string from a server, a tool or a person goes through :func:`~longcall.console.html.el`
 as text. Must not: write the ledger, or hold any rule of what an action may do (the
 client's commands decide; :mod:`longcall.console.waiting` says what the evidence
@@ -602,7 +603,12 @@ def _actions(ledger: Ledger, record: OperationRecord, view: View) -> Html:
         parts.append(
             el(
                 "form",
-                hidden(node=node, version=record.version, action_id=view.new_action()),
+                hidden(
+                    node=node,
+                    state=record.state.value,
+                    cancel_generation=record.cancel_generation,
+                    action_id=view.new_action(),
+                ),
                 el("button", "Request cancellation", type="submit", class_="danger"),
                 cli(f"longcall ops cancel {quoted(node)}{view.cli_ledger}"),
                 method="post",
@@ -741,7 +747,8 @@ def inbox(ledger: Ledger, view: View) -> Html:
 
 
 def answer_forms(request: InputRequest, record: OperationRecord, view: View) -> Html:
-    """One form per question, bound to the round and the row version it was drawn from."""
+    """One form per question, bound to the state and input round it was drawn from (not
+    the row version, which every poll of a waiting operation moves on)."""
     return join(_question_form(q, request, record, view) for q in request.questions)
 
 
@@ -750,7 +757,7 @@ def _question_form(
 ) -> Html:
     node = request.call_node_id
     bound = {"node": node, "key": question.key, "input_round": request.input_round,
-             "version": record.version}  # fmt: skip
+             "state": record.state.value, "version": record.version}  # fmt: skip
     controls: list[Child] = []
     for field in question.fields:
         name = f"field.{field.name}"
