@@ -94,8 +94,6 @@ REACH_TIMEOUT_S = 5.0
 """How long a reachability check of a server that failed negotiation may take."""
 CALLBACK_FLUSH_S = 5.0
 """At close, how long the callbacks of changes already seen may take to run."""
-BINDING_REUSE_S = 30.0
-"""How long a client reuses a tool's description (its binding) for further calls."""
 
 _T = TypeVar("_T")
 
@@ -446,8 +444,8 @@ class Client:
         self._waiters: dict[
             str, list[tuple[Callable[[OperationRecord], bool], asyncio.Future[None]]]
         ] = {}
-        self._bindings: dict[tuple[str, str, str | None], tuple[ToolBinding, float]] = {}
-        """(server, tool, protocol) → the binding last described and when (monotonic)."""
+        self._describing: dict[tuple[str, str, str | None], asyncio.Task[ToolBinding]] = {}
+        """(server, tool, protocol) → the ``tools/list`` in flight for it, while it runs."""
         self._seen: dict[str, tuple[State, int, bool]] = {}
         """Per call node: the state, input round and unreachable flag last reported."""
         self._left_to_person: dict[str, int] = {}
@@ -873,18 +871,24 @@ class Client:
     async def _bind(
         self, executor: Executor, server: str, tool: str, protocol: str | None
     ) -> ToolBinding:
-        """The tool's binding: described by the server (X1), or the description this
-        client had from it less than :data:`BINDING_REUSE_S` ago. Calls made together
-        share one ``tools/list`` instead of one each (it was a quarter of a caller's
-        requests); a tool changed at its server is seen within that time."""
+        """The tool's binding, described by the server (X1). Calls made together share
+        the one ``tools/list`` in flight for that tool instead of one each; a call made
+        after it finished describes the tool again, so no call is made with hints
+        (idempotency, task support) older than its own start."""
         key = (server, tool, protocol)
-        now = time.monotonic()
-        kept = self._bindings.get(key)
-        if kept is not None and now - kept[1] < BINDING_REUSE_S:
-            return kept[0]
-        binding = await self._describe(executor, server, tool, protocol)
-        self._bindings[key] = (binding, now)
-        return binding
+        describing = self._describing.get(key)
+        if describing is None:
+            describing = asyncio.ensure_future(self._describe(executor, server, tool, protocol))
+            self._describing[key] = describing
+            describing.add_done_callback(functools.partial(self._described, key))
+        # Shielded: one caller giving up does not cancel the description the others await.
+        return await asyncio.shield(describing)
+
+    def _described(self, key: tuple[str, str, str | None], task: asyncio.Task[ToolBinding]) -> None:
+        if self._describing.get(key) is task:
+            del self._describing[key]
+        if not task.cancelled():
+            task.exception()  # retrieved: a failure nobody awaits any more is not "lost"
 
     async def _describe(
         self, executor: Executor, server: str, tool: str, protocol: str | None

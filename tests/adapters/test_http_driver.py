@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import re
 from collections.abc import AsyncIterator, Callable
 
@@ -18,6 +19,7 @@ import pytest
 
 from longcall.adapters.exchange import HttpReply, HttpRequest, StreamWatch, TransportFailure
 from longcall.adapters.http import HttpDriver, send_window
+from longcall.adapters.mcp.rpc import RpcChannel, call
 from longcall.core.retry import FailureKind
 from longcall.errors import SendWindowPassed
 
@@ -269,3 +271,72 @@ async def test_a_send_window_already_passed_stops_the_request_before_a_connectio
         await d.aclose()
     assert asked == []
     assert (server.requests, server.connections) == (0, 0)
+
+
+class AnswerThenHold(httpx.AsyncByteStream):
+    """An event stream that sends the answer to id 1 and then stays open (never ends)."""
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        yield b'data: {"jsonrpc":"2.0","id":1,"result":{"taskId":"t-1"}}\n\n'
+        await asyncio.Event().wait()  # held open until the reader gives up on it
+
+
+async def test_an_answer_in_hand_survives_the_timeout_firing_during_its_drain() -> None:
+    """The request's time runs out while the stream's end is awaited after the answer:
+    the answer is returned, never a timeout that discards it (X2)."""
+    d = driver(
+        lambda r: httpx.Response(
+            200, headers={"content-type": "text/event-stream"}, stream=AnswerThenHold()
+        )
+    )
+    reply = await d.send(HttpRequest(body=b"{}", answer_id=1, timeout_s=0.02))
+    assert isinstance(reply, HttpReply), reply
+    assert [e.data for e in reply.events] == ['{"jsonrpc":"2.0","id":1,"result":{"taskId":"t-1"}}']
+
+
+async def test_a_followed_redirect_asks_the_send_window_again() -> None:
+    """A 307 hop is a request leaving again: a slot that passed since the first left
+    stops it, and the target never sees it (X3)."""
+    seen: list[str] = []
+
+    def redirecting(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        if request.url.path == "/mcp":
+            return httpx.Response(307, headers={"location": "/mcp/"})
+        return httpx.Response(200, json={})
+
+    answers = iter([True, False])
+    d = driver(redirecting)
+    with send_window(lambda: True, lambda: next(answers)), pytest.raises(SendWindowPassed):
+        await d.send(HttpRequest(body=b"{}"))
+    assert seen == ["/mcp"]
+    with send_window(lambda: True, lambda: True):
+        reply = await d.send(HttpRequest(body=b"{}"))
+    assert isinstance(reply, HttpReply)
+    assert seen == ["/mcp", "/mcp", "/mcp/"]
+
+
+async def test_a_resend_after_a_reopened_session_asks_the_send_window_again() -> None:
+    """A request re-sent in a new session leaves again: a slot passed since the first
+    one stops it, and the server sees no second copy (X3)."""
+    seen: list[tuple[str, str | None]] = []
+
+    def stateful(request: httpx.Request) -> httpx.Response:
+        body = json.loads(request.content)
+        session = request.headers.get("mcp-session-id")
+        seen.append((body.get("method", "?"), session))
+        if body.get("method") == "initialize":
+            result = {"protocolVersion": "2025-11-25", "capabilities": {}}
+            answer = {"jsonrpc": "2.0", "id": body["id"], "result": result}
+            return httpx.Response(200, json=answer, headers={"mcp-session-id": "s-2"})
+        if "id" not in body:
+            return httpx.Response(202)
+        return httpx.Response(404, json={"jsonrpc": "2.0", "id": None, "error": {"code": -1}})
+
+    channel = RpcChannel()
+    channel.session_id = "s-1"
+    answers = iter([True, False])
+    d = driver(stateful)
+    with send_window(lambda: True, lambda: next(answers)), pytest.raises(SendWindowPassed):
+        await d.run(call(channel, "tasks/get", {"taskId": "t"}))
+    assert [m for m, _ in seen] == ["tasks/get", "initialize", "notifications/initialized"]

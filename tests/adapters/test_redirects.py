@@ -182,3 +182,39 @@ def test_not_a_redirect() -> None:
     assert next_hop("http://h/mcp", 200, "/x", hops=0) is None
     assert next_hop("http://h/mcp", 307, None, hops=0) is None
     assert origin("HTTP://H/") == ("http", "h", 80)
+
+
+@pytest.mark.parametrize("status", [301, 302, 303])
+def test_a_refused_301_302_303_may_follow_a_processed_post(status: int) -> None:
+    """A 303 (or 301/302) is the ordinary reply after a server processed a POST: its
+    refusal says the request may have been processed (X2)."""
+    hop = next_hop("http://h/mcp", status, "/done", hops=0)
+    assert isinstance(hop, TransportFailure)
+    assert hop.processed_possible is True
+
+
+@pytest.mark.parametrize("status", [307, 308])
+def test_a_refused_307_308_proves_the_request_was_not_processed(status: int) -> None:
+    """Only the target of a 307/308 would have processed it: refused, nothing happened."""
+    hop = next_hop("http://h/mcp", status, "http://other/mcp", hops=0)
+    assert isinstance(hop, TransportFailure)
+    assert hop.processed_possible is False
+    over = next_hop("http://h/mcp", status, "/mcp/", hops=REDIRECTS_MAX)
+    assert isinstance(over, TransportFailure)
+    assert over.processed_possible is False
+
+
+@pytest.mark.parametrize("status", [302, 307])
+def test_a_refused_redirect_message_shows_no_query_or_userinfo(status: int) -> None:
+    """Userinfo and query strings (an API key) never reach the refusal's message (C1)."""
+    hop = next_hop(
+        "http://u:pw@h:8000/mcp?api_key=s3cret#f",
+        status,
+        "https://k:pw2@other/mcp/?token=t0ken",
+        hops=0,
+    )
+    assert isinstance(hop, TransportFailure)
+    for secret in ("s3cret", "t0ken", "pw", "u:", "k:", "#f"):
+        assert secret not in hop.detail
+    assert "http://h:8000/mcp" in hop.detail
+    assert "https://other/mcp/" in hop.detail

@@ -379,3 +379,65 @@ def test_a_404_without_a_session_is_just_a_404() -> None:
     assert answer.http_status == 404
     assert len(sent) == 1
     assert channel.session_expired is False
+
+
+def _ended(request: HttpRequest) -> HttpReply:
+    """A stateful server's 404 to a request in a session it ended (answers nothing)."""
+    return json_reply(
+        {"jsonrpc": "2.0", "id": None, "error": {"code": -32600, "message": "Session not found"}},
+        status=404,
+    )
+
+
+def _initialized(request: HttpRequest, session: str, capabilities: object) -> HttpReply:
+    result = {"protocolVersion": "2025-11-25", "capabilities": capabilities}
+    body = {"jsonrpc": "2.0", "id": request.json_body["id"], "result": result}
+    return json_reply(body, **{"mcp-session-id": session})
+
+
+TASKS = {"tasks": {"requests": {"tools": {"call": {}}}}}
+CREATE = {"name": "slow", "arguments": {}, "task": {"ttl": 60000}}
+
+
+def test_a_late_404_resends_in_the_session_another_request_reopened() -> None:
+    """Two requests in session s-1 both meet its end; the first re-opens s-2 and resends
+    there; the second, refused later, resends in s-2 too: one re-open, no s-3 (X2)."""
+    channel = RpcChannel()
+    channel.session_id, channel.initialized = "s-1", {"protocolVersion": "2025-11-25"}
+    first, second = call(channel, "tools/call", CREATE), call(channel, "tasks/get", {})
+    sent_first, sent_second = next(first), next(second)
+    assert sent_first.headers["mcp-session-id"] == sent_second.headers["mcp-session-id"] == "s-1"
+    initialize = first.send(_ended(sent_first))
+    assert initialize.json_body["method"] == "initialize"
+    notified = first.send(_initialized(initialize, "s-2", {}))
+    resent_first = first.send(HttpReply(status=202, headers={}))
+    assert resent_first.json_body["method"] == "tools/call"
+    assert resent_first.headers["mcp-session-id"] == "s-2"
+    assert notified.json_body["method"] == "notifications/initialized"
+    resent_second = second.send(_ended(sent_second))
+    assert resent_second.json_body["method"] == "tasks/get"
+    assert resent_second.headers["mcp-session-id"] == "s-2"
+    assert channel.session_id == "s-2"
+
+
+@pytest.mark.parametrize(("version", "capabilities"), [("2025-06-18", TASKS), ("2025-11-25", {})])
+def test_a_create_is_not_resent_in_a_session_on_other_terms(
+    version: str, capabilities: object
+) -> None:
+    """A re-opened session on another version, or without tasks, gets no resent create:
+    the 404 (not processed) stands, and only ``initialize`` followed it."""
+    channel = RpcChannel()
+    channel.session_id = "s-1"
+    channel.initialized = {"protocolVersion": "2025-11-25", "capabilities": TASKS}
+    exchange = call(channel, "tools/call", CREATE)
+    refused = next(exchange)
+    initialize = exchange.send(_ended(refused))
+    result = {"protocolVersion": version, "capabilities": capabilities}
+    body = {"jsonrpc": "2.0", "id": initialize.json_body["id"], "result": result}
+    notified = exchange.send(json_reply(body, **{"mcp-session-id": "s-2"}))
+    assert notified.json_body["method"] == "notifications/initialized"
+    with pytest.raises(StopIteration) as stop:
+        exchange.send(HttpReply(status=202, headers={}))
+    answer = stop.value.value
+    assert isinstance(answer, TransportFailure)
+    assert answer.processed_possible is False

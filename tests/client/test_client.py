@@ -300,6 +300,55 @@ def _nested(depth: int) -> Any:
     return value
 
 
+async def test_calls_made_together_share_one_tools_list_and_a_later_call_describes_again(
+    peer: Peer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two concurrent calls to one tool await one ``tools/list``; a call made after it
+    finished sends its own, so no call runs on a stale description (X1, X2)."""
+    inner = peer.faults.inner
+    both_binding = asyncio.Event()
+
+    async def held_tools_list(scope: Any, receive: Any, send: Any) -> None:
+        message = await receive()
+        if b'"tools/list"' in message.get("body", b""):
+            await both_binding.wait()  # released once both calls ask for the binding
+        replayed = False
+
+        async def replay() -> Any:
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return message
+
+        await inner(scope, replay, send)
+
+    peer.faults.inner = held_tools_list
+    args = {"seconds": 0.05, "rows": 1}
+    with anyio.fail_after(BOUND_S):
+        async with Client(peer.ledger) as client:
+            original, entered = client._bind, []
+
+            async def counting_bind(*a: Any) -> Any:
+                entered.append(a)
+                if len(entered) == 2:
+                    both_binding.set()
+                return await original(*a)
+
+            monkeypatch.setattr(client, "_bind", counting_bind)
+            before = peer.faults.counts.get("tools/list", 0)
+            first, second = await asyncio.gather(
+                client.call(peer.url, "sleep_report", args, node="a"),
+                client.call(peer.url, "sleep_report", args, node="b"),
+            )
+            assert first.ok
+            assert second.ok
+            assert peer.faults.counts["tools/list"] - before == 1
+            later = await client.call(peer.url, "sleep_report", args, node="c")
+            assert later.ok
+            assert peer.faults.counts["tools/list"] - before == 2
+
+
 async def test_an_operator_write_with_an_expected_version_never_lands_on_a_newer_row(
     peer: Peer,
 ) -> None:

@@ -66,6 +66,9 @@ class HttpRequest:
     open after it (a resumed GET stream), so reading stops there."""
     json_body: Any = None
     """The body before encoding (what the simulated servers read); not sent separately."""
+    resend: bool = False
+    """The same request sent again within one action (after a session was re-opened):
+    the send window the first one was held to is asked again before it leaves."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -89,6 +89,10 @@ class SendWindow:
 _SEND_WINDOW: contextvars.ContextVar[SendWindow | None] = contextvars.ContextVar(
     "longcall_send_window", default=None
 )
+_RESEND_WINDOW: contextvars.ContextVar[SendWindow | None] = contextvars.ContextVar(
+    "longcall_resend_window", default=None
+)
+"""The window the block's first request was held to: asked again for a resend of it."""
 
 
 @contextlib.contextmanager
@@ -100,10 +104,18 @@ def send_window(
     ``is_open`` (no side effects) is asked first, before a connection is taken."""
     window = SendWindow(may_leave, is_open)
     token = _SEND_WINDOW.set(window)
+    resend_token = _RESEND_WINDOW.set(None)
     try:
         yield window
     finally:
+        _RESEND_WINDOW.reset(resend_token)
         _SEND_WINDOW.reset(token)
+
+
+def _resend_may_leave() -> bool:
+    """Whether the window the block's first request was held to is still open."""
+    first = _RESEND_WINDOW.get()
+    return first is None or first.is_open()
 
 
 def _window_trace(window: SendWindow) -> Callable[[str, object], Awaitable[None]]:
@@ -187,8 +199,13 @@ class HttpDriver:
         if request.delay_s > 0:
             await anyio.sleep(request.delay_s)
         outcome: Reply | None = None
+        answered: list[Reply] = []  # an answer in hand, kept should the time run out after it
         with anyio.move_on_after(request.timeout_s) as scope:
-            outcome = await self._send(request, on_event, scope)
+            outcome = await self._send(request, on_event, scope, answered)
+        if outcome is None and answered:
+            # The time ran out while the connection was put away after the answer: the
+            # answer stands (a create whose id we hold is never turned into "unknown", X2).
+            return answered[0]
         if outcome is None:
             return TransportFailure(
                 kind=FailureKind.TIMEOUT,
@@ -198,19 +215,30 @@ class HttpDriver:
         return outcome
 
     async def _send(
-        self, request: HttpRequest, on_event: EventObserver | None, scope: anyio.CancelScope
+        self,
+        request: HttpRequest,
+        on_event: EventObserver | None,
+        scope: anyio.CancelScope,
+        answered: list[Reply],
     ) -> Reply:
         headers = {**self.headers, **request.headers}
         window = _SEND_WINDOW.get()
         extensions: dict[str, object] | None = None
         if window is not None:
             _SEND_WINDOW.set(None)  # the first request only (this task's own context)
+            _RESEND_WINDOW.set(window)
             if not window.is_open():
                 raise SendWindowPassed("the send slot passed before the request could leave")
             extensions = {"trace": _window_trace(window)}
+        elif request.resend and not _resend_may_leave():
+            raise SendWindowPassed("the send slot passed before the request was re-sent")
         try:
             async with self._following(
-                request, headers, params=dict(request.query) or None, extensions=extensions
+                request,
+                headers,
+                params=dict(request.query) or None,
+                extensions=extensions,
+                window=window,
             ) as response:
                 if isinstance(response, TransportFailure):
                     return response
@@ -218,7 +246,9 @@ class HttpDriver:
                 _normalise_retry_after(reply_headers)
                 content_type = reply_headers.get("content-type", "").split(";")[0].strip()
                 if content_type.lower() == "text/event-stream" and response.status_code < 400:
-                    return await self._stream(request, response, reply_headers, on_event, scope)
+                    reply = await self._stream(request, response, reply_headers, on_event, scope)
+                    answered.append(reply)  # closing the response may still meet the deadline
+                    return reply
                 return await self._body(response, reply_headers)
         except httpx.HTTPError as exc:
             return failure_of_exception(exc)
@@ -232,10 +262,15 @@ class HttpDriver:
         params: Mapping[str, str] | None = None,
         extensions: dict[str, object] | None = None,
         bounds: httpx.Timeout | None = None,
+        window: SendWindow | None = None,
     ) -> AsyncIterator[httpx.Response | TransportFailure]:
         """The response to ``request``, after following the redirects we follow (same
         origin, 307/308, a few hops: :func:`~longcall.adapters.redirects.next_hop`), with
-        the same method, body and headers; or the failure of a refused redirect."""
+        the same method, body and headers; or the failure of a refused redirect.
+
+        A followed hop is a request that leaves again: the send ``window`` (if any) is
+        asked again before it, and a slot passed meanwhile stops it (the 307/308 proved
+        the first one was not processed, so nothing is lost)."""
         url = self.base_url + request.path
         hops = 0
         while True:
@@ -258,7 +293,9 @@ class HttpDriver:
                 if hop is None or isinstance(hop, TransportFailure):
                     yield response if hop is None else hop
                     return
-            # The target's URL carries its own query; the send window was asked already.
+            if window is not None and not window.is_open():
+                raise SendWindowPassed("the send slot passed before the redirected request")
+            # The target's URL carries its own query.
             url, params, extensions, hops = hop, None, None, hops + 1
 
     async def _body(self, response: httpx.Response, headers: dict[str, str]) -> Reply:
@@ -312,9 +349,12 @@ class HttpDriver:
                             # end (a server closes it right after the answer) is still
                             # read, briefly: httpcore closes a connection whose response
                             # was not read to its end instead of returning it to the pool.
+                            # Shielded: the request's own deadline must not cut this
+                            # short and discard the answer (the drain has its own bound).
                             answered = True
                             drained = anyio.current_time() + ANSWER_DRAIN_S
                             watch_scope.deadline = min(watch_scope.deadline, drained)
+                            watch_scope.shield = True
             except LineTooLong as exc:
                 return exc.failure(response.status_code)
             except httpx.HTTPError as exc:

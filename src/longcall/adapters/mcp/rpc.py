@@ -296,16 +296,51 @@ def call(
     """One JSON-RPC request and its answer, as an exchange.
 
     A 404 to a request that carried our session (the server ended it) opens a new
-    session once and sends the request again in it; see the module docstring."""
+    session once and sends the request again in it; see the module docstring. When
+    another request already opened the new session (the channel holds another id than
+    this request carried) it is sent again there, without a session of its own: a
+    third session would orphan what the other request just sent in the second. A task
+    create is not sent again in a session that agreed on another protocol version or
+    no longer offers tasks: the refusal stands (it proves the create was not processed)."""
     attempt = _attempt(channel, method, params, name, headers, timeout_s, watch)
     sent, answer = yield from attempt
     if not _session_refused(sent, answer):
         return answer
+    if channel.session_id is not None and channel.session_id != sent.headers.get(SESSION_HEADER):
+        _sent, answer = yield from _attempt(
+            channel, method, params, name, headers, timeout_s, watch, resend=True
+        )
+        return answer
+    before = dict(channel.initialized or {})
     opened = yield from open_session(channel)
     if not isinstance(opened, Mapping):
         return answer  # no new session: the original refusal says what happened
-    _sent, answer = yield from _attempt(channel, method, params, name, headers, timeout_s, watch)
+    if _creates_task(method, params) and not _same_tasks_terms(before, opened):
+        return answer
+    _sent, answer = yield from _attempt(
+        channel, method, params, name, headers, timeout_s, watch, resend=True
+    )
     return answer
+
+
+def _creates_task(method: str, params: Mapping[str, Any] | None) -> bool:
+    """Whether the request asks the server to create a task (a 2025-11-25 task call)."""
+    return method == "tools/call" and params is not None and "task" in params
+
+
+def _same_tasks_terms(before: Mapping[str, Any], after: Mapping[str, Any]) -> bool:
+    """Whether a re-opened session agreed on the version, and the tasks capability, the
+    session it replaces had (a create sent on other terms could be read otherwise)."""
+    if before.get("protocolVersion") != after.get("protocolVersion"):
+        return False
+    return _tasks_of(after) == _tasks_of(before) or (
+        _tasks_of(before) is None and _tasks_of(after) is not None
+    )
+
+
+def _tasks_of(initialized: Mapping[str, Any]) -> object:
+    capabilities = initialized.get("capabilities")
+    return capabilities.get("tasks") if isinstance(capabilities, Mapping) else None
 
 
 def _attempt(
@@ -316,12 +351,17 @@ def _attempt(
     headers: Mapping[str, str] | None,
     timeout_s: float,
     watch: StreamWatch | None,
+    *,
+    resend: bool = False,
 ) -> Exchange[tuple[HttpRequest, RpcReply]]:
     """Send the request once (resuming its broken event stream, up to
-    :data:`RESUMES_MAX` times); the request as sent and its answer."""
+    :data:`RESUMES_MAX` times); the request as sent and its answer. A ``resend`` is
+    marked so (the driver asks the send window again before it leaves)."""
     request, request_id = channel.request(
         method, params, name=name, headers=headers, timeout_s=timeout_s, watch=watch
     )
+    if resend:
+        request = dataclasses.replace(request, resend=True)
     reply = _decoded((yield request))
     channel.note_session(request, reply)
     answer = channel.read(reply, request_id, watch=watch)
