@@ -68,9 +68,19 @@ browser:
 	  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium \
 	    >/dev/null; }
 
+# The suite runs on TEST_WORKERS processes (pytest-xdist; tests/conftest.py says what that
+# asks of a test): most tests wait on child processes and sockets, so more workers than
+# cores pays. Tests marked `serial` measure the machine: they run afterwards, alone.
+# Bytecode is written even where the environment says not to: every test starts
+# `python -m longcall` children, which would otherwise compile the package each time.
+TEST_WORKERS ?= 4
+NO_BYTECODE_OPT_OUT := env -u PYTHONDONTWRITEBYTECODE
+PYTEST := $(NO_BYTECODE_OPT_OUT) $(BIN)/python -m pytest -q
+
 test: $(STAMP) $(INTEROP_STAMP) $(PY_PEER_STAMPS) $(FASTMCP_LATEST_STAMP) $(HOSTS_STAMP) browser
-	$(BIN)/python -m pytest -q
-	$(FASTMCP_LATEST_VENV)/bin/python -m pytest -q tests/integrations
+	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup -m "not serial"
+	$(PYTEST) -m serial || [ $$? -eq 5 ]
+	$(NO_BYTECODE_OPT_OUT) $(FASTMCP_LATEST_VENV)/bin/python -m pytest -q tests/integrations
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts

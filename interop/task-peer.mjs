@@ -18,7 +18,8 @@
 //
 // Bounded: it exits on SIGTERM/SIGINT, when its parent process changes, with
 // --exit-with-stdin when its stdin closes (the parent died), and after --max-lifetime-s
-// (default 600) whatever happens.
+// (default 600) whatever happens. With --exit-with-stdin, stdin also carries the test's
+// commands: a line {"open": "NAME"} lets every task waiting on gate NAME finish.
 //
 // Nothing here decides what the caller should do with an answer: every wire behaviour
 // is the SDK's own, except the task store's answer to `tasks/result` for a task that
@@ -111,6 +112,43 @@ function sleep(ms, signal) {
     });
 }
 
+// --- gates: work that ends only when the test lets it ------------------------------------
+// A task given `gate: NAME` waits until the test writes the line {"open": "NAME"} to our
+// stdin (or the task is cancelled), so a test that needs the task still working at some
+// step makes that so instead of hoping a timer has not run out on a busy machine.
+
+const gates = new Map(); // name -> { open: boolean, waiters: Set of resolve functions }
+
+function gateNamed(name) {
+    if (!gates.has(name)) gates.set(name, { open: false, waiters: new Set() });
+    return gates.get(name);
+}
+
+function openGate(name) {
+    const gate = gateNamed(name);
+    gate.open = true;
+    for (const resolve of gate.waiters) resolve();
+    gate.waiters.clear();
+    emit({ event: 'gate-opened', gate: name });
+}
+
+function passGate(name, signal) {
+    return new Promise((resolve, reject) => {
+        if (signal?.aborted) return reject(new Error('cancelled'));
+        const gate = gateNamed(name);
+        if (gate.open) return resolve();
+        gate.waiters.add(resolve);
+        signal?.addEventListener(
+            'abort',
+            () => {
+                gate.waiters.delete(resolve);
+                reject(new Error('cancelled'));
+            },
+            { once: true }
+        );
+    });
+}
+
 // A task tool: create the task, run `work` in the background, settle the task with what
 // it returns (status + result) or with the JSON-RPC error it throws.
 function taskTool(server, name, description, inputSchema, work, outputSchema) {
@@ -186,9 +224,15 @@ function buildServer() {
         server,
         'slow_add',
         'Add two numbers after a delay (a task that completes with a result).',
-        { a: z.number(), b: z.number(), ms: z.number().default(300), tag },
+        {
+            a: z.number(),
+            b: z.number(),
+            ms: z.number().default(300),
+            gate: z.string().optional().describe('Finish only once the test opens this gate.'),
+            tag
+        },
         async ({ args, signal }) => {
-            await sleep(args.ms, signal);
+            await (args.gate === undefined ? sleep(args.ms, signal) : passGate(args.gate, signal));
             const sum = args.a + args.b;
             return {
                 status: 'completed',
@@ -382,6 +426,23 @@ process.on('SIGTERM', () => shutdown(0));
 process.on('SIGINT', () => shutdown(0));
 if (options['exit-with-stdin']) {
     // The test holds our stdin open: when it dies, the pipe closes and so do we.
+    // Each line it writes is a JSON command: {"open": "NAME"} opens a gate.
+    let pending = '';
+    process.stdin.setEncoding('utf8');
+    process.stdin.on('data', chunk => {
+        pending += chunk;
+        let newline;
+        while ((newline = pending.indexOf('\n')) >= 0) {
+            const line = pending.slice(0, newline);
+            pending = pending.slice(newline + 1);
+            try {
+                const command = JSON.parse(line);
+                if (typeof command.open === 'string') openGate(command.open);
+            } catch (error) {
+                process.stderr.write(`bad command on stdin: ${line}\n`);
+            }
+        }
+    });
     process.stdin.on('end', () => shutdown(0));
     process.stdin.on('close', () => shutdown(0));
     process.stdin.resume();

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tests.bounds import LOADED_MACHINE_S
+
 from longcall.core.states import TERMINAL_STATES, TRANSITIONS, State
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -22,7 +24,7 @@ def _generate() -> str:
         capture_output=True,
         text=True,
         check=True,
-        timeout=60,
+        timeout=LOADED_MACHINE_S,
     )
     return done.stdout
 

@@ -35,6 +35,7 @@ _PUBLIC = {
     "Progress": "longcall.client",
     "ServerUnreachable": "longcall.client",
     "SyncClient": "longcall.client",
+    "SyncClientInLoop": "longcall.client",
     "default_ledger_url": "longcall.client",
     "AdapterError": "longcall.errors",
     "ConflictError": "longcall.errors",
@@ -70,6 +71,7 @@ if TYPE_CHECKING:
         Progress,
         ServerUnreachable,
         SyncClient,
+        SyncClientInLoop,
         default_ledger_url,
     )
     from longcall.core import State, TerminalReceipt
@@ -131,6 +133,7 @@ __all__ = [
     "ServerUnreachable",
     "State",
     "SyncClient",
+    "SyncClientInLoop",
     "TerminalReceipt",
     "UnavailableError",
     "UsageError",

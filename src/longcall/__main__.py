@@ -1,5 +1,5 @@
 """``python -m longcall``: the same as the ``longcall`` command."""
 
-from longcall.cli import main
+from longcall.entry import main
 
 main()

@@ -45,6 +45,7 @@ from longcall.core import (
 )
 from longcall.core import events as e
 from longcall.core.keys import canonical_json, digest_bytes, request_digest
+from longcall.core.notfound import resubmit_repeats_refusal
 from longcall.core.states import UNSUBMITTED_STATES
 from longcall.errors import (
     CallNodeConflict,
@@ -55,10 +56,12 @@ from longcall.errors import (
     InvalidArguments,
     LedgerMissing,
     LongcallError,
+    MissingCredential,
     NotReconcilable,
     NotWaitingForInput,
     ServerUnreachable,
     StaleEvent,
+    SyncClientInLoop,
     VersionConflict,
 )
 from longcall.ledger import HistoryRow, Ledger, open_ledger
@@ -76,10 +79,13 @@ if TYPE_CHECKING:
     # Loaded on first use: the executor pulls in the protocol adapters and the MCP SDK
     # (seconds), which commands that only read the ledger never need.
     from longcall.runtime.executor import AdapterFactory, Executor
+    from longcall.runtime.webhooks import WebhookReceiver
 
 log = logging.getLogger("longcall.client")
 
 LEDGER_ENV = "LONGCALL_LEDGER"
+WEBHOOK_SECRET_ENV = "LONGCALL_WEBHOOK_SECRET"
+"""The webhook receiver's key(s) when none is passed (whsec_… or whpk_…, space-separated)."""
 """Names the ledger when none is given; wins over the default location."""
 SUBMIT_WAIT_S = 120.0
 """``call(wait=False)`` returns once the server holds the operation, or after this long
@@ -138,11 +144,22 @@ class CallResult:
     input: InputRequest | None
     """The questions of the input round waiting for an answer, if any."""
     record: OperationRecord
+    replayed: bool = False
+    """This call sent nothing: its call node was already accepted, and this is its
+    receipt (X2). A new call of the same request needs another call node."""
 
     @property
     def ok(self) -> bool:
         """Accepted, completed, and not an error: the one outcome to advance on."""
         return self.outcome is CallOutcome.OK
+
+    @property
+    def structured(self) -> Any:
+        """The result a program reads: an MCP tool result's ``structuredContent`` when
+        it has one, else the accepted result as it is (None until accepted)."""
+        if isinstance(self.result, dict) and "structuredContent" in self.result:
+            return self.result["structuredContent"]
+        return self.result
 
     @property
     def settled(self) -> bool:
@@ -169,6 +186,7 @@ class CallResult:
             "result_digest": self.receipt.result_digest if self.receipt else r.result_digest,
             "warnings": list(self.warnings),
             "receipt": self.receipt is not None,
+            "replayed": self.replayed,
             "reason": self.reason,
             "input_round": r.input_round,
             "input_keys_pending": list(r.input_keys_pending),
@@ -300,6 +318,12 @@ def _check_resolution(
         raise NotReconcilable(
             f"a result goes with completed, failed or cancelled; {how.value} takes none"
         )
+    if how is e.Resolution.NEVER_CREATED and resubmit_repeats_refusal(record):
+        raise NotReconcilable(
+            f"{node!r}: the server refused this very request unread"
+            f" ({record.reconciliation_reason}); resubmitting sends the same request and"
+            " would be refused the same way again: settle it as failed"
+        )
     ended_by = record.polling_ended_by(now) if how is e.Resolution.RESUME else None
     if ended_by is not None:
         raise NotReconcilable(
@@ -362,9 +386,18 @@ class Client:
         servers: ServersConfig | None = None,
         announce: Callable[[str], None] | None = None,
         versions: Collection[tuple[str, str]] | None = None,
+        push: bool = True,
+        webhook_secret: str | None = None,
+        webhook_tolerance_s: float = 300.0,
     ) -> None:
-        """``versions``: the (protocol, adapter version) pairs this process runs; it
-        drives only operations bound to one of them (default: every version).
+        """``push=False``: no push listener, only polling (for a client that returns
+        once its calls are submitted). ``webhook_secret``: the key(s) a webhook receiver
+        verifies deliveries with (``whsec_…`` or ``whpk_…``, several separated by spaces
+        while rotating; default ``$LONGCALL_WEBHOOK_SECRET``), read when
+        :meth:`webhook_receiver` is first asked for; ``webhook_tolerance_s``: how far a
+        delivery's timestamp may be from now. ``versions``: the (protocol, adapter
+        version) pairs this process runs; it drives only operations bound to one of them
+        (default: every version).
         ``drive_all`` takes over every open operation of the ledger (a worker);
         otherwise only the nodes this client calls or waits on. ``create_ledger=False``
         refuses a ledger that does not exist yet (LedgerMissing). ``lease_s``: how long
@@ -389,6 +422,7 @@ class Client:
             "disabled_protocols": disabled_protocols,
             "adopt_new": drive_all,
             "versions": versions,
+            "push": push,
         }
         self.servers = servers or ServersConfig()
         self.announce = announce
@@ -404,6 +438,9 @@ class Client:
 
             self._executor_options["lease"] = LeasePolicy.of(lease_s)
         self._executor: Executor | None = None
+        self._webhook_secret = webhook_secret
+        self._webhook_tolerance_s = webhook_tolerance_s
+        self._webhook_receiver: WebhookReceiver | None = None
         self._runner: asyncio.Task[None] | None = None
         self._stop = asyncio.Event()
         self._waiters: dict[
@@ -421,6 +458,35 @@ class Client:
         self._callbacks: asyncio.Queue[Coroutine[Any, Any, None]] | None = None
         self._observations: asyncio.Queue[str] | None = None
         """Call nodes the driver changed, handled in order by the observer task."""
+
+    # --- webhooks ---------------------------------------------------------------------
+
+    def webhook_receiver(self) -> WebhookReceiver:
+        """The receiver of signed webhook deliveries for this client's operations: each
+        verified one only wakes the poll of the operation it names (never an outcome).
+        Mount ``receiver.asgi_app()`` (``POST /webhooks``) or call ``receiver.handle(
+        headers, body)`` from your own framework. MissingCredential without a key."""
+        if self._webhook_receiver is None:
+            from longcall.adapters.webhooks import Verifier, parse_keys
+            from longcall.runtime.webhooks import WebhookReceiver
+
+            text = self._webhook_secret or os.environ.get(WEBHOOK_SECRET_ENV, "")
+            if not text.strip():
+                raise MissingCredential(
+                    f"a webhook receiver needs a key: pass webhook_secret or set "
+                    f"${WEBHOOK_SECRET_ENV} (whsec_… or whpk_…)"
+                )
+            verifier = Verifier(parse_keys(text), tolerance_s=self._webhook_tolerance_s)
+            self._webhook_receiver = WebhookReceiver(self.executor, verifier)
+        return self._webhook_receiver
+
+    async def serve_webhooks(self, host: str, port: int) -> None:
+        """Serve :meth:`webhook_receiver` as ``POST /webhooks`` on ``host:port`` until
+        cancelled (WebhookPortUnavailable when it cannot listen there)."""
+        from longcall.runtime.webhooks import listen_socket, serve
+
+        receiver = self.webhook_receiver()
+        await serve(receiver, listen_socket(host, port))
 
     # --- the ledger -------------------------------------------------------------------
 
@@ -576,13 +642,32 @@ class Client:
             await executor.aattach(node, tool, args)
         else:
             binding = await self._bind(executor, server, tool, protocol)
+            _check_arguments(binding, args)
             await executor.acall(
                 CallSpec(call_node_id=node, binding=binding, arguments=args, budget_s=budget_s)
             )
+        if existing is not None and existing.is_terminal:
+            settled = await self._on_ledger(self.result, node)
+            return dataclasses.replace(settled, replayed=True)
         if wait:
             return await self.wait(node, timeout_s=timeout_s, through_input=through_input)
         await self._until(node, _submitted, SUBMIT_WAIT_S if timeout_s is None else timeout_s)
         return await self._on_ledger(self.result, node)
+
+    async def tools(self, server: str, *, protocol: str | None = None) -> list[dict[str, Any]]:
+        """The tools ``server`` lists (a URL, or a configured name), as listed, each with
+        ``taskSupport`` (forbidden, optional, required) as the negotiated protocol reads
+        it; nothing is recorded. ServerUnreachable when it cannot be reached."""
+        executor = self._driving()
+        target = self.servers.resolve(server)
+        url, protocol = target.url, protocol or target.protocol
+        try:
+            return await executor.tools(url, protocol=protocol)
+        except Exception as exc:
+            unreachable = await _unreachable(url)
+            if unreachable is not None:
+                raise ServerUnreachable(f"cannot reach {url}: {unreachable}") from exc
+            raise
 
     async def wait(
         self, node: str, *, timeout_s: float | None = None, through_input: bool = False
@@ -1042,6 +1127,23 @@ def _check_same_target(record: OperationRecord, server: str, protocol: str | Non
         )
 
 
+def _check_arguments(binding: ToolBinding, arguments: Mapping[str, Any]) -> None:
+    """Arguments the tool's own input schema refuses are refused before anything is
+    recorded or sent (InvalidArguments): a call the server would refuse at once would
+    spend its call node on that refusal. What the schema allows, the server judges."""
+    if binding.input_schema is None:
+        return
+    from longcall.adapters.binding import arguments_violation
+
+    why = arguments_violation(arguments, binding.input_schema)
+    if why is not None:
+        raise InvalidArguments(
+            f"{binding.tool_name}: the arguments do not fit the tool's input schema: {why}"
+            f" (nothing was sent; see the schema with: longcall tools {binding.server}"
+            f" {binding.tool_name})"
+        )
+
+
 def _normal_url(url: str) -> str:
     parts = urlsplit(url)
     return f"{parts.scheme.lower()}://{parts.netloc.lower()}{parts.path.rstrip('/')}"
@@ -1084,6 +1186,20 @@ def _input_json(request: InputRequest | None) -> dict[str, Any] | None:
     }
 
 
+def _refuse_a_running_loop() -> None:
+    """SyncClient blocks on a loop of its own: where one already runs (a notebook, an
+    async function) that cannot be, so say what to use instead."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return
+    raise SyncClientInLoop(
+        "SyncClient cannot run inside a running event loop (a Jupyter notebook, an async"
+        " function): use `async with longcall.Client(...) as client:` and await its"
+        " methods there"
+    )
+
+
 # --- for scripts ----------------------------------------------------------------------
 
 
@@ -1094,6 +1210,7 @@ class SyncClient:
     methods runs, and (being durable) go on at their servers in between."""
 
     def __init__(self, ledger: str | Ledger | None = None, **options: Any) -> None:
+        _refuse_a_running_loop()
         self._client = Client(ledger, **options)
         self._loop = asyncio.Runner()
 
@@ -1112,6 +1229,11 @@ class SyncClient:
             self._loop.close()
 
     def _run(self, coroutine: Coroutine[Any, Any, _T]) -> _T:
+        try:
+            _refuse_a_running_loop()
+        except SyncClientInLoop:
+            coroutine.close()
+            raise
         return self._loop.run(coroutine)
 
     def call(
@@ -1164,6 +1286,7 @@ __all__ = [
     "ProgressCallback",
     "ServerUnreachable",
     "SyncClient",
+    "SyncClientInLoop",
     "default_ledger_url",
     "fraction_of",
     "outcome_of",

@@ -19,11 +19,20 @@ The tree, and what a handler does with each branch::
     │   ├── NotWaitingForInput      an answer for a node that waits for none, or not that key
     │   ├── NotReconcilable         a manual resolution the operation's state does not allow
     │   ├── ClientNotStarted        calling or waiting outside ``async with Client(...)``
+    │   ├── SyncClientInLoop        SyncClient inside a running event loop: use Client
     │   ├── ConfigError             the servers file cannot be read or names the impossible
     │   ├── MissingCredential       a configured secret is not there (C1)
     │   ├── AuthorizationFailed     an OAuth sign-in did not complete
     │   ├── UnknownMutant           a simulator mutant name that is not in the catalogue
-    │   └── HandleRefused           a gateway handle that is mistyped, cut short or invented
+    │   ├── HandleRefused           a gateway handle that is mistyped, cut short or invented
+    │   ├── InvalidWebhookKey       a webhook key that is not whsec_/whsk_/whpk_ + base64
+    │   └── WebhookRejected         a webhook delivery that does not verify: answered 4xx,
+    │       │                       nothing changed (a delivery is only ever a hint)
+    │       ├── WebhookMalformed    a missing or unreadable header, or an unreadable payload
+    │       ├── WebhookBadSignature no signature matches a key of the receiver
+    │       ├── WebhookStale        the timestamp is older than the tolerance window
+    │       ├── WebhookFromFuture   the timestamp is ahead by more than the window
+    │       └── WebhookDuplicate    a webhook-id already received within the window
     ├── LocalProtocolError       our own rules broken (a bug or a misuse here)
     │   ├── IllegalTransition       no edge for (state, event) in the table (L2)
     │   ├── StaleEvent              older than what the record knows: drop it
@@ -55,6 +64,7 @@ The tree, and what a handler does with each branch::
     │   ├── ServerUnreachable       the server cannot be reached (refused, no route, DNS)
     │   ├── MetricsPortUnavailable  ``/metrics`` cannot be served on the port asked for
     │   ├── ConsolePortUnavailable  the console cannot listen on the host and port asked for
+    │   ├── WebhookPortUnavailable  the webhook receiver cannot listen where asked
     │   └── DriverStopped           the driver stopped while a caller waited; the call
     │       │                       goes on and resumes with the next driver (X8, L7)
     │       └── ExecutorFailed      an error escaped the executor's loop
@@ -130,6 +140,11 @@ class ClientNotStarted(UsageError):
     """Calling or waiting needs the client's driver: ``async with Client(...)``."""
 
 
+class SyncClientInLoop(UsageError):
+    """SyncClient was used where an event loop already runs (Jupyter, an async
+    function): it would need a loop of its own there; ``Client`` is the one to use."""
+
+
 class ConfigError(UsageError):
     """The servers configuration cannot be read or names something impossible."""
 
@@ -144,6 +159,46 @@ class AuthorizationFailed(UsageError):
 
 class UnknownMutant(UsageError):
     """A simulator mutant name that is not in the catalogue."""
+
+
+class InvalidWebhookKey(UsageError):
+    """A webhook key that is not ``whsec_``, ``whsk_`` or ``whpk_`` followed by base64 of
+    the right length (the key itself is never quoted)."""
+
+
+class WebhookRejected(UsageError):
+    """A webhook delivery that does not verify. The receiver answers it with a 4xx and
+    changes nothing; ``status`` is that answer."""
+
+    status = 400
+
+
+class WebhookMalformed(WebhookRejected):
+    """A webhook header is missing or unreadable, or a verified payload names nothing readable."""
+
+
+class WebhookBadSignature(WebhookRejected):
+    """No signature of the delivery matches a key of this receiver."""
+
+    status = 401
+
+
+class WebhookStale(WebhookRejected):
+    """The delivery's timestamp is older than the tolerance window (a replay, or a long delay)."""
+
+    status = 401
+
+
+class WebhookFromFuture(WebhookRejected):
+    """The delivery's timestamp is further ahead than the tolerance window."""
+
+    status = 401
+
+
+class WebhookDuplicate(WebhookRejected):
+    """A webhook-id this receiver already took within the tolerance window."""
+
+    status = 409
 
 
 class HandleRefused(UsageError):
@@ -294,6 +349,10 @@ class ConsolePortUnavailable(UnavailableError):
     """The console could not listen on the host and port asked for (taken, or not allowed)."""
 
 
+class WebhookPortUnavailable(UnavailableError):
+    """The webhook receiver cannot listen on the host and port asked for."""
+
+
 class DriverStopped(UnavailableError):
     """The driver stopped (an error, or its client was closed) while a caller waited.
 
@@ -378,6 +437,7 @@ __all__ = [
     "InvalidArguments",
     "InvalidCallNode",
     "InvalidToolHeaders",
+    "InvalidWebhookKey",
     "LedgerMissing",
     "LedgerRefused",
     "LedgerUnavailable",
@@ -397,6 +457,7 @@ __all__ = [
     "ServerUnreachable",
     "StaleEpoch",
     "StaleEvent",
+    "SyncClientInLoop",
     "TaskSupportMissing",
     "ToolNotAllowed",
     "UnavailableError",
@@ -406,4 +467,11 @@ __all__ = [
     "UnsupportedLedgerURL",
     "UsageError",
     "VersionConflict",
+    "WebhookBadSignature",
+    "WebhookDuplicate",
+    "WebhookFromFuture",
+    "WebhookMalformed",
+    "WebhookPortUnavailable",
+    "WebhookRejected",
+    "WebhookStale",
 ]

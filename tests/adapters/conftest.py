@@ -11,6 +11,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 from longcall.adapters.base import Adapter, Outcome, ToolBinding
 from longcall.core import OperationRecord, handle, new_operation
@@ -19,7 +20,7 @@ from longcall.core.keys import request_digest
 from longcall.server import LongcallServer, build_reference_server, running_server
 from longcall.testing.faults import LoseCreateResponse
 
-WAIT_LIMIT_S = 10.0
+WAIT_LIMIT_S = LOADED_MACHINE_S
 
 
 @dataclasses.dataclass

@@ -15,6 +15,7 @@ from typing import Any
 
 import anyio
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 from longcall.adapters.base import Outcome, TaskSupportMissing
 from longcall.adapters.mcp.client import McpTasks20260728Adapter, SyncAdapter, connect
@@ -37,8 +38,8 @@ from .conftest import Driver
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 PEER = Path(__file__).with_name("fastmcp_peer.py")
-START_LIMIT_S = 30.0
-POLL_LIMIT_S = 10.0
+START_LIMIT_S = LOADED_MACHINE_S
+POLL_LIMIT_S = LOADED_MACHINE_S
 POLL_PAUSE_S = 0.1
 """The peer asks for pollIntervalMs=100; we honour it between polls (X3)."""
 

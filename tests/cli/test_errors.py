@@ -18,6 +18,7 @@ from click.testing import CliRunner
 from starlette.applications import Starlette
 from starlette.responses import HTMLResponse
 from starlette.routing import Route
+from tests.bounds import LOADED_MACHINE_S
 from tests.protocols.conftest import serve_app
 
 from longcall.cli import main
@@ -130,7 +131,9 @@ def test_a_read_only_ledger(ledger: str) -> None:
             if shutil.which("setpriv") is None:
                 pytest.skip("running as root without setpriv: nothing is read-only to root")
             command = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", *command]
-        done = subprocess.run(command, capture_output=True, text=True, timeout=60, check=False)
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=LOADED_MACHINE_S, check=False
+        )
     finally:
         shared.chmod(0o755)
         shutil.rmtree(shared)
@@ -160,7 +163,7 @@ def test_serve_on_a_port_in_use_and_a_read_only_store(tmp_path: Path) -> None:
         done = subprocess.run(
             [sys.executable, "-m", "longcall", "serve", "--port", str(port),
              "--store", f"sqlite:///{tmp_path / 'tasks.db'}"],
-            capture_output=True, text=True, timeout=60, check=False,
+            capture_output=True, text=True, timeout=LOADED_MACHINE_S, check=False,
         )  # fmt: skip
     assert done.returncode == ExitCode.ERROR
     assert f"cannot serve on 127.0.0.1:{port}" in done.stderr
@@ -168,7 +171,7 @@ def test_serve_on_a_port_in_use_and_a_read_only_store(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "longcall", "serve", "--port", "0",
          "--store", f"sqlite:///{tmp_path / 'missing' / 'tasks.db'}"],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True, text=True, timeout=LOADED_MACHINE_S, check=False,
     )  # fmt: skip
     assert done.returncode == ExitCode.ERROR
     assert_one_line(done.stderr, "cannot open task store")
@@ -261,7 +264,7 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     url = f"sqlite:///{tmp_path / 'nope' / 'ledger.db'}"
     done = subprocess.run(
         [sys.executable, "-m", "longcall", "--debug", "ops", "list", "--ledger", url],
-        capture_output=True, text=True, timeout=60, check=False,
+        capture_output=True, text=True, timeout=LOADED_MACHINE_S, check=False,
     )  # fmt: skip
     assert done.returncode == 1
     assert "Traceback" in done.stderr
@@ -323,7 +326,7 @@ def test_a_taken_metrics_port_is_one_line_for_worker_and_serve(
             [sys.executable, "-m", "longcall", command, *where, "--metrics-port", str(port)],
             capture_output=True,
             text=True,
-            timeout=60,
+            timeout=LOADED_MACHINE_S,
             check=False,
         )
     assert done.returncode == ExitCode.ERROR

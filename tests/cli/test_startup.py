@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+from tests.bounds import LOADED_MACHINE_S
+
 HEAVY = ("mcp", "longcall.runtime.executor", "longcall.adapters.routing", "jsonschema")
 
 
@@ -17,6 +19,10 @@ def test_importing_the_command_and_the_client_loads_no_protocol_stack() -> None:
         f"print([m for m in {HEAVY!r} if m in sys.modules])\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=LOADED_MACHINE_S,
+        check=True,
     )
     assert done.stdout.strip() == "[]", done.stdout

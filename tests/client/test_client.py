@@ -13,6 +13,7 @@ from typing import Any
 
 import anyio
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.client.conftest import Peer
 from tests.e2e.conftest import Fault
 
@@ -37,7 +38,7 @@ from longcall.runtime.step import apply_event
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 VERSIONS = ["2026-07-28", "2025-11-25"]
-BOUND_S = 60.0
+BOUND_S = LOADED_MACHINE_S
 
 
 async def test_a_call_returns_a_typed_ok_result_and_attaches_on_the_same_node(peer: Peer) -> None:

@@ -10,13 +10,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.client.conftest import Peer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 ROOT = Path(__file__).resolve().parents[2]
 DOC_URL = "http://127.0.0.1:8765/mcp"
-EXAMPLE_TIMEOUT_S = 90.0
+EXAMPLE_TIMEOUT_S = LOADED_MACHINE_S
 
 
 def python_blocks(path: Path) -> list[str]:

@@ -25,6 +25,7 @@ from typing import Any
 
 import anyio
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.client.conftest import Peer
 from tests.ledger.conftest import pg_schema
 
@@ -36,7 +37,7 @@ from longcall.runtime.step import apply_event
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-BOUND_S = 60.0
+BOUND_S = LOADED_MACHINE_S
 
 
 @pytest.fixture

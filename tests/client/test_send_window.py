@@ -16,6 +16,7 @@ from typing import Any
 
 import anyio
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.client.conftest import Peer
 
 from longcall import Client
@@ -28,7 +29,7 @@ from longcall.runtime.executor import Executor
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-BOUND_S = 30.0
+BOUND_S = LOADED_MACHINE_S
 SLOT_VALID_S = 0.15
 
 

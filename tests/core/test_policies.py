@@ -182,6 +182,7 @@ def test_retryable_set_is_exactly_the_documented_one() -> None:
         FailureKind.TOO_LARGE,
         FailureKind.REDIRECT_REFUSED,
         FailureKind.FOREIGN_IDENTITY,
+        FailureKind.REFUSED_UNREAD,
     }
 
 

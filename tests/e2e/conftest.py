@@ -14,6 +14,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from tests.bounds import LOADED_MACHINE_S
 
 from longcall.core import OperationRecord
 from longcall.ledger import SQLiteLedger
@@ -21,7 +22,7 @@ from longcall.runtime.engine import CallSpec
 from longcall.runtime.executor import Executor
 from longcall.server import build_reference_server
 
-PHASE_TIMEOUT_S = 60.0
+PHASE_TIMEOUT_S = LOADED_MACHINE_S
 
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 DEMO_TIMEOUT_S = 240
 RUNS_ENV = "LONGCALL_DEMO_RUNS"
@@ -60,7 +61,7 @@ def test_walkthrough_demo() -> None:
         [sys.executable, "-m", "longcall", "demo", "--walkthrough"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=LOADED_MACHINE_S,
         check=False,
     )
     assert done.returncode == 0, done.stderr

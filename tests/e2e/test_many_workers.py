@@ -45,6 +45,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.ledger.conftest import pg_schema
 
 from longcall.core import State
@@ -52,7 +53,9 @@ from longcall.ledger.postgres import PostgresLedger
 from longcall.runtime.engine import CallSpec
 from longcall.runtime.executor import Executor
 
-pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.postgres]
+# Serial (tests/conftest.py): its bounds on claims and on the poll rate hold for workers
+# that get the CPU they ask for; beside the rest of the suite they would measure the load.
+pytestmark = [pytest.mark.anyio, pytest.mark.slow, pytest.mark.postgres, pytest.mark.serial]
 
 OPERATIONS = int(os.environ.get("LONGCALL_E2E_OPS", "300"))
 WORKERS = 4
@@ -62,8 +65,8 @@ CHAOS_EVERY_S = (1.0, 2.5)
 STOP_FOR_S = LEASE_S + 1.5
 HOLD_ANSWERS_S = 0.3
 """SIGSTOP lasts longer than the lease: the others take the stopped worker's work over."""
-RUN_TIMEOUT_S = 60.0 + OPERATIONS * 0.15
-STOP_TIMEOUT_S = 20.0
+RUN_TIMEOUT_S = LOADED_MACHINE_S + OPERATIONS * 0.3
+STOP_TIMEOUT_S = LOADED_MACHINE_S / 2
 METRICS_LINE = re.compile(r"metrics at (http://\S+/metrics)")
 
 
@@ -81,7 +84,7 @@ class Worker:
         """Remember the counters of refused stale writes and lease lapses (kept if the
         process dies later)."""
         with contextlib.suppress(httpx.HTTPError):
-            text = (await client.get(self.metrics_url, timeout=2.0)).text
+            text = (await client.get(self.metrics_url, timeout=10.0)).text
             for line in text.splitlines():
                 if line.startswith("longcall_stale_writes_rejected_total "):
                     self.fenced = float(line.split()[1])
@@ -193,7 +196,7 @@ async def start_server(store: Path) -> tuple[asyncio.subprocess.Process, int]:
         stdout=asyncio.subprocess.DEVNULL,
         stderr=asyncio.subprocess.DEVNULL,
     )
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(LOADED_MACHINE_S):
         while True:
             try:
                 _reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -235,7 +238,7 @@ async def start_worker(ledger_url: str, spawned: list[asyncio.subprocess.Process
     )
     spawned.append(process)
     assert process.stderr is not None
-    async with asyncio.timeout(30):
+    async with asyncio.timeout(LOADED_MACHINE_S):
         while True:
             line = (await process.stderr.readline()).decode()
             if not line:

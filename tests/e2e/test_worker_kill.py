@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.e2e.conftest import FaultLayer, serve
 
 from longcall.core import State
@@ -30,7 +31,7 @@ pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 OPERATIONS = 50
 KILLS = 3
-ROUND_TIMEOUT_S = 60.0
+ROUND_TIMEOUT_S = LOADED_MACHINE_S
 FINAL_TIMEOUT_S = 180.0
 LEASE_S = 2.0
 

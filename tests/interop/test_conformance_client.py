@@ -30,20 +30,23 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.bounds import LOADED_MACHINE_S
 
 from .harness import INTEROP, node_env, node_or_fail
 
-pytestmark = pytest.mark.slow
+# The ``verdicts`` fixture starts every selected case of this module at once: the module's
+# tests share it, so they run on one xdist worker (tests/conftest.py).
+pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("conformance-client")]
 
 SUITE = INTEROP / "node_modules" / "@modelcontextprotocol" / "conformance"
 WRAPPER = Path(__file__).with_name("conformance_client.py")
 LOOPBACK_ONLY = INTEROP / "loopback-only.mjs"
 REVISIONS = ("2025-11-25", "2026-07-28")
 WORKERS = 4
-STEP_LIMIT_S = 30.0
+STEP_LIMIT_S = LOADED_MACHINE_S
 """Each ``longcall call`` of a scenario; a call that completes takes about a second."""
 RUNNER_TIMEOUT_MS = 100_000
-RUN_LIMIT_S = 120.0
+RUN_LIMIT_S = 3 * LOADED_MACHINE_S
 
 
 @dataclass(frozen=True)

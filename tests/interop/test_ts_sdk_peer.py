@@ -21,21 +21,34 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 from longcall.core import OperationRecord, ResultKind, State
 from longcall.ledger import SQLiteLedger
 from longcall.runtime.engine import CallSpec
 from longcall.runtime.executor import Executor
 
-from .harness import Caller, TsPeer, call_args, finish, stop, ts_peer, view_of
+from .harness import (
+    PEER_LIFETIME_S,
+    Caller,
+    TsPeer,
+    call_args,
+    finish,
+    stop,
+    ts_peer,
+    view_of,
+)
 
 pytestmark = pytest.mark.slow
 
 STATEFUL = "stateful"
 STATELESS = "stateless"
 FLAGS = {STATEFUL: (), STATELESS: ("--stateless",)}
-SETTLE_LIMIT_S = 30.0
-WORKER_EXIT_GRACE_S = 3.0
+SETTLE_LIMIT_S = LOADED_MACHINE_S
+WORKER_EXIT_GRACE_S = 30.0
+UNTIL_CANCELLED_MS = (PEER_LIFETIME_S + 60) * 1000
+"""A ``linger`` longer than the peer lives: the task ends when the test cancels it, never
+first by itself however slowly a busy machine carries the cancel."""
 NOT_OK = 3
 """``longcall``'s documented exit code for an accepted outcome that is not ok (a tool error,
 a protocol error, a cancel): ``longcall --help``."""
@@ -107,8 +120,11 @@ def test_call_creates_one_task_and_leaves_it_working(
     """Negotiation picks 2025-11-25 tasks; `call` without --wait sends one task-augmented
     create (answered on an event stream) and returns while the task works."""
     peer = peers(mode)
-    arguments = {"a": 1, "b": 2, "ms": 2000, "tag": tag}
-    code, view, _ = caller.call(peer.url, "slow_add", arguments, "n")
+    arguments = {"a": 1, "b": 2, "gate": tag, "tag": tag}
+    try:
+        code, view, _ = caller.call(peer.url, "slow_add", arguments, "n")
+    finally:
+        peer.open_gate(tag)  # the task works until the test has seen the receipt view
     assert (code, view["state"], view["protocol"]) == (0, "working", "2025-11-25"), explain(
         peer, view
     )
@@ -175,7 +191,8 @@ def test_ops_cancel_from_a_second_process_during_call_wait(
     peers: Peers, caller: Caller, mode: str, tag: str
 ) -> None:
     peer = peers(mode)
-    waiting = caller.start(*call_args(peer.url, "linger", {"ms": 6000, "tag": tag}, "n", "--wait"))
+    arguments = {"ms": UNTIL_CANCELLED_MS, "tag": tag}
+    waiting = caller.start(*call_args(peer.url, "linger", arguments, "n", "--wait"))
     try:
         started = task_id(peer, tag)
         cancelled = caller.run("ops", "cancel", "n", "--json")
@@ -197,7 +214,8 @@ def test_ops_cancel_then_a_worker_sends_it(
     """``call`` sends the create and exits; ``ops cancel`` records the request; a worker
     (another process: another HTTP client and, when stateful, another session) sends it."""
     peer = peers(mode)
-    code, view, _ = caller.call(peer.url, "linger", {"ms": 6000, "tag": tag}, "n")
+    arguments = {"ms": UNTIL_CANCELLED_MS, "tag": tag}
+    code, view, _ = caller.call(peer.url, "linger", arguments, "n")
     assert (code, view["state"]) == (0, "working"), explain(peer, view)
     started = task_id(peer, tag)
     cancelled = caller.run("ops", "cancel", "n", "--json")
@@ -219,8 +237,11 @@ def test_another_process_finishes_the_task_without_running_it_again(
     process: another HTTP client and, when stateful, another session) carries the task to
     its receipt."""
     peer = peers(mode)
-    arguments = {"a": 1, "b": 1, "ms": 500, "tag": tag}
-    code, view, _ = caller.call(peer.url, "slow_add", arguments, "n")
+    arguments = {"a": 1, "b": 1, "gate": tag, "tag": tag}
+    try:
+        code, view, _ = caller.call(peer.url, "slow_add", arguments, "n")
+    finally:
+        peer.open_gate(tag)  # the first process has left the task working
     assert (code, view["state"]) == (0, "working"), explain(peer, view)
     code, view, _ = caller.call(peer.url, "slow_add", arguments, "n", "--wait")
     assert (view["state"], view["result_kind"]) == ("accepted", "value"), explain(peer, view)
@@ -283,7 +304,7 @@ def test_elicitation_answered_with_ops_answer_during_call_wait(
         pending = pending_keys(caller, "n", waiting)
         assert pending, "the caller never recorded the peer's elicitation:\n" + peer.log()
         answer = json.dumps({"action": "accept", "content": {"name": "Ada"}})
-        answered = caller.run("ops", "answer", "n", "--key", pending[0], "--json", answer)
+        answered = caller.run("ops", "answer", "n", "--key", pending[0], "--answer-json", answer)
         assert answered.returncode == 0, answered.stderr
         code, out, err = finish(waiting)
     finally:

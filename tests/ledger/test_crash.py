@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 from longcall.core import TERMINAL_STATES, TRANSITIONS, State
 from longcall.core.keys import digest_bytes
@@ -64,7 +65,7 @@ def test_sigkill_at_commit_point(
     child = subprocess.run(
         [sys.executable, str(CHILD), str(db), scenario.name, str(commit), when],
         capture_output=True,
-        timeout=60,
+        timeout=LOADED_MACHINE_S,
         check=False,
     )
     assert child.returncode == -signal.SIGKILL, child.stderr.decode()

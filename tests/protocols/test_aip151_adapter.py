@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.protocols.conftest import run_call as shared_run_call
 
 from longcall.adapters.aip151 import connect, request_id_for
@@ -20,7 +21,7 @@ from longcall.server.model import ProtocolVersion
 from longcall.testing.faults import LoseCreateResponse
 
 pytestmark = pytest.mark.anyio
-CALL_TIMEOUT_S = 20.0
+CALL_TIMEOUT_S = LOADED_MACHINE_S
 
 
 async def aip_factory(server: str, protocol: str) -> Adapter:

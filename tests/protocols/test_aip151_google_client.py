@@ -15,6 +15,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 google_api_core = pytest.importorskip("google.api_core")
 pytest.importorskip(
@@ -45,7 +46,7 @@ HTTP_OPTIONS = {
     ],
 }
 FAST_POLLING = polling.DEFAULT_POLLING.with_delay(initial=0.05, maximum=0.2, multiplier=1.5)
-RESULT_TIMEOUT_S = 15.0
+RESULT_TIMEOUT_S = LOADED_MACHINE_S
 
 
 def google_client(base: str) -> operations_v1.AbstractOperationsClient:

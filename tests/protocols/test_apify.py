@@ -11,6 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.protocols.conftest import run_call as shared_run_call
 
 from longcall.adapters.apify import connect, model_text
@@ -22,7 +23,7 @@ from longcall.server.examples import register_reference_tools
 pytestmark = pytest.mark.anyio
 SCALE = 0.01
 """Real seconds per facade second: a 30 s waitSecs window takes 0.3 s."""
-CALL_TIMEOUT_S = 30.0
+CALL_TIMEOUT_S = LOADED_MACHINE_S
 SLEEP = "longcall--sleep-report"
 
 

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.runtime.test_engine import binding
 
 from longcall.adapters.base import Adapter
@@ -21,7 +22,7 @@ from longcall.runtime.executor import Executor, ExecutorFailed
 from longcall.runtime.step import apply_event
 
 pytestmark = pytest.mark.anyio
-BOUND_S = 10.0
+BOUND_S = LOADED_MACHINE_S
 
 
 async def _no_adapter(server: str, protocol: str) -> Adapter:

@@ -7,9 +7,11 @@ import json
 import random
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from click.testing import CliRunner
+from tests.bounds import LOADED_MACHINE_S
 from tests.ledger.conftest import pg_schema
 
 from longcall.cli import main
@@ -49,6 +51,19 @@ def test_plan_states_route_new_calls() -> None:
     assert route(rows, protocol="test", offered="2", call_node_id="n") == "1"
     with pytest.raises(AdapterDisabled, match="no test adapter version takes new calls"):
         route(plan(("1", "disabled", 0.0)), protocol="test", offered="1", call_node_id="n")
+
+
+def test_a_canary_on_a_fresh_plan_is_a_share_not_every_call() -> None:
+    """A canary row alone (no version enabled): its share goes to the canary, every other
+    call to the adapter's own version; only with that version taken out does the canary
+    take them all."""
+    rows = plan(("2", "canary", 10.0))
+    nodes = [f"node-{i}" for i in range(2000)]
+    chosen = [route(rows, protocol="test", offered="1", call_node_id=n) for n in nodes]
+    assert all((c == "2") == (canary_bucket(n) < 10.0) for n, c in zip(nodes, chosen, strict=True))
+    assert 0.07 <= chosen.count("2") / len(nodes) <= 0.13
+    taken_out = plan(("1", "draining", 0.0), ("2", "canary", 10.0))
+    assert {route(taken_out, protocol="test", offered="1", call_node_id=n) for n in nodes} == {"2"}
 
 
 def test_disabled_adapter_refuses_new_calls_and_keeps_its_own(tmp_path: Path) -> None:
@@ -109,8 +124,8 @@ def test_rollout_commands(tmp_path: Path) -> None:
     ledger = f"sqlite:///{tmp_path / 'l.db'}"
     runner = CliRunner()
     for args in (
-        ["set", "mcp", "1", "enabled"],
-        ["canary", "mcp", "2", "5", "--note", "new reader"],
+        ["set", "mcp", "1", "enabled", "--for-other-builds"],
+        ["canary", "mcp", "2", "5", "--note", "new reader", "--for-other-builds"],
     ):
         done = runner.invoke(main, ["rollout", *args, "--ledger", ledger])
         assert done.exit_code == 0, done.output
@@ -120,7 +135,19 @@ def test_rollout_commands(tmp_path: Path) -> None:
     }
     assert rows == {("1", "enabled", 0.0), ("2", "canary", 5.0)}
     done = runner.invoke(
-        main, ["rollout", "rollback", "mcp", "--from", "2", "--to", "1", "--ledger", ledger]
+        main,
+        [
+            "rollout",
+            "rollback",
+            "mcp",
+            "--from",
+            "2",
+            "--to",
+            "1",
+            "--for-other-builds",
+            "--ledger",
+            ledger,
+        ],
     )
     assert done.exit_code == 0, done.output
     assert "0 in-flight operations handed to 1" in done.output
@@ -146,10 +173,41 @@ def test_rollout_notes_a_version_no_worker_of_this_build_runs(tmp_path: Path) ->
         return done.output
 
     assert "note:" not in run("set", "2026-07-28", "1", "enabled")
-    assert "--runs 2026-07-28=2" in run("canary", "2026-07-28", "2", "5")
+    assert "--runs 2026-07-28=2" in run("canary", "2026-07-28", "2", "5", "--for-other-builds")
     assert "note:" not in run("set", "2026-07-28", "2", "draining")
     assert "note:" not in run("rollback", "2026-07-28", "--from", "2", "--to", "1")
-    assert "--runs 2026-07-28=0" in run("rollback", "2026-07-28", "--from", "1", "--to", "0")
+    assert "--runs 2026-07-28=0" in run(
+        "rollback", "2026-07-28", "--from", "1", "--to", "0", "--for-other-builds"
+    )
+
+
+def test_a_plan_routing_new_calls_where_no_worker_of_this_build_goes_is_refused(
+    tmp_path: Path,
+) -> None:
+    """The help's canary of a version this build does not run, on a fresh ledger: refused
+    when set (exit 5, nothing stored) with what to do instead; enabling it or rolling back
+    to it too; status lists what this build runs."""
+    ledger = f"sqlite:///{tmp_path / 'l.db'}"
+    runner = CliRunner()
+
+    def run(*args: str) -> Any:
+        return runner.invoke(main, ["rollout", *args, "--ledger", ledger])
+
+    refused = run("canary", "2026-07-28", "2", "10", "--note", "x")
+    assert refused.exit_code == 5, refused.output
+    assert "no worker of this build runs 2026-07-28 2" in refused.output
+    assert "--for-other-builds" in refused.output
+    assert "runs 2026-07-28 1" in refused.output
+    assert run("set", "2026-07-28", "2", "enabled").exit_code == 5
+    assert run("rollback", "2026-07-28", "--from", "1", "--to", "2").exit_code == 5
+    assert run("canary", "2026-07-28", "2", "0").exit_code == 0  # a share of nothing
+    assert run("set", "2026-07-28", "2", "disabled").exit_code == 0  # taking out: always
+    shown = run("status")
+    assert shown.exit_code == 0, shown.output
+    assert "this build runs:" in shown.output
+    assert "2026-07-28 1" in shown.output
+    status = json.loads(run("status", "--json").output)
+    assert {(r["adapter_version"], r["state"]) for r in status} == {("2", "disabled")}
 
 
 # --- claims filtered by adapter version (two builds side by side) ---------------------
@@ -351,7 +409,7 @@ def test_a_worker_runs_the_versions_its_build_carries_by_default(
         [*argv, *runs, "--ledger", f"sqlite:///{path}"],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=LOADED_MACHINE_S,
         check=False,
     )
     assert done.returncode == 4, done.stderr

@@ -14,6 +14,7 @@ from typing import Any
 import anyio
 import pytest
 from click.testing import CliRunner
+from tests.bounds import LOADED_MACHINE_S
 from tests.runtime.test_engine import binding
 
 from longcall.adapters.base import Adapter, Outcome, ToolBinding
@@ -28,7 +29,7 @@ from longcall.runtime.executor import Executor
 from longcall.runtime.rollout import shadow_call_node, shadow_report
 
 pytestmark = pytest.mark.anyio
-BOUND_S = 20.0
+BOUND_S = LOADED_MACHINE_S
 SHADOW = shadow_call_node("n", "2")
 
 

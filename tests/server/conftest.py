@@ -18,6 +18,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 from longcall.server import LongcallServer, build_reference_server, running_server
 
@@ -26,8 +27,8 @@ LEGACY = "2025-11-25"
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
 SUBSCRIPTION_ID = "io.modelcontextprotocol/subscriptionId"
 ELICITATION = {"elicitation": {"form": {}}}
-HTTP_TIMEOUT_S = 10.0
-STARTUP_LIMIT_S = 20.0
+HTTP_TIMEOUT_S = 60.0
+STARTUP_LIMIT_S = LOADED_MACHINE_S
 POLL_STEP_S = 0.05
 
 

@@ -9,6 +9,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 from conftest import LegacyClient, ModernClient
 from longcall.server import (
@@ -22,7 +23,7 @@ from longcall.server.tasks import LISTENER_BACKLOG_MAX, ChangeHub
 
 pytestmark = pytest.mark.anyio
 
-WAIT_LIMIT_S = 10.0
+WAIT_LIMIT_S = LOADED_MACHINE_S
 
 
 async def until(condition: Any) -> None:

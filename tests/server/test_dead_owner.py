@@ -1,14 +1,16 @@
 """A dead server process's running tasks are taken over at once, a live one's never (D1).
 
-Each server process holds a lock the operating system (SQLite: ``flock`` on a file
-beside the store) or the database (PostgreSQL: a session-level advisory lock) drops
-when the process dies. The leases here are 300 s, longer than any wait of the test, so
-a takeover can only come from that proof, and the history row says so.
+On SQLite each server process holds a ``flock`` on a file beside the store, which the
+kernel drops when the process dies. The leases here are 300 s, longer than any wait of
+the test, so a takeover can only come from that proof, and the history row says so.
+PostgreSQL proves no death (a free advisory lock shows only that a session ended, which
+happens while its process lives): there a killed owner's tasks wait for their lease.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import socket
@@ -41,19 +43,21 @@ HOLDER = textwrap.dedent(
     from longcall.server.model import NewTask, ProtocolVersion
     from longcall.server.store import SqliteTaskStore, open_store
 
-    async def main(url, owner):
+    async def main(url, owner, count):
         store = open_store(url)
         await store.hold_owner(owner)
-        task = NewTask(
-            task_id="t-held", principal="p", tool_name="tool", arguments={}, arguments_digest="d",
-            protocol=ProtocolVersion.MODERN, submission_key=None, created_at=time.time(),
-            ttl_ms=3_600_000, poll_interval_ms=100,
-        )
-        await store.create(task, owner=owner, lease_until=time.time() + {lease})
+        for number in range(count):
+            task = NewTask(
+                task_id="t-held" if number == 0 else f"t-held-{number}", principal="p",
+                tool_name="tool", arguments={}, arguments_digest="d",
+                protocol=ProtocolVersion.MODERN, submission_key=None,
+                created_at=time.time() + number, ttl_ms=3_600_000, poll_interval_ms=100,
+            )
+            await store.create(task, owner=owner, lease_until=time.time() + {lease})
         print("ready", flush=True)
         sys.stdin.readline()  # lives until the test kills it
 
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
     """
 ).replace("{lease}", str(LEASE_S))
 
@@ -63,30 +67,45 @@ def _owner_id() -> str:
     return f"{socket.gethostname()}/{os.getpid() + 100000}/feedc0de"
 
 
-@pytest.fixture
-def holder(store_url: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    """A child process that holds its owner's lock and one leased task, until killed."""
+def _proves_deaths(store_url: str) -> bool:
+    """Whether this backend proves a dead owner dead (SQLite) or leaves it to leases."""
+    return store_url.startswith("sqlite")
+
+
+@contextlib.contextmanager
+def _holding(store_url: str, tasks: int = 1) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A child process that holds its owner's lock and ``tasks`` leased tasks, until killed."""
     owner = _owner_id()
     child = subprocess.Popen(
-        [sys.executable, "-c", HOLDER, store_url, owner],
+        [sys.executable, "-c", HOLDER, store_url, owner, str(tasks)],
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         text=True,
     )
-    assert child.stdout is not None
-    # A blocking read of the child's first line: the event itself, not a poll.
-    assert child.stdout.readline().strip() == "ready"
-    yield child, owner
-    if child.poll() is None:
-        child.kill()
-    child.wait(timeout=CHILD_LIMIT_S)
+    try:
+        assert child.stdout is not None
+        # A blocking read of the child's first line: the event itself, not a poll.
+        assert child.stdout.readline().strip() == "ready"
+        yield child, owner
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait(timeout=CHILD_LIMIT_S)
+
+
+@pytest.fixture
+def holder(store_url: str) -> Iterator[tuple[subprocess.Popen[str], str]]:
+    """A child process that holds its owner's lock and one leased task, until killed."""
+    with _holding(store_url) as held:
+        yield held
 
 
 async def test_a_live_owner_keeps_its_tasks_and_a_dead_one_loses_them_at_once(
     store_url: str, holder: tuple[subprocess.Popen[str], str]
 ) -> None:
     """While the holder lives, no claim takes its leased task; once it is SIGKILLed, the
-    next claim takes it, saying the owner's process is gone, long before its lease ends."""
+    next claim takes it, saying the owner's process is gone, long before its lease ends
+    (SQLite). PostgreSQL proves no death: the task waits for its lease, then is taken."""
     child, owner = holder
     store = open_store(store_url)
     try:
@@ -95,11 +114,42 @@ async def test_a_live_owner_keeps_its_tasks_and_a_dead_one_loses_them_at_once(
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=CHILD_LIMIT_S)
         now = time.time()
+        note = DEAD_OWNER_NOTE
+        if not _proves_deaths(store_url):
+            assert await store.claim_expired("probe", now=now, until=now + LEASE_S) == []
+            now, note = now + LEASE_S + 1, ""  # the lease has run out: it alone decides
         (claimed,) = await store.claim_expired("probe", now=now, until=now + LEASE_S)
         assert claimed.task_id == "t-held"
         assert claimed.execution_epoch == 2
         history = await store.history("t-held")
-        assert history[-1].reason == f"claimed by probe from {owner}{DEAD_OWNER_NOTE}"
+        assert history[-1].reason == f"claimed by probe from {owner}{note}"
+    finally:
+        store.close()
+
+
+async def test_a_dead_owner_with_more_tasks_than_a_batch_loses_them_all_at_once(
+    tmp_path: Path,
+) -> None:
+    """SQLite: a claim takes one batch of a dead owner's tasks and keeps its lock file,
+    so the next round proves it dead again and takes the rest before any lease ends;
+    the file goes once the owner holds nothing."""
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    store = SqliteTaskStore(tmp_path / "s.db")
+    try:
+        with _holding(url, tasks=5) as (child, owner):
+            child.send_signal(signal.SIGKILL)
+            child.wait(timeout=CHILD_LIMIT_S)
+            taken: list[str] = []
+            for expected in (2, 2, 1):
+                now = time.time()
+                batch = await store.claim_expired("probe", now=now, until=now + LEASE_S, limit=2)
+                assert len(batch) == expected
+                taken += [record.task_id for record in batch]
+                assert store.owner_lock_path(owner).exists() == (expected == 2)
+            assert sorted(taken) == ["t-held", *(f"t-held-{n}" for n in range(1, 5))]
+            for task_id in taken:
+                history = await store.history(task_id)
+                assert history[-1].reason == f"claimed by probe from {owner}{DEAD_OWNER_NOTE}"
     finally:
         store.close()
 
@@ -125,6 +175,8 @@ async def test_a_restarted_server_takes_a_killed_ones_tasks_over_at_once(
     same store: before it answers its first request it has claimed the task because
     the dead process's lock was free (the lease, 300 s, is far from over), and it runs
     the task again (the tool is idempotent)."""
+    if not _proves_deaths(store_url):
+        pytest.skip("PostgreSQL proves no death: the holder test shows the lease decides")
     first = Serve(store_url, tmp_path / "first.log", lease_s=LEASE_S)
     second: Serve | None = None
     try:

@@ -21,6 +21,7 @@ from typing import Any
 import anyio
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 from conftest import ManualClock, ModernClient
 from longcall.server import LongcallServer, SqliteTaskStore, build_reference_server, running_server
@@ -31,7 +32,7 @@ from longcall.server.examples import register_reference_tools
 pytestmark = pytest.mark.anyio
 
 SUBMISSION_KEY = "dev.longcall/submissionKey"
-LOG_WAIT_LIMIT_S = 10.0
+LOG_WAIT_LIMIT_S = LOADED_MACHINE_S
 
 
 class LogWatch(logging.Handler):

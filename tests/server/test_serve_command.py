@@ -10,6 +10,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 from conftest import ModernClient, announced, start_logged, wait_ready
 
@@ -35,7 +36,7 @@ async def test_port_zero_announces_the_port_it_chose(
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
-            process.wait(timeout=20)
+            process.wait(timeout=LOADED_MACHINE_S)
 
 
 async def test_max_open_tasks_is_the_limit_the_server_keeps(
@@ -59,7 +60,7 @@ async def test_max_open_tasks_is_the_limit_the_server_keeps(
     finally:
         if process.poll() is None:
             process.send_signal(signal.SIGINT)
-            process.wait(timeout=20)
+            process.wait(timeout=LOADED_MACHINE_S)
     assert refused.status_code == 429
     assert refused.json()["error"]["data"] == {"limit": 2}
 
@@ -78,7 +79,7 @@ def test_the_commands_defaults_are_the_servers() -> None:
 def test_an_open_task_limit_below_one_is_refused() -> None:
     """0 would refuse every task: the command says so and exits non-zero, serving nothing."""
     argv = [sys.executable, "-m", "longcall", "serve", "--max-open-tasks", "0"]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=LOADED_MACHINE_S)
     assert done.returncode == 2
     assert "--max-open-tasks" in done.stderr
 
@@ -102,7 +103,9 @@ def test_serve_fails_in_one_line(tmp_path: Path, args: list[str], code: int, fra
     """``longcall serve`` with a value no server can use, or a store or address it
     cannot open: one line on stderr, no traceback, a non-zero exit."""
     argv = [sys.executable, "-m", "longcall", "serve", *args]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, cwd=tmp_path)
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=LOADED_MACHINE_S, cwd=tmp_path
+    )
     assert done.returncode == code, done.stderr
     assert "Traceback" not in done.stderr
     assert fragment in done.stderr

@@ -50,6 +50,9 @@ class ToolBinding:
     submission_lookup: bool
     """The server can prove by submission key whether it created an operation (X2)."""
     output_schema: Mapping[str, Any] | None = None
+    input_schema: Mapping[str, Any] | None = None
+    """The arguments the tool takes, as it lists them (MCP ``inputSchema``): checked
+    before a call is made, so a call the server would refuse spends no call node."""
     sync_timeout_s: float | None = None
     store_id: str | None = None
     """The identity of the durable store the server speaks for, if it says (C5)."""
@@ -111,6 +114,12 @@ class Adapter(abc.ABC):
         self, record: OperationRecord, answers: Mapping[str, Any]
     ) -> Outcome | None:
         """Deliver answers for input keys; None when the delivery itself is the outcome."""
+
+    async def tools(self) -> list[dict[str, Any]]:
+        """The tools the server lists, as listed, each with ``taskSupport`` as this
+        protocol reads it (``forbidden``, ``optional`` or ``required``). AdapterError
+        when this protocol has no listing."""
+        raise AdapterError(f"{self.protocol} offers no list of tools")
 
     async def list_tools(self) -> list[dict[str, Any]]:
         """Every tool the server lists, as listed (a gateway re-serves them); a protocol

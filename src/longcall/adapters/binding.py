@@ -3,7 +3,9 @@
 Owns: :func:`binding_of`, the binding a mapping made earlier in this process or one it
 makes now (a restarted process has none, and its result fetch must still check the
 output schema), :func:`schema_violation`, the check of a result value against the
-output schema a tool declares, and :func:`checked_validator`, the one cache of checked
+output schema a tool declares, :func:`arguments_violation`, the check of a call's
+arguments against the tool's input schema, and :func:`checked_validator`, the one
+cache of checked
 JSON Schemas (output schemas here, input forms in the runtime).
 
 Must not: perform I/O (the binding is made by the mapping's own ``bind`` exchange), or
@@ -55,6 +57,20 @@ def schema_violation(value: Any, schema: Mapping[str, Any], *, subject: str) -> 
     return f"{subject} violates the output schema at {where}: {error.message}"
 
 
+def arguments_violation(arguments: Mapping[str, Any], schema: Mapping[str, Any]) -> str | None:
+    """Why ``arguments`` break the tool's input schema, or None: also None when the
+    schema itself is broken, for then only the server can judge them."""
+    try:
+        validator = checked_validator(canonical_json(schema))
+    except (jsonschema.exceptions.SchemaError, ValueError, TypeError):
+        return None
+    error = jsonschema.exceptions.best_match(validator.iter_errors(dict(arguments)))
+    if error is None:
+        return None
+    where = "/".join(str(part) for part in error.absolute_path)
+    return f"{'argument ' + repr(where) + ': ' if where else ''}{error.message}"
+
+
 @functools.lru_cache(maxsize=256)
 def checked_validator(schema_json: bytes) -> Any:
     """A validator for one schema (its canonical JSON), checked against its meta-schema
@@ -66,4 +82,4 @@ def checked_validator(schema_json: bytes) -> Any:
     return validator_class(schema)
 
 
-__all__ = ["binding_of", "checked_validator", "schema_violation"]
+__all__ = ["arguments_violation", "binding_of", "checked_validator", "schema_violation"]

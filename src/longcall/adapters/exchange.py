@@ -136,14 +136,15 @@ HTTP_STATUS_FAILURES: Mapping[int, tuple[FailureKind, bool]] = {
     405: (FailureKind.BAD_REQUEST, False),
     406: (FailureKind.BAD_REQUEST, False),
     408: (FailureKind.TIMEOUT, True),
-    413: (FailureKind.BAD_REQUEST, False),
+    413: (FailureKind.REFUSED_UNREAD, False),
     415: (FailureKind.BAD_REQUEST, False),
     429: (FailureKind.RATE_LIMITED, False),
     503: (FailureKind.UNAVAILABLE, True),
 }
 """A status whose body is not the answer to our request. 4xx rejections of our framing
 (406 Not Acceptable, 415, a 400 whose JSON-RPC error has ``id: null``) prove the request
-was not processed; 429 too; a 5xx or 408 does not."""
+was not processed; 429 too; a 5xx or 408 does not. 413 (a body over the server's
+limit) is refused unread: the same request would be refused again."""
 
 
 def http_status_failure(status: int) -> tuple[FailureKind, bool]:

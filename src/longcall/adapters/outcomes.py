@@ -13,8 +13,9 @@ from __future__ import annotations
 
 from longcall.adapters.base import Outcome
 from longcall.adapters.exchange import TransportFailure
-from longcall.core.events import RequestFailed, SubmitOutcomeLost
-from longcall.core.retry import FailureKind, RequestKind
+from longcall.core.events import RequestFailed, SubmitOutcomeLost, SubmitRejected
+from longcall.core.keys import canonical_json, digest_bytes
+from longcall.core.retry import FailureKind, RequestKind, settles_create
 
 REQUEST_KINDS: dict[str, RequestKind] = {
     "SendSubmit": RequestKind.SUBMIT,
@@ -44,10 +45,26 @@ def request_failed(
 
 
 def submit_failed(failure: TransportFailure) -> Outcome:
-    """X2: a create that may have been processed is lost; one proven unprocessed failed."""
+    """X2: a create that may have been processed is lost; one proven unprocessed failed;
+    one refused unread (over the server's size limit, unparseable) is the call's outcome:
+    nothing exists, and the same bytes would be refused again."""
     if failure.processed_possible:
         return Outcome(event=SubmitOutcomeLost(reason=f"{failure.kind.value}: {failure.detail}"))
+    if settles_create(RequestKind.SUBMIT, failure.kind):
+        return refused_unread(failure)
     return request_failed(RequestKind.SUBMIT, failure)
+
+
+def refused_unread(failure: TransportFailure) -> Outcome:
+    """A create the server refused unread, as its terminal error: the refusal (the HTTP
+    status and the server's words, which name the limit) is the evidence kept."""
+    reason = f"the server refused the request unread, so nothing was created: {failure.detail}"
+    payload = canonical_json(
+        {"error": {"refused_unread": True, "http_status": failure.http_status, "message": reason}}
+    )
+    return Outcome(
+        event=SubmitRejected(reason=reason, result_digest=digest_bytes(payload)), payload=payload
+    )
 
 
 def failure_outcome(command: str, failure: TransportFailure) -> Outcome:
@@ -84,6 +101,7 @@ __all__ = [
     "failure_outcome",
     "foreign_identity",
     "no_operation_id",
+    "refused_unread",
     "request_failed",
     "submit_failed",
     "unsupported",

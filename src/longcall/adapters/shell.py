@@ -82,6 +82,14 @@ class MappedAdapter(Adapter):
         binding: ToolBinding = await self._run(self.mapping.bind(tool_name))
         return binding
 
+    async def tools(self) -> list[dict[str, Any]]:
+        listing = getattr(self.mapping, "tools", None)
+        if listing is None:
+            return await super().tools()
+        tools: list[dict[str, Any]] = await self._run(listing())
+        allowed = self.allowed_tools
+        return [t for t in tools if allowed is None or t.get("name") in allowed]
+
     async def list_tools(self) -> list[dict[str, Any]]:
         """Every tool listed at an MCP-framed server (``tools/list``, paginated), less
         the ones this caller may not call (C1)."""

@@ -4,11 +4,11 @@ Owns: the command group, its options (``-h``, ``--debug``), and the one place wh
 error that ends a command becomes one line on stderr and a documented exit status
 (:class:`~longcall.cli.common.ExitCode`); Ctrl-C says how to resume and exits 130.
 
-The package holds every command, one module per command group (``call``, ``worker``,
-``ops``, ``rollout``, ``serve``, ``sim``, ``demo``, ``console``), each a thin layer over a public
-API. A command module imports what it drives (the server library, the simulator, the
-executor) only when the command runs, so that ``longcall --help`` stays fast and a
-missing optional dependency only affects its own command.
+The package holds every command, one module per command group (``call``, ``tools``,
+``worker``, ``ops``, ``rollout``, ``serve``, ``sim``, ``demo``, ``console``), each a thin
+layer over a public API. A command module imports what it drives (the server library,
+the simulator, the executor) only when the command runs, so that ``longcall --help``
+stays fast and a missing optional dependency only affects its own command.
 """
 
 from __future__ import annotations
@@ -18,12 +18,19 @@ from typing import Any
 
 import click
 
-from longcall.cli import call, console, demo, gateway, ops, rollout, serve, sim, worker
-from longcall.cli.common import EXIT_CODES_HELP, RESUME_KEY, ExitCode, describe_error, exit_code_of
+from longcall.cli import call, console, demo, gateway, ops, rollout, serve, sim, tools, worker
+from longcall.cli.common import (
+    EXIT_CODES_HELP,
+    RESUME_KEY,
+    UNRECORDED_KEY,
+    ExitCode,
+    describe_error,
+    exit_code_of,
+)
 
 DEBUG_ENV = "LONGCALL_DEBUG"
-DRIVE_CALLS = ("call", "worker", "ops")
-"""The commands whose calls go on at their servers when the command is interrupted."""
+DRIVE_CALLS = ("call", "ops")
+"""The commands whose call goes on at its server when the command is interrupted."""
 
 
 class LongcallGroup(click.Group):
@@ -54,16 +61,8 @@ class LongcallGroup(click.Group):
             click.echo(f"longcall: {exc.format_message()}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:
-            resume = _meta(ctx, RESUME_KEY)
             click.echo("", err=True)
-            if ctx.invoked_subcommand in DRIVE_CALLS:
-                click.echo(
-                    "longcall: interrupted; only local waiting stopped, the call goes on."
-                    + (f" Resume with: {resume}" if resume else ""),
-                    err=True,
-                )
-            else:  # a server, the simulator, a plan change: nothing goes on elsewhere
-                click.echo("longcall: interrupted", err=True)
+            click.echo(f"longcall: {interrupted_line(ctx)}", err=True)
             ctx.exit(int(ExitCode.INTERRUPTED))
         except Exception as exc:
             if ctx.meta.get("longcall.debug"):
@@ -82,6 +81,29 @@ def _has_surrogate(text: str) -> bool:
 def _escaped(text: str) -> bool:
     """Whether every surrogate stands for an undecodable byte (as the OS hands them over)."""
     return all(not "\ud800" <= ch <= "\udfff" or "\udc80" <= ch <= "\udcff" for ch in text)
+
+
+def interrupted_line(ctx: click.Context) -> str:
+    """What Ctrl-C stopped, as the ledger has it: a call node never recorded was never
+    sent; a recorded one goes on (and the line says how to resume it); a worker's
+    operations go on with the next worker; anything else stopped here."""
+    command = ctx.invoked_subcommand
+    if command == "worker":
+        restart = _meta(ctx, RESUME_KEY)
+        return (
+            "interrupted; the worker stopped. Its operations go on at their servers and"
+            " the next worker on this ledger carries them on"
+            + (f" (restart it with: {restart})" if restart else "")
+        )
+    if command not in DRIVE_CALLS:  # a server, the simulator, a plan change
+        return "interrupted"
+    unrecorded = _meta(ctx, UNRECORDED_KEY)
+    if unrecorded is not None and unrecorded():
+        return "interrupted before the call was recorded: nothing was sent"
+    resume = _meta(ctx, RESUME_KEY)
+    return "interrupted; only local waiting stopped, the call goes on." + (
+        f" Resume with: {resume}" if resume else ""
+    )
 
 
 def _meta(ctx: click.Context, key: str) -> Any:
@@ -108,6 +130,7 @@ def main(ctx: click.Context, debug: bool) -> None:
     \b
     Examples:
       longcall serve --port 8765 &
+      longcall tools http://127.0.0.1:8765/mcp
       longcall call http://127.0.0.1:8765/mcp sleep_report --args '{"seconds": 5, "rows": 3}' --wait
       longcall ops list
     """
@@ -115,7 +138,7 @@ def main(ctx: click.Context, debug: bool) -> None:
 
 
 # ``longcall.cli.NAME`` stays the module; each holds the command of its name.
-for _module in (call, worker, ops, rollout, serve, sim, demo, console, gateway):
+for _module in (call, tools, worker, ops, rollout, serve, sim, demo, console, gateway):
     main.add_command(getattr(_module, _module.__name__.rpartition(".")[2]))
 
 __all__ = ["ExitCode", "main"]

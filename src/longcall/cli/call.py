@@ -6,6 +6,8 @@ client, and prints the result. Must not: decide anything the Python API does not
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
 import click
@@ -13,6 +15,7 @@ import click
 from longcall.cli.common import (
     LONGEST_WAIT_S,
     RESUME_KEY,
+    UNRECORDED_KEY,
     FiniteFloatRange,
     client_for,
     json_option,
@@ -23,12 +26,14 @@ from longcall.cli.common import (
     parse_json,
     qps_option,
     quiet_option,
+    read_argument_text,
     run_async,
     servers_from,
     servers_option,
     shell_quote,
+    unrecorded_check,
 )
-from longcall.cli.show import ProgressView, ask_a_person, print_result
+from longcall.cli.show import ProgressView, ask_a_person, print_result, say_replayed
 from longcall.client import (
     CallResult,
 )
@@ -42,7 +47,11 @@ from longcall.errors import (
 @click.argument("url", metavar="SERVER")
 @click.argument("tool")
 @click.option(
-    "--args", "args_json", default="{}", metavar="JSON", help="Tool arguments, a JSON object."
+    "--args",
+    "args_json",
+    default="{}",
+    metavar="JSON",
+    help="Tool arguments, a JSON object; @FILE reads it from a file, - from stdin.",
 )
 @click.option("--node", default=None, help="Call node id (default: from the tool and arguments).")
 @ledger_option
@@ -55,6 +64,12 @@ from longcall.errors import (
     help="With --wait: stop waiting after this many seconds (the call goes on).",
 )
 @json_option
+@click.option(
+    "--result",
+    "result_only",
+    is_flag=True,
+    help="With --wait: print only the result (its structured content) as JSON, for pipes.",
+)
 @quiet_option
 @click.option(
     "--protocol",
@@ -89,6 +104,7 @@ def call(
     wait: bool,
     timeout_s: float | None,
     as_json: bool,
+    result_only: bool,
     quiet: bool,
     protocol: str | None,
     budget_s: float | None,
@@ -100,8 +116,9 @@ def call(
     until it is settled.
 
     Calling the same node again with the same URL, tool and arguments attaches to its
-    operation (or prints its receipt) and never submits twice; anything else on that
-    node is refused. Without --wait the command returns once the server holds the
+    operation (or prints its receipt, saying nothing was sent) and never submits twice;
+    anything else on that node is refused. To make the same call again on purpose,
+    give it a new node: --node NAME. Without --wait the command returns once the server holds the
     operation, and `longcall worker` or `longcall ops wait NODE` drives it on.
 
     With --wait, a question the tool asks is answered from --answer fields when they
@@ -111,12 +128,17 @@ def call(
     \b
     Examples:
       longcall call http://127.0.0.1:8765/mcp sleep_report --args '{"seconds": 5, "rows": 3}' --wait
-      longcall call http://127.0.0.1:8765/mcp approve --args '{"change": "x"}' \
+      longcall call http://127.0.0.1:8765/mcp approve --args '{"change": "x"}' \\
           --answer approved=true --wait
       longcall call http://127.0.0.1:8765/v1 crawl --args '{"pages": 2, "items_per_page": 5}'
+      longcall call http://127.0.0.1:8765/mcp sleep_report --args @args.json --wait
+      longcall call http://127.0.0.1:8765/mcp crawl --args '{"pages": 1, "items_per_page": 2}' \\
+          --wait --result | jq .items
       longcall call reports sleep_report --servers servers.toml --wait   # a configured name
     """
-    arguments = parse_json(args_json, "--args")
+    if result_only and not wait:
+        raise click.UsageError("--result prints a settled call's result: use it with --wait")
+    arguments = parse_json(read_argument_text(args_json, "--args"), "--args")
     if not isinstance(arguments, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--args")
     fields = parse_fields(answers, "--answer")
@@ -132,9 +154,16 @@ def call(
     node = default_node_id(tool, arguments) if node is None else node
     check_call_node_id(node)  # an empty --node too: it is not "no --node"
     ctx.meta[RESUME_KEY] = f"longcall ops wait {shell_quote(node)}{ledger_shown(ledger_url)}"
+    ctx.meta[UNRECORDED_KEY] = unrecorded_check(ledger_url, node)
     view = ProgressView(node, enabled=wait and not quiet)
 
     async def main() -> CallResult:
+        refused: asyncio.Future[CallResult] = asyncio.get_running_loop().create_future()
+
+        def refuse(error: BaseException) -> None:
+            if not refused.done():
+                refused.set_exception(error)
+
         async with client_for(
             ledger_url,
             create=True,
@@ -142,23 +171,42 @@ def call(
             servers_path=servers_path,
             sign_in=True,
             poll_qps_max=qps,
+            push=wait,  # returning once submitted: a push stream would only be dropped
             on_progress=view.update,
-            on_input=ask_a_person(view, ledger_url, fields) if wait or fields else None,
+            on_input=ask_a_person(view, ledger_url, fields, refuse) if wait or fields else None,
         ) as client:
             with view:
-                return await client.call(
-                    url,
-                    tool,
-                    arguments,
-                    node=node,
-                    protocol=protocol,
-                    wait=wait,
-                    through_input=True,
-                    budget_s=budget_s,
-                    timeout_s=timeout_s,
+                calling = asyncio.ensure_future(
+                    client.call(
+                        url,
+                        tool,
+                        arguments,
+                        node=node,
+                        protocol=protocol,
+                        wait=wait,
+                        through_input=True,
+                        budget_s=budget_s,
+                        timeout_s=timeout_s,
+                    )
                 )
+                # --answer fields that do not fit the form end the command (the call
+                # goes on, waiting for an answer), as `ops answer` refuses them.
+                try:
+                    await asyncio.wait({calling, refused}, return_when=asyncio.FIRST_COMPLETED)
+                finally:
+                    if not calling.done():
+                        calling.cancel()
+                        await asyncio.gather(calling, return_exceptions=True)
+                if refused.done():
+                    return refused.result()
+                return calling.result()
 
     result = run_async(main)
-    print_result(result, as_json=as_json, ledger_url=ledger_url)
+    if result.replayed and not result_only:
+        say_replayed(result)
+    if result_only and result.record.is_terminal:
+        click.echo(json.dumps(result.structured, indent=2, sort_keys=True))
+    else:
+        print_result(result, as_json=as_json, ledger_url=ledger_url, asked=view.asked)
     if wait or result.settled:
         raise click.exceptions.Exit(int(outcome_exit(result)))

@@ -14,6 +14,7 @@ import json
 import math
 import os
 import re
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
@@ -41,6 +42,7 @@ from longcall.errors import (
     IntegrityError,
     InvalidArguments,
     InvalidCallNode,
+    LedgerMissing,
     LocalProtocolError,
     LongcallError,
     MissingCredential,
@@ -75,7 +77,7 @@ class ExitCode(enum.IntEnum):
     PENDING = 7
     """Not finished yet (the call goes on)."""
     INTERRUPTED = 130
-    """Ctrl-C: only local waiting stopped; the call goes on."""
+    """Ctrl-C: only local waiting stopped; a recorded call goes on."""
 
 
 EXIT_CODES_HELP = """\b
@@ -89,7 +91,8 @@ Exit codes:
        an action the operation's state does not allow
   6    the server could not be reached
   7    not finished yet (the call goes on)
-  130  interrupted (Ctrl-C): the call goes on; the last line says how to resume
+  130  interrupted (Ctrl-C): a recorded call goes on (the last line says how to
+       resume it); one interrupted before it was recorded was never sent
 """
 
 EXIT_OF_OUTCOME = {
@@ -103,6 +106,9 @@ EXIT_OF_OUTCOME = {
 
 RESUME_KEY = "longcall.resume"
 """Where a command leaves its how-to-resume line for the Ctrl-C handler (ctx.meta)."""
+UNRECORDED_KEY = "longcall.unrecorded"
+"""Where a command that records a call leaves a check for the Ctrl-C handler: true
+while the ledger holds no record of it (then nothing was sent)."""
 MESSAGE_CHARS_MAX = 300
 
 
@@ -151,6 +157,11 @@ def describe_error(exc: BaseException) -> str:
     )
 
 
+def plural(count: int, noun: str) -> str:
+    """``1 mutant``, ``2 mutants``: a count and its noun, agreed."""
+    return f"{count} {noun}{'' if count == 1 else 's'}"
+
+
 def fail(message: str, code: ExitCode) -> NoReturn:
     """End the command with a one-line message on stderr and ``code``."""
     click.echo(f"longcall: {message}", err=True)
@@ -189,6 +200,21 @@ def parse_json(text: str, option: str) -> Any:
     except ValueError as exc:
         raise click.BadParameter(f"not JSON: {one_line(str(exc))}", param_hint=option) from None
     return value
+
+
+def read_argument_text(value: str, option: str) -> str:
+    """An option's JSON text as given, or read from a file (``@PATH``) or stdin (``-``):
+    arguments too large for a command line (a usage error when they cannot be read)."""
+    if value == "-":
+        return sys.stdin.read()
+    if not value.startswith("@"):
+        return value
+    path = Path(value[1:])
+    try:
+        return path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise click.BadParameter(f"cannot read {path}: {why}", param_hint=option) from None
 
 
 def parse_fields(items: Sequence[str], option: str) -> dict[str, str]:
@@ -308,6 +334,22 @@ def servers_from(path: Path | None) -> ServersConfig:
             return ServersConfig()
         path = default
     return load_servers(path)
+
+
+def unrecorded_check(ledger_url: str | None, node: str) -> Callable[[], bool]:
+    """Whether the ledger holds no record of ``node`` (no ledger at all counts as none):
+    read when Ctrl-C arrives, after every ledger write in flight has ended."""
+
+    def unrecorded() -> bool:
+        try:
+            with on_the_ledger(ledger_url) as client:
+                return client.ledger.find(node) is None
+        except LedgerMissing:
+            return True
+        except LongcallError:
+            return False  # cannot tell: say how to resume, which says what it finds
+
+    return unrecorded
 
 
 @contextlib.contextmanager

@@ -267,7 +267,7 @@ def ops_wait(
                 return await client.wait(node, timeout_s=timeout_s, through_input=True)
 
     result = run_async(main)
-    print_result(result, as_json=as_json, ledger_url=ledger_url)
+    print_result(result, as_json=as_json, ledger_url=ledger_url, asked=view.asked)
     raise click.exceptions.Exit(int(outcome_exit(result)))
 
 
@@ -329,7 +329,7 @@ def ops_cancel(node: str, ledger_url: str | None, as_json: bool) -> None:
 @click.argument("fields", nargs=-1, metavar="[FIELD=VALUE]...")
 @click.option("--key", default=None, help="The input request to answer, when several wait.")
 @click.option(
-    "--json",
+    "--answer-json",
     "answer_json",
     default=None,
     metavar="JSON",
@@ -338,6 +338,7 @@ def ops_cancel(node: str, ledger_url: str | None, as_json: bool) -> None:
 @click.option("--decline", is_flag=True, help="Answer no.")
 @click.option("--cancel", "dismiss", is_flag=True, help="Dismiss the question without a choice.")
 @ledger_option
+@json_option
 def ops_answer(
     node: str,
     fields: tuple[str, ...],
@@ -346,6 +347,7 @@ def ops_answer(
     decline: bool,
     dismiss: bool,
     ledger_url: str | None,
+    as_json: bool,
 ) -> None:
     """Answer the question NODE waits for, by field name; the answer is checked against
     the form before it is stored, and a running driver sends it within a second.
@@ -354,12 +356,15 @@ def ops_answer(
     Examples:
       longcall ops answer gate approved=true
       longcall ops answer gate --decline
-      longcall ops answer gate --key elicit-1 \
-          --json '{"action": "accept", "content": {"approved": false}}'
+      longcall ops answer gate --key elicit-1 \\
+          --answer-json '{"action": "accept", "content": {"approved": false}}'
+      longcall ops answer gate approved=true --json
     """
     chosen = sum(bool(x) for x in (fields, answer_json, decline, dismiss))
     if chosen != 1:
-        raise click.UsageError("give FIELD=VALUE pairs, or --json, or --decline, or --cancel")
+        raise click.UsageError(
+            "give FIELD=VALUE pairs, or --answer-json, or --decline, or --cancel"
+        )
     with on_the_ledger(ledger_url) as client:
         request = client.input_request(node)
         if request is None:
@@ -370,7 +375,7 @@ def ops_answer(
             run_async(lambda: client.answer(node, fields=parsed, key=key))
         else:
             if answer_json is not None:
-                body = parse_json(answer_json, "--json")
+                body = parse_json(answer_json, "--answer-json")
             else:
                 body = {"action": "decline" if decline else "cancel"}
             keys = [key] if key is not None else list(request.keys)
@@ -378,6 +383,9 @@ def ops_answer(
                 raise InvalidAnswer(f"{node!r} waits for {', '.join(keys)}: name one with --key")
             run_async(lambda: client.answer(node, {keys[0]: body}))
         after = client.result(node)
+    if as_json:
+        click.echo(json.dumps(after.to_json(), indent=2, sort_keys=True))
+        return
     pending = list(after.record.input_keys_pending)
     click.echo(
         f"{node}: answer stored for round {request.input_round}"
@@ -410,6 +418,7 @@ def ops_answer(
     help="The outcome, as JSON (completed/failed/cancelled).",
 )
 @ledger_option
+@json_option
 def ops_reconcile(
     node: str,
     resolution: str,
@@ -418,6 +427,7 @@ def ops_reconcile(
     operation_id: str | None,
     result_json: str | None,
     ledger_url: str | None,
+    as_json: bool,
 ) -> None:
     """Resolve an operation that waits for an operator, recorded with who and why.
 
@@ -438,4 +448,7 @@ def ops_reconcile(
                 result=result_value,
             )
         )
+    if as_json:
+        click.echo(json.dumps(after.to_json(), indent=2, sort_keys=True))
+        return
     click.echo(f"{node}: {after.state.value} (by {actor}: {note})")

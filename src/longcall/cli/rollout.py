@@ -19,7 +19,14 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from longcall.cli.common import FiniteFloatRange, client_for, json_option, ledger_option
+from longcall.cli.common import (
+    ExitCode,
+    FiniteFloatRange,
+    client_for,
+    fail,
+    json_option,
+    ledger_option,
+)
 from longcall.core.keys import first_unprintable
 from longcall.errors import LongcallError
 from longcall.ledger import ADAPTER_STATES, AdapterPlan, Ledger
@@ -32,7 +39,7 @@ def rollout() -> None:
     \b
     Examples:
       longcall rollout status
-      longcall rollout canary 2026-07-28 2 10 --note "new mapping on a tenth"
+      longcall rollout canary 2026-07-28 2 10 --for-other-builds --note "new mapping on a tenth"
       longcall rollout rollback 2026-07-28 --from 2 --to 1 --note "divergent results"
     """
 
@@ -62,7 +69,8 @@ def _ledger(url: str | None, *, create: bool = False) -> Iterator[Ledger]:
 @ledger_option
 @json_option
 def rollout_status(ledger_url: str | None, as_json: bool) -> None:
-    """Show the plan, and how many open operations each adapter version drives.
+    """Show the plan, how many open operations each adapter version drives, and the
+    adapter versions this build runs.
 
     \b
     Example:
@@ -108,11 +116,14 @@ def rollout_status(ledger_url: str | None, as_json: bool) -> None:
             row["note"],
         )
     Console().print(table)
+    carried = ", ".join(f"{p} {v}" for p, v in sorted(_carried()) if not p.endswith("/sync"))
+    click.echo(f"this build runs: {carried} (and plain MCP tools calls)")
     if any(row["state"] == "shadow" for row in rows):
         click.echo("how the shadow calls compare: longcall rollout shadow-report")
 
 
-def _write(ledger_url: str | None, plan: AdapterPlan) -> None:
+def _write(ledger_url: str | None, plan: AdapterPlan, *, other_builds: bool = False) -> None:
+    _refuse_if_not_carried(plan, other_builds=other_builds)
     with _ledger(ledger_url, create=True) as ledger:
         ledger.set_rollout(plan)
     click.echo(f"{plan.protocol} {plan.adapter_version}: {plan.state}")
@@ -120,12 +131,32 @@ def _write(ledger_url: str | None, plan: AdapterPlan) -> None:
         _note_if_not_carried(plan.protocol, plan.adapter_version)
 
 
+def _carried() -> frozenset[tuple[str, str]]:
+    from longcall.adapters.routing import carried_versions  # not at start-up: slow
+
+    return carried_versions()
+
+
+def _refuse_if_not_carried(plan: AdapterPlan, *, other_builds: bool) -> None:
+    """A plan that would send new calls where no worker of this build goes is refused
+    before it is stored, with what to do instead (``--for-other-builds`` when workers of
+    another build do run that version)."""
+    from longcall.runtime.rollout import uncarried_target
+
+    why = None if other_builds else uncarried_target(plan, _carried())
+    if why is not None:
+        fail(
+            f"refused: {why}. Roll out a version this build carries (longcall rollout"
+            " status lists them), or, if workers of another build run"
+            f" {plan.protocol} {plan.adapter_version}, add --for-other-builds",
+            ExitCode.REFUSED,
+        )
+
+
 def _note_if_not_carried(protocol: str, version: str) -> None:
     """Operations bound to a version this build's adapters do not bind are driven only
     by a worker that names it: say so where the plan sends work there."""
-    from longcall.adapters.routing import carried_versions  # not at start-up: slow
-
-    if (protocol, version) in carried_versions():
+    if (protocol, version) in _carried():
         return
     click.echo(
         f"note: this build's workers do not run {protocol} {version}; its operations wait"
@@ -135,13 +166,25 @@ def _note_if_not_carried(protocol: str, version: str) -> None:
     )
 
 
+other_builds_option = click.option(
+    "--for-other-builds",
+    "other_builds",
+    is_flag=True,
+    help="The version is run by workers of another build: set the plan although no"
+    " worker of this build runs it.",
+)
+
+
 @rollout.command("set")
 @click.argument("protocol", callback=_a_name)
 @click.argument("version", callback=_a_name)
 @click.argument("state", type=click.Choice(ADAPTER_STATES))
 @click.option("--note", default="", help="Why (kept in the plan).")
+@other_builds_option
 @ledger_option
-def rollout_set(protocol: str, version: str, state: str, note: str, ledger_url: str | None) -> None:
+def rollout_set(
+    protocol: str, version: str, state: str, note: str, other_builds: bool, ledger_url: str | None
+) -> None:
     """Set VERSION of PROTOCOL to STATE (draining/disabled: no new calls, in-flight go on).
 
     \b
@@ -149,7 +192,9 @@ def rollout_set(protocol: str, version: str, state: str, note: str, ledger_url: 
       longcall rollout set 2025-11-25 1 draining --note "moving callers to 2026-07-28"
     """
     _write(
-        ledger_url, AdapterPlan(protocol=protocol, adapter_version=version, state=state, note=note)
+        ledger_url,
+        AdapterPlan(protocol=protocol, adapter_version=version, state=state, note=note),
+        other_builds=other_builds,
     )
 
 
@@ -158,15 +203,25 @@ def rollout_set(protocol: str, version: str, state: str, note: str, ledger_url: 
 @click.argument("version", callback=_a_name)
 @click.argument("percent", type=FiniteFloatRange(0, 100))
 @click.option("--note", default="", help="Why (kept in the plan).")
+@other_builds_option
 @ledger_option
 def rollout_canary(
-    protocol: str, version: str, percent: float, note: str, ledger_url: str | None
+    protocol: str,
+    version: str,
+    percent: float,
+    note: str,
+    other_builds: bool,
+    ledger_url: str | None,
 ) -> None:
-    """Route PERCENT of new PROTOCOL calls (a stable share of call nodes) to VERSION.
+    """Route PERCENT of new PROTOCOL calls (a stable share of call nodes) to VERSION;
+    the others go to the enabled version (or, with none enabled, to this build's).
+
+    A version no worker of this build runs is refused, unless workers of another build
+    run it (--for-other-builds).
 
     \b
     Example:
-      longcall rollout canary 2026-07-28 2 10 --note "new mapping on a tenth"
+      longcall rollout canary 2026-07-28 2 10 --for-other-builds --note "new mapping on a tenth"
     """
     plan = AdapterPlan(
         protocol=protocol,
@@ -175,7 +230,7 @@ def rollout_canary(
         canary_percent=percent,
         note=note,
     )
-    _write(ledger_url, plan)
+    _write(ledger_url, plan, other_builds=other_builds)
 
 
 @rollout.command("shadow")
@@ -261,9 +316,15 @@ def rollout_shadow_report(ledger_url: str | None, as_json: bool) -> None:
     "--to", "to_version", required=True, callback=_a_name, help="The version that takes over."
 )
 @click.option("--note", default="", help="Why (kept in the plan).")
+@other_builds_option
 @ledger_option
 def rollout_rollback(
-    protocol: str, from_version: str, to_version: str, note: str, ledger_url: str | None
+    protocol: str,
+    from_version: str,
+    to_version: str,
+    note: str,
+    other_builds: bool,
+    ledger_url: str | None,
 ) -> None:
     """Stop new calls on FROM, and hand its in-flight operations to TO at a new epoch.
 
@@ -275,6 +336,10 @@ def rollout_rollback(
 
     if from_version == to_version:
         raise click.BadParameter("--from and --to name the same version", param_hint="--to")
+    _refuse_if_not_carried(
+        AdapterPlan(protocol=protocol, adapter_version=to_version, state="enabled"),
+        other_builds=other_builds,
+    )
     with _ledger(ledger_url, create=True) as ledger:
         try:
             rebound = rollback(

@@ -23,7 +23,8 @@ from longcall.errors import LongcallError, MetricsPortUnavailable
     "--store",
     "store_url",
     default=None,
-    help="Task store URL (sqlite:///PATH, or postgresql://... shared by several servers).",
+    help="Task store URL (sqlite:///PATH, or postgresql://... shared by several servers;"
+    " default: longcall-tasks.db in the working directory).",
 )
 @click.option("--host", default="127.0.0.1", show_default=True, help="Interface to bind.")
 @click.option(

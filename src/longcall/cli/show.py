@@ -24,6 +24,7 @@ from longcall.client import (
 )
 from longcall.client import Progress as CallProgress
 from longcall.core import State
+from longcall.errors import InvalidAnswer
 
 # --- what people read -----------------------------------------------------------------
 
@@ -52,7 +53,9 @@ def answer_command(request: InputRequest, ledger_url: str | None) -> str:
         pairs = " ".join(f"{f.name}={shell_quote(f.example())}" for f in fields)
         return f"longcall ops answer {node} {pairs}{where}".replace("  ", " ")
     key = shell_quote(request.questions[0].key)
-    return f'longcall ops answer {node} --key {key} --json \'{{"action": "accept", …}}\'{where}'
+    return (
+        f'longcall ops answer {node} --key {key} --answer-json \'{{"action": "accept", …}}\'{where}'
+    )
 
 
 def input_lines(request: InputRequest, ledger_url: str | None) -> list[str]:
@@ -90,8 +93,11 @@ def next_step(result: CallResult, ledger_url: str | None) -> str | None:
     return None
 
 
-def print_result(result: CallResult, *, as_json: bool, ledger_url: str | None) -> None:
-    """A call node for people (a table on stdout, the next step on stderr) or machines."""
+def print_result(
+    result: CallResult, *, as_json: bool, ledger_url: str | None, asked: bool = False
+) -> None:
+    """A call node for people (a table on stdout, the next step on stderr) or machines;
+    ``asked``: its question was shown already (by the waiting command), not again."""
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
     else:
@@ -122,12 +128,29 @@ def print_result(result: CallResult, *, as_json: bool, ledger_url: str | None) -
                 table.add_row(name, escape(text))
         out_console().print(table)
     console = err_console()
-    if result.input is not None:
+    if result.input is not None and not asked:
         for line in input_lines(result.input, ledger_url):
             console.print(escape(line), soft_wrap=True)
     step = next_step(result, ledger_url)
     if step is not None:
         console.print(escape(step), soft_wrap=True)
+
+
+def say_replayed(result: CallResult) -> None:
+    """On stderr: a replayed call sent nothing, when it was accepted, and how to make the
+    call again on purpose."""
+    import time
+
+    receipt = result.receipt
+    when = receipt.accepted_at if receipt is not None else result.record.updated_at
+    at = time.strftime("%H:%M", time.localtime(when))
+    err_console().print(
+        escape(
+            f"longcall: {result.call_node_id} was already accepted at {at}; nothing sent"
+            " (this is its receipt). To call again on purpose, give a new node: --node NAME"
+        ),
+        soft_wrap=True,
+    )
 
 
 class ProgressView:
@@ -147,6 +170,8 @@ class ProgressView:
             disable=not enabled or not console.is_terminal,
         )
         self.task: TaskID | None = None
+        self.asked = False
+        """A question was shown (so the final view need not show it again)."""
 
     def __enter__(self) -> ProgressView:
         self.progress.start()
@@ -159,6 +184,7 @@ class ProgressView:
     def asking(self, lines: Sequence[str]) -> None:
         """Show a question above the bar (or alone, without one), and say the call waits."""
         console = self.progress.console if not self.progress.disable else err_console()
+        self.asked = True
         for line in lines:
             console.print(escape(line), soft_wrap=True)
         if self.task is not None:
@@ -182,34 +208,33 @@ class ProgressView:
             self.progress.update(self.task, description=description)
 
 
-def answers_from_fields(request: InputRequest, fields: Mapping[str, str]) -> dict[str, Any] | None:
-    """Answers to each form of a round from ``--answer`` fields, when they cover its
-    required fields; None (a person decides) otherwise."""
-    from longcall.runtime.inputs import answer_from_fields
-
-    if not fields:
-        return None
-    answers: dict[str, Any] = {}
-    for question in request.questions:
-        if not question.is_form:
-            return None
-        known = {f.name for f in question.fields}
-        given = {k: v for k, v in fields.items() if k in known}
-        if not all(f.name in given for f in question.fields if f.required):
-            return None
-        answers[question.key] = answer_from_fields(question, given)
-    return answers
-
-
 def ask_a_person(
-    view: ProgressView, ledger_url: str | None, fields: Mapping[str, str] | None = None
+    view: ProgressView,
+    ledger_url: str | None,
+    fields: Mapping[str, str] | None = None,
+    refuse: Callable[[BaseException], None] | None = None,
 ) -> Callable[[InputRequest], Any]:
     """The input callback of a waiting command: answer from ``--answer`` fields where they
     fit; else show the question and the command that answers it, and leave it to the
-    person (who answers from another terminal while this command keeps waiting)."""
+    person (who answers from another terminal while this command keeps waiting). Fields
+    that do not fit the form (a misspelt name, a value its type cannot read) are handed
+    to ``refuse`` with the command that answers, and the question is left to a person."""
+    from longcall.runtime.inputs import answers_from_form_fields
 
     async def on_input(request: InputRequest) -> dict[str, Any] | None:
-        answers = answers_from_fields(request, fields or {})
+        try:
+            answers = answers_from_form_fields(request, fields or {})
+        except InvalidAnswer as exc:
+            if refuse is None:
+                raise
+            refuse(
+                InvalidAnswer(
+                    f"--answer does not fit the question of {request.call_node_id}: {exc}."
+                    " The call goes on and waits for an answer:"
+                    f" {answer_command(request, ledger_url)}"
+                )
+            )
+            return None
         if answers is not None:
             return answers
         view.asking(input_lines(request, ledger_url))

@@ -18,6 +18,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
 from rich.table import Table
 
+from longcall.cli.common import plural
+
 if TYPE_CHECKING:  # the simulator loads when it runs, never for ``longcall --help``
     from longcall.sim.config import Profile
     from longcall.sim.report import Gate, Report
@@ -233,9 +235,11 @@ def run_mutants(
         console.print(f"  {found.mutant}: {found.bug}", highlight=False)
     survivors = [c.mutant for c in catches if not c.caught]
     if survivors:
-        console.print(f"[red]{len(survivors)} mutants survived:[/] {', '.join(survivors)}")
+        console.print(
+            f"[red]{plural(len(survivors), 'mutant')} survived:[/] {', '.join(survivors)}"
+        )
         return 1
-    console.print(f"[green]every mutant is caught[/] ({len(catches)} mutants)")
+    console.print(f"[green]every mutant is caught[/] ({plural(len(catches), 'mutant')})")
     return 0
 
 

@@ -1,7 +1,8 @@
 """Classifying "not found" (SPEC X7).
 
 A 404, an unknown task id or an AIP-151 NOT_FOUND means different things depending
-on what we already hold. Only a proof by submission key may lead to a resubmit.
+on what we already hold. Only a proof by submission key may lead to a resubmit, and
+never one that would repeat a refusal the server already gave to that very request.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import enum
 
 from longcall.core.record import OperationRecord
+from longcall.core.retry import FailureKind, RequestKind
 
 
 class NotFoundClass(enum.Enum):
@@ -44,3 +46,19 @@ def unknown_reason(record: OperationRecord, now: float) -> str:
         f"{where} is unknown to the server before its expiry "
         "(id reused, purged early, or no longer ours)"
     )
+
+
+_REFUSED_UNREAD_MARKS = (
+    f"{RequestKind.SUBMIT.value} failed ({FailureKind.REFUSED_UNREAD.value})",
+    # Records escalated before the refusal had its own kind: the same proof, in words.
+    f"{RequestKind.SUBMIT.value} failed ({FailureKind.BAD_REQUEST.value}): HTTP 413",
+    "refused before it was read (JSON-RPC -32700",
+)
+
+
+def resubmit_repeats_refusal(record: OperationRecord) -> bool:
+    """Whether resubmitting ``record`` (an operator's ``never_created``) would send the
+    very request the server already refused unread, and so be refused the same way:
+    that resolution would only bring the operation back to the operator (X7, X9)."""
+    reason = record.reconciliation_reason or ""
+    return record.operation_id is None and any(mark in reason for mark in _REFUSED_UNREAD_MARKS)

@@ -27,6 +27,10 @@ class FailureKind(enum.Enum):
     FORBIDDEN = "forbidden"
     VALIDATION = "validation"
     MALFORMED_RESPONSE = "malformed_response"
+    REFUSED_UNREAD = "refused_unread"
+    """The server refused the request itself before reading it as one (a body over its
+    size limit, a body it cannot parse): nothing was created, and the same request
+    would be refused the same way again, so it is never resent."""
     TOO_LARGE = "too_large"
     """The answer exceeded a size or line cap (C4): asking again would bring it again."""
     REDIRECT_REFUSED = "redirect_refused"
@@ -71,6 +75,13 @@ RETRYABLE: frozenset[FailureKind] = frozenset(
 def is_retryable(failure: FailureKind) -> bool:
     """429/5xx/transport: retry. 400/401/403/validation: never (X9)."""
     return failure in RETRYABLE
+
+
+def settles_create(request: RequestKind, failure: FailureKind) -> bool:
+    """Whether a failed request is itself the call's outcome: a create refused unread
+    proves that no operation exists and that sending it again changes nothing, so it
+    ends the call (a terminal error), never an operator's task (X2, X9)."""
+    return request is RequestKind.SUBMIT and failure is FailureKind.REFUSED_UNREAD
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

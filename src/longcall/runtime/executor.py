@@ -167,9 +167,13 @@ class Executor:
         metrics: ExecutorMetrics | None = None,
         on_change: Callable[[str], None] | None = None,
         versions: Collection[tuple[str, str]] | None = None,
+        push: bool = True,
     ) -> None:
-        """``adopt_new``: a worker (claims a fair share of every open operation) or a
-        caller (drives only its own call nodes). ``owner``: the lease holder id
+        """``push=False``: never open a push listener (a caller that returns once its
+        call is submitted would only open one to drop it as it exits, an aborted
+        request the server counts as refused). ``adopt_new``: a worker (claims a fair
+        share of every open operation) or a caller (drives only its own call nodes).
+        ``owner``: the lease holder id
         (default: a new one for this process). ``single_process``: no leases at all —
         only for a process that is alone on its ledger. ``on_change``: called on the
         loop with a call node id after each change this executor applied or noticed.
@@ -188,6 +192,7 @@ class Executor:
         self.in_flight_max = in_flight_max
         self.on_progress = on_progress
         self.on_change = on_change
+        self.push = push
         self.metrics = metrics or ExecutorMetrics(clock=clock)
         self._failure: ExecutorFailed | None = None
         """Set once an error escaped the loop: every wait ends with it."""
@@ -288,6 +293,11 @@ class Executor:
         """Negotiate with the server and describe the tool (X1)."""
         adapter = await self._adapter(server, protocol or "")
         return await adapter.bind(tool_name)
+
+    async def tools(self, server: str, *, protocol: str | None = None) -> list[dict[str, Any]]:
+        """Negotiate with the server and list its tools (as listed, with task support)."""
+        adapter = await self._adapter(server, protocol or "")
+        return await adapter.tools()
 
     async def list_tools(self, server: str, *, protocol: str | None = None) -> list[dict[str, Any]]:
         """Every tool ``server`` lists that this caller may call, as listed (a gateway
@@ -439,6 +449,43 @@ class Executor:
         """A push notification arrived for this operation: poll it soon (X3)."""
         self._io.submit(self._locked, self.engine.wake, call_node_id, now=self.clock())
         self._wake_soon()
+
+    def hint(
+        self,
+        *,
+        operation_id: str | None = None,
+        call_node_id: str | None = None,
+        status: str | None = None,
+    ) -> concurrent.futures.Future[list[str]]:
+        """Something outside the poll (a webhook delivery) says an operation changed:
+        wake the poll of each open operation it names, exactly as a push notification
+        does (:meth:`notify` → ``Engine.wake``, floored by the server's interval). It
+        never touches a record. ``status``: the status the hint claims; one equal to
+        the status last polled wakes nothing. Resolves to the call nodes woken (an
+        operation id may be held at two servers: both are polled)."""
+        return self._io.submit(self._locked, self._hint, operation_id, call_node_id, status)
+
+    def _hint(
+        self, operation_id: str | None, call_node_id: str | None, status: str | None
+    ) -> list[str]:
+        now = self.clock()
+        woken = []
+        for node, record in list(self.engine.records.items()):
+            if record.is_terminal or record.state is State.RECONCILIATION_REQUIRED:
+                continue
+            if call_node_id is not None and node != call_node_id:
+                continue
+            if operation_id is not None and record.operation_id != operation_id:
+                continue
+            if call_node_id is None and operation_id is None:
+                continue
+            if status is not None and status == record.server_status_raw:
+                continue  # nothing we have not polled already
+            self.engine.wake(node, now=now)
+            woken.append(node)
+        if woken:
+            self._wake_soon()
+        return woken
 
     def _wake_soon(self, changed: str | None = None) -> None:
         """Wake the loop (from the loop or from the ledger thread), and report the call
@@ -712,7 +759,7 @@ class Executor:
         self._listen_dirty = False
         wanted: dict[tuple[str, str], set[str]] = {}
         nodes: dict[tuple[str, str], str] = {}
-        for node, record in self.engine.records.items():
+        for node, record in self.engine.records.items() if self.push else ():
             if record.operation_id is None or record.state is State.RECONCILIATION_REQUIRED:
                 continue
             wanted.setdefault((record.server, record.protocol), set()).add(record.operation_id)

@@ -273,6 +273,31 @@ def answer_from_fields(question: InputQuestion, fields: Mapping[str, str]) -> di
     return checked
 
 
+def answers_from_form_fields(
+    request: InputRequest, fields: Mapping[str, str]
+) -> dict[str, Any] | None:
+    """Answers to every form of a round from ``name=text`` fields given up front (``call
+    --answer``), checked as ``ops answer`` checks them: a field no form of the round has
+    (a typo), or a text its field cannot read, is InvalidAnswer; None when the fields do
+    not cover each form's required fields, or a question is no form (a person answers)."""
+    if not fields:
+        return None
+    forms = [q for q in request.questions if q.is_form]
+    unknown = sorted(set(fields) - {f.name for q in forms for f in q.fields})
+    if unknown and forms:
+        hints = "; ".join(_hint(q) for q in forms)
+        raise InvalidAnswer(f"the form has no field {', '.join(map(repr, unknown))} ({hints})")
+    if len(forms) != len(request.questions):
+        return None
+    answers: dict[str, Any] = {}
+    for question in forms:
+        given = {k: v for k, v in fields.items() if k in {f.name for f in question.fields}}
+        if not all(f.name in given for f in question.fields if f.required):
+            return None
+        answers[question.key] = answer_from_fields(question, given)
+    return answers
+
+
 def _known_fields(question: InputQuestion, content: Mapping[str, Any]) -> dict[str, Any]:
     names = {f.name for f in question.fields}
     return {k: v for k, v in content.items() if k in names} if names else dict(content)
@@ -375,6 +400,7 @@ __all__ = [
     "InvalidAnswer",
     "answer_blob",
     "answer_from_fields",
+    "answers_from_form_fields",
     "pending_request",
     "question_of",
     "read_answer",

@@ -42,8 +42,10 @@ def canary_bucket(call_node_id: str) -> float:
 
 def route(plan: Sequence[AdapterPlan], *, protocol: str, offered: str, call_node_id: str) -> str:
     """The adapter version a new call of ``protocol`` uses (R2): the canary's for its
-    stable share of call nodes, else the enabled one; ``offered`` when the plan says
-    nothing about the protocol. AdapterDisabled when no version takes new calls (P6)."""
+    stable share of call nodes, else the enabled one — or, with none enabled, the
+    version the adapter offers unless the plan takes it out (a canary is a share, never
+    all new calls); ``offered`` when the plan says nothing about the protocol.
+    AdapterDisabled when no version takes new calls (P6)."""
     rows = [p for p in plan if p.protocol == protocol]
     if not rows:
         return offered
@@ -53,11 +55,36 @@ def route(plan: Sequence[AdapterPlan], *, protocol: str, offered: str, call_node
         return canary.adapter_version
     if enabled is not None:
         return enabled.adapter_version
+    offered_row = next((p for p in rows if p.adapter_version == offered), None)
+    if offered_row is None:
+        return offered  # the plan never took the adapter's own version out
     if canary is not None:
         return canary.adapter_version
     raise AdapterDisabled(
         f"no {protocol} adapter version takes new calls "
         f"({', '.join(f'{p.adapter_version}: {p.state}' for p in rows)})"
+    )
+
+
+def new_calls_to(plan: AdapterPlan) -> bool:
+    """Whether a plan row sends new calls to its version: enabled, or a canary with a
+    share above nothing."""
+    return plan.state == "enabled" or (plan.state == "canary" and plan.canary_percent > 0)
+
+
+def uncarried_target(plan: AdapterPlan, carried: frozenset[tuple[str, str]]) -> str | None:
+    """Why setting ``plan`` would route new calls to a version no worker of this build
+    runs (``carried``: the versions this build's adapters bind), or None when it would
+    not. Such calls wait for a worker of another build, and a caller of this build is
+    refused them, so the plan is refused unless the operator says such workers exist."""
+    if not new_calls_to(plan) or (plan.protocol, plan.adapter_version) in carried:
+        return None
+    ours = sorted(v for p, v in carried if p == plan.protocol)
+    runs = f"runs {plan.protocol} {', '.join(ours)}" if ours else f"has no {plan.protocol} adapter"
+    return (
+        f"no worker of this build runs {plan.protocol} {plan.adapter_version} (this build"
+        f" {runs}), so new calls routed there would wait for a worker of another build and"
+        " callers of this build would be refused them"
     )
 
 
@@ -214,9 +241,11 @@ __all__ = [
     "canary_bucket",
     "compare_shadow",
     "differences",
+    "new_calls_to",
     "rollback",
     "route",
     "shadow_call_node",
     "shadow_report",
     "shadow_versions",
+    "uncarried_target",
 ]

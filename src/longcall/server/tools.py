@@ -2,12 +2,15 @@
 
 Owns: ``ToolSpec`` (what a tool author declares: task support, poll interval, ttl,
 output schema, idempotency), the argument model derived from the function signature,
-and the conversion of a return value into a ``CallToolResult`` body. Must not: run
-tools, touch the store, or know either wire version's task shapes.
+the conversion of a return value into a ``CallToolResult`` body, and a plain ``def``
+tool made into a coroutine function that runs it on a worker thread. Must not: decide
+when tools run, touch the store, or know either wire version's task shapes.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import hashlib
 import inspect
 import json
@@ -77,7 +80,9 @@ class TaskContext(Protocol):
         ...
 
 
-ToolFunction = Callable[..., Awaitable[Any]]
+AsyncToolFunction = Callable[..., Awaitable[Any]]
+ToolFunction = AsyncToolFunction | Callable[..., Any]
+"""An ``async def`` tool, or a plain ``def`` one (run on a worker thread, off the loop)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -86,7 +91,7 @@ class ToolSpec:
 
     name: str
     description: str
-    function: ToolFunction
+    function: AsyncToolFunction
     task_support: TaskSupport
     poll_interval_ms: int
     ttl_ms: int | None
@@ -157,9 +162,11 @@ def build_tool_spec(
     output_schema: dict[str, Any] | None,
     ask_first: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> ToolSpec:
-    """Derive a ``ToolSpec`` (input schema, argument model) from an async function."""
-    if not inspect.iscoroutinefunction(function):
-        raise TypeError(f"tool {function.__name__!r} must be an async function")
+    """Derive a ``ToolSpec`` (input schema, argument model) from a tool function: an
+    ``async def``, or a plain ``def`` that then runs on a worker thread, so a blocking
+    tool never stalls the event loop (as FastMCP runs one)."""
+    if not callable(function):
+        raise TypeError(f"a tool is a function, not {type(function).__name__}")
     if task not in TASK_SUPPORT_VALUES:
         raise ValueError(f"task must be one of {sorted(TASK_SUPPORT_VALUES)}, not {task!r}")
     if poll_interval_ms <= 0 or (ttl_ms is not None and ttl_ms <= 0):
@@ -177,6 +184,14 @@ def build_tool_spec(
     if output_schema is None:
         output_schema = _declared_output_schema(hints.get("return"))
     tool_name = name or function.__name__
+    if not inspect.iscoroutinefunction(function):
+        if context_parameter is not None:
+            raise TypeError(
+                f"tool {tool_name!r} takes a TaskContext, whose methods are awaited:"
+                " make it an async function"
+            )
+        function = _off_the_loop(function)
+    runs: AsyncToolFunction = function
     model = pydantic.create_model(
         f"{tool_name}_arguments", __config__=pydantic.ConfigDict(extra="forbid"), **fields
     )
@@ -186,7 +201,7 @@ def build_tool_spec(
     return ToolSpec(
         name=tool_name,
         description=description or inspect.getdoc(function) or "",
-        function=function,
+        function=runs,
         task_support=task,
         poll_interval_ms=poll_interval_ms,
         ttl_ms=ttl_ms,
@@ -197,6 +212,17 @@ def build_tool_spec(
         context_parameter=context_parameter,
         ask_first=_checked_questions(ask_first),
     )
+
+
+def _off_the_loop(function: Callable[..., Any]) -> Callable[..., Awaitable[Any]]:
+    """A plain function as a coroutine function that runs it on a worker thread. A
+    cancelled task stops waiting for it; the thread itself runs to its end."""
+
+    @functools.wraps(function)
+    async def run(**kwargs: Any) -> Any:
+        return await asyncio.to_thread(function, **kwargs)
+
+    return run
 
 
 def _checked_questions(

@@ -193,6 +193,10 @@ class McpServer(SimServer):
             # (id: null): never the operation's outcome (C3).
             self._count("request_refused_unread")
             code, text = self.rng.choice(((-32700, "Parse error"), (-32600, "Invalid Request")))
+            if what == "create":
+                # A parse error of a create proves its bytes cannot be read, which ends
+                # the call (X2): a front door's passing refusal of one is the other kind.
+                code, text = -32600, "Invalid Request"
             body = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": text}}
             return Served(reply=self._json(400, body), what=what)
         handler = self._methods.get(method)

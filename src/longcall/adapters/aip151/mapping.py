@@ -128,6 +128,7 @@ HTTP_FAILURES: Mapping[int, FailureKind] = {
     403: FailureKind.FORBIDDEN,
     408: FailureKind.TIMEOUT,
     409: FailureKind.BAD_REQUEST,
+    413: FailureKind.REFUSED_UNREAD,
     429: FailureKind.RATE_LIMITED,
     501: FailureKind.BAD_REQUEST,
     503: FailureKind.UNAVAILABLE,

@@ -27,7 +27,7 @@ from longcall.adapters.mcp.rpc import (
     RpcChannel,
     RpcReply,
 )
-from longcall.adapters.mcp.tools import listed_tool, task_support_of, tool_binding
+from longcall.adapters.mcp.tools import listed_tool, listed_tools, task_support_of, tool_binding
 from longcall.adapters.outcomes import foreign_identity, submit_failed, unsupported
 from longcall.adapters.outcomes import request_failed as transport_request_failed
 from longcall.core.events import (
@@ -218,6 +218,12 @@ class BindingCache:
         )
         self.bindings[tool_name] = binding
         return binding
+
+    def tools(self) -> Exchange[list[dict[str, Any]]]:
+        """Every tool the server lists, each with its task support as this version
+        reads it (an unflagged tool: ``unflagged_support``)."""
+        meta = self.channel.dialect.meta("tools/list", consent=True) or None
+        return (yield from listed_tools(self.channel, meta, self.unflagged_support, url=self.url))
 
     def _binding(self, tool_name: str) -> Exchange[ToolBinding | None]:
         """The tool's binding, made on first use; None when the tool cannot be described

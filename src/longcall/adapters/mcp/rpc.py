@@ -58,6 +58,8 @@ from longcall.adapters.exchange import (
 from longcall.adapters.sse import LineTooLong, decoded
 from longcall.core.retry import FailureKind
 
+JSONRPC_PARSE_ERROR = -32700
+
 MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
 TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
@@ -489,6 +491,8 @@ def _answer_of(message: Any, request_id: int, status: int) -> RpcReply | None:
         if message.get("id") is None:
             # C3: the server could not read our request; the error answers nothing.
             kind, processed_possible = http_status_failure(max(status, 400))
+            if error.get("code") == JSONRPC_PARSE_ERROR:  # our bytes cannot be read: never again
+                kind = FailureKind.REFUSED_UNREAD
             return TransportFailure(
                 kind=kind,
                 detail=f"HTTP {status}: the request was refused before it was read "

@@ -23,6 +23,7 @@ from longcall.adapters.mcp.rpc import MODERN, RpcChannel, call
 from longcall.adapters.mcp.tools import (
     declared_sync_timeout_s,
     listed_tool,
+    listed_tools,
     param_headers,
     task_support_of,
     tool_binding,
@@ -60,6 +61,11 @@ class SyncMapping:
         self.timeout_s = timeout_s
         self.long_call = long_call
         self.bindings: dict[str, ToolBinding] = {}
+
+    def tools(self) -> Exchange[list[dict[str, Any]]]:
+        """Every tool the server lists; without tasks here, none is called as one."""
+        meta = self.channel.dialect.meta("tools/list", consent=False)
+        return (yield from listed_tools(self.channel, meta, "forbidden", url=self.url))
 
     def bind(self, tool_name: str) -> Exchange[ToolBinding]:
         meta = self.channel.dialect.meta("tools/list", consent=False)

@@ -9,6 +9,7 @@ digest (L1: a changed tool is another tool), the idempotency reading (X2:
 
 from __future__ import annotations
 
+import difflib
 import json
 import re
 from collections.abc import Mapping, Sequence
@@ -178,8 +179,32 @@ def listed_tool(
         raise AdapterError(f"tools/list failed at {url}: {describe_failure(listed)}")
     tool = find_tool(listed, tool_name)
     if tool is None:
-        raise UnknownTool(f"{url} does not list tool {tool_name!r}")
+        raise UnknownTool(f"{url} does not list tool {tool_name!r}{suggestion(listed, tool_name)}")
     return tool
+
+
+def listed_tools(
+    channel: RpcChannel, meta: Mapping[str, Any] | None, unflagged: str, *, url: str
+) -> Exchange[list[dict[str, Any]]]:
+    """Every tool the server lists, each with ``taskSupport`` set as read (its own
+    declaration, else ``unflagged``); AdapterError when ``tools/list`` fails."""
+    listed = yield from list_tools(channel, meta)
+    if not isinstance(listed, list):
+        raise AdapterError(f"tools/list failed at {url}: {describe_failure(listed)}")
+    return [{**tool, "taskSupport": task_support_of(tool) or unflagged} for tool in listed]
+
+
+def suggestion(tools: Sequence[Mapping[str, Any]], name: str) -> str:
+    """``; did you mean …?`` for the listed names closest to ``name``, else the names
+    it lists (a few), so a misspelt tool is one edit away."""
+    names = [str(t.get("name")) for t in tools if isinstance(t.get("name"), str)]
+    close = difflib.get_close_matches(name, names, n=3, cutoff=0.6)
+    if close:
+        return f"; did you mean {' or '.join(map(repr, close))}?"
+    if names:
+        shown = ", ".join(sorted(names)[:10]) + (", …" if len(names) > 10 else "")
+        return f" (it lists: {shown})"
+    return " (it lists no tools)"
 
 
 def tool_binding(
@@ -196,6 +221,7 @@ def tool_binding(
 ) -> ToolBinding:
     """The binding of one listed tool (X1): its digest, idempotency and output schema."""
     schema = tool.get("outputSchema")
+    arguments = tool.get("inputSchema")
     return ToolBinding(
         server=server,
         tool_name=tool_name,
@@ -207,6 +233,7 @@ def tool_binding(
         read_only=tool_read_only(tool),
         submission_lookup=submission_lookup,
         output_schema=schema if isinstance(schema, Mapping) else None,
+        input_schema=arguments if isinstance(arguments, Mapping) else None,
         sync_timeout_s=sync_timeout_s,
         store_id=store_id,
         header_params=header_params(tool),
@@ -222,6 +249,8 @@ __all__ = [
     "find_tool",
     "list_tools",
     "listed_tool",
+    "listed_tools",
+    "suggestion",
     "task_support_of",
     "tool_binding",
     "tool_idempotent",

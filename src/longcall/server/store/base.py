@@ -296,9 +296,11 @@ class SqlTaskStore:
         lock is held or cannot be checked: the owner's lease decides."""
         return False
 
-    def _proofs_done(self, owners: Sequence[str], *, committed: bool) -> None:
-        """After the claim's transaction: drop what proving these owners dead held
-        (``committed``: their tasks are ours now, so their proofs are spent)."""
+    def _proofs_done(self, conn: Any, owners: Sequence[str], *, committed: bool) -> None:
+        """After the claim's transaction: drop what proving these owners dead held.
+        A proof is spent (``committed``) only for an owner that holds no active task
+        any more; one claim takes at most its batch, so an owner with more keeps its
+        proof for the next round instead of leaving the rest to their leases."""
 
     def _keep_owner(self) -> None:
         """Before a renewal: make sure this process still holds its proof of life."""
@@ -770,9 +772,9 @@ class SqlTaskStore:
                                 conn, owner, task_id, epoch, now, until, claimed, DEAD_OWNER_NOTE
                             )
             except BaseException:
-                self._proofs_done(proven, committed=False)
+                self._proofs_done(conn, proven, committed=False)
                 raise
-            self._proofs_done(proven, committed=True)
+            self._proofs_done(conn, proven, committed=True)
             return claimed
 
         return await self._run(write)

@@ -3,9 +3,9 @@
 Owns the PostgreSQL schema and its forward migrations (mirroring SQLite's), the psycopg 3
 connections (one per worker thread, autocommit with explicit transactions), the advisory
 locks that serialise migrations and one principal's creations (the open-task quota),
-``FOR UPDATE SKIP LOCKED`` claims of expired leases, each process's session-level
-advisory lock whose being free proves it gone (D1), and the translation of ``psycopg``
-errors. Must not: restate a query (they are :class:`SqlTaskStore`'s), nor
+``FOR UPDATE SKIP LOCKED`` claims of expired leases, and the translation of ``psycopg``
+errors. It proves no owner dead: a lease's expiry alone frees a task (D1; why in
+docs/design/server-task-store.md). Must not: restate a query (they are :class:`SqlTaskStore`'s), nor
 import the caller-side ledger.
 
 All tables live in one PostgreSQL schema (``public`` by default; ``?schema=name`` in the
@@ -15,9 +15,6 @@ URL), so several stores, or one per test, share a database without touching each
 from __future__ import annotations
 
 import contextlib
-import hashlib
-import logging
-import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -27,12 +24,7 @@ from psycopg import sql
 from longcall.server.errors import StoreError, StoreUnavailable
 from longcall.server.store.base import ACTIVE_IN, SqlTaskStore, to_pyformat
 
-logger = logging.getLogger(__name__)
-
 DEFAULT_SCHEMA = "public"
-OWNER_META_PREFIX = "owner-lock:"
-"""``store_meta`` names of the owners holding a liveness lock (value: when, in UNIX
-seconds of the database's clock, the owner took it)."""
 CONNECT_TIMEOUT_S = 10
 WORKERS = 4
 
@@ -119,11 +111,6 @@ class PostgresTaskStore(SqlTaskStore):
         self._dsn = dsn
         self.schema = schema
         self._connect_timeout_s = connect_timeout_s
-        self._owner_key: int | None = None
-        self._owner_name = ""
-        self._owner_conn: psycopg.Connection[Any] | None = None
-        """The session holding this process's advisory lock for its whole life (D1)."""
-        self._owner_lock = threading.Lock()
         try:
             self.run_sync(self._open)
         except BaseException:
@@ -186,111 +173,17 @@ class PostgresTaskStore(SqlTaskStore):
             return StoreError(f"the PostgreSQL task store failed: {exc}")
         return None
 
-    # ---- proof of an owner's death (D1) -------------------------------------------------------
+    # ---- no proof of an owner's death (D1) ----------------------------------------------------
+    # A free advisory lock proves only that one session is gone, not its process: the
+    # idle session holding it is what idle_session_timeout, a NAT's idle drop or
+    # pg_terminate_backend end while the process lives and renews through its pool;
+    # after a failover the promoted standby holds no lock at all; and PgBouncer in
+    # transaction mode makes the lock re-entrant on a shared backend. Any of these
+    # would run one task in two live processes, so nothing here proves a death: the
+    # base class's _prove_dead answers False and a lease's expiry decides
+    # (docs/design/server-task-store.md).
 
     _skip_locked = " FOR UPDATE SKIP LOCKED"
-
-    def _hold_owner(self, conn: Any, owner: str) -> None:
-        with self._owner_lock:
-            if self._owner_conn is not None:
-                return
-            self._sweep_owners(conn)
-            self._owner_key = owner_lock_key(owner)
-            self._owner_name = OWNER_META_PREFIX + owner
-            self._take_owner_lock()
-
-    def _sweep_owners(self, conn: Any) -> None:
-        """Forget the dead owners that hold no task any more (their rows would pile up)."""
-        rows = conn.execute(
-            "SELECT name FROM store_meta WHERE name LIKE %s", (OWNER_META_PREFIX + "%",)
-        ).fetchall()
-        for (name,) in rows:
-            owner = str(name)[len(OWNER_META_PREFIX) :]
-            with conn.transaction():
-                held = conn.execute(
-                    f"SELECT 1 FROM tasks WHERE owner = %s AND {ACTIVE_IN} LIMIT 1", (owner,)
-                ).fetchone()
-                if held is None and self._lock_free(conn, owner):
-                    conn.execute("DELETE FROM store_meta WHERE name = %s", (name,))
-
-    def _lock_free(self, conn: Any, owner: str) -> bool:
-        """Take ``owner``'s lock for this transaction if nobody holds it."""
-        row = conn.execute(
-            "SELECT pg_try_advisory_xact_lock(%s)", (owner_lock_key(owner),)
-        ).fetchone()
-        return bool(row and row[0] is True)
-
-    def _take_owner_lock(self) -> None:
-        """Open the owner's own session and take its lock (the caller holds _owner_lock)."""
-        assert self._owner_key is not None
-        session = self._connect()
-        row = session.execute("SELECT pg_try_advisory_lock(%s)", (self._owner_key,)).fetchone()
-        if not row or row[0] is not True:
-            session.close()
-            # Someone holds it: a claimer proving this owner dead right now. Its
-            # claims are seen at the next renewal, which stops the runs it took.
-            raise StoreUnavailable("this process's liveness lock is held by another session")
-        # Named once the lock is held, before any task is ours (and again after a lost
-        # session, whose name a claimer may have removed): only an owner named here
-        # ever held a lock, so only its lock being free proves anything (a process of
-        # an older version, or a row written by hand, holds none).
-        # The value is when (database clock) the lock was taken: see _prove_dead.
-        session.execute(
-            "INSERT INTO store_meta (name, value)"
-            " VALUES (%s, extract(epoch FROM clock_timestamp())::text)"
-            " ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-            (self._owner_name,),
-        )
-        self._owner_conn = session
-
-    def _keep_owner(self) -> None:
-        """A lost session lost the lock with it: take it again before renewing."""
-        with self._owner_lock:
-            session = self._owner_conn
-            if self._owner_key is None:
-                return
-            if session is not None:
-                try:
-                    session.execute("SELECT 1")
-                    return
-                except psycopg.Error:
-                    with contextlib.suppress(Exception):
-                        session.close()
-                    self._owner_conn = None
-            logger.warning("the task store session holding this process's lock was lost")
-            self._take_owner_lock()
-
-    def _prove_dead(self, conn: Any, owner: str, now: float, until: float) -> bool:
-        # A database restart ends every session, the live processes' too, until they
-        # reconnect (each does before its next renewal, and notes the time again): a
-        # free lock proves a death only if its owner took it since the database
-        # started, so its session ended while this database ran.
-        name = OWNER_META_PREFIX + owner
-        row = conn.execute(
-            "SELECT EXISTS (SELECT 1 FROM store_meta WHERE name = %s"
-            " AND value::double precision > extract(epoch FROM pg_postmaster_start_time()))",
-            (name,),
-        ).fetchone()
-        if not row or row[0] is not True:
-            return False
-        # A transaction-level lock: held until the claim commits, so the owner cannot
-        # take it back meanwhile, and released by the commit, which also forgets it.
-        if not self._lock_free(conn, owner):
-            return False
-        conn.execute("DELETE FROM store_meta WHERE name = %s", (name,))
-        return True
-
-    def close(self) -> None:
-        """Release the connections, the worker threads and this process's lock session."""
-        super().close()
-        with self._owner_lock:
-            session, self._owner_conn = self._owner_conn, None
-        if session is not None:
-            with contextlib.suppress(Exception):
-                # A clean stop hands its leases back: nothing to prove about it any more.
-                session.execute("DELETE FROM store_meta WHERE name = %s", (self._owner_name,))
-            with contextlib.suppress(Exception):
-                session.close()
 
     def _lock_principal(self, conn: Any, principal: str) -> None:
         # The quota counts open tasks then inserts: one principal's creations queue here.
@@ -305,9 +198,3 @@ class PostgresTaskStore(SqlTaskStore):
             (now, owner, limit),
         ).fetchall()
         return [(str(row[0]), int(row[1])) for row in rows]
-
-
-def owner_lock_key(owner: str) -> int:
-    """The advisory lock key of ``owner`` (a signed 64-bit digest of its id)."""
-    digest = hashlib.sha256(f"longcall.task-owner:{owner}".encode()).digest()
-    return int.from_bytes(digest[:8], "big", signed=True)

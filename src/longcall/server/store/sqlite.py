@@ -230,10 +230,7 @@ class SqliteTaskStore(SqlTaskStore):
                     continue
                 try:
                     owner = path.read_text(errors="replace")
-                    held = conn.execute(
-                        f"SELECT 1 FROM tasks WHERE owner = ? AND {ACTIVE_IN} LIMIT 1", (owner,)
-                    ).fetchone()
-                    if held is None:
+                    if not self._holds_tasks(conn, owner):
                         path.unlink(missing_ok=True)
                 finally:
                     os.close(fd)
@@ -250,13 +247,26 @@ class SqliteTaskStore(SqlTaskStore):
         self._proofs[owner] = fd
         return True
 
-    def _proofs_done(self, owners: Sequence[str], *, committed: bool) -> None:
+    def _proofs_done(
+        self, conn: sqlite3.Connection, owners: Sequence[str], *, committed: bool
+    ) -> None:
         for owner in owners:
             fd = self._proofs.pop(owner, None)
-            if committed:
-                self.owner_lock_path(owner).unlink(missing_ok=True)
-            if fd is not None:
-                os.close(fd)
+            try:
+                # Still locked by us, so the answer cannot change before the unlink;
+                # an owner with tasks left keeps its file, whose free lock proves its
+                # death again at the next claim round (a batch takes CLAIM_BATCH).
+                if committed and not self._holds_tasks(conn, owner):
+                    self.owner_lock_path(owner).unlink(missing_ok=True)
+            finally:
+                if fd is not None:
+                    os.close(fd)
+
+    def _holds_tasks(self, conn: sqlite3.Connection, owner: str) -> bool:
+        row = conn.execute(
+            f"SELECT 1 FROM tasks WHERE owner = ? AND {ACTIVE_IN} LIMIT 1", (owner,)
+        ).fetchone()
+        return row is not None
 
     def close(self) -> None:
         """Release the connections, the worker thread and this process's lock file."""
