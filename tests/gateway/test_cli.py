@@ -62,3 +62,24 @@ def test_no_upstreams_or_an_unset_token_is_a_usage_error(
     )
     assert unset.exit_code == 2
     assert "GW_UNSET" in unset.output
+
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "192.168.1.5", "gateway.example"])
+def test_serving_off_loopback_without_a_token_is_a_usage_error(host: str, tmp_path: Path) -> None:
+    """Off loopback without --token-env every caller would be one principal: exit 2, say why."""
+    servers = tmp_path / "servers.toml"
+    servers.write_text('[servers.up]\nurl = "http://127.0.0.1:9/mcp"\n')
+    result = CliRunner().invoke(main, ["gateway", "--servers", str(servers), "--host", host])
+    assert result.exit_code == 2
+    assert "--token-env" in result.output
+    assert "share one principal" in result.output
+
+
+def test_host_config_refuses_a_ledger_url_holding_a_password(tmp_path: Path) -> None:
+    """The entry would print and store the password: exit 2, pointing at PGPASSFILE."""
+    url = "postgresql://gw:s3cret@127.0.0.1:5432/test"
+    args = ["gateway", "--servers", str(tmp_path / "s.toml"), "--ledger", url]
+    result = CliRunner().invoke(main, [*args, "--host-config", "cursor"])
+    assert result.exit_code == 2
+    assert "s3cret" not in result.output
+    assert "PGPASSFILE" in result.output

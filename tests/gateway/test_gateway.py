@@ -149,6 +149,21 @@ async def test_mistyped_truncated_invented_and_foreign_handles_are_refused(
     upstream.release("d")
 
 
+async def test_an_anonymous_caller_over_http_is_never_shown_recent_handles(
+    gateway: tuple[Gateway, str], http: httpx.AsyncClient, upstream: Upstream
+) -> None:
+    """Callers without a token share one principal: a bad handle lists none of its handles."""
+    _, url = gateway
+    host = Host(http, url)
+    early = await host.call("slow", {"key": "anon"})
+    handle = early["structuredContent"]["handle"]
+    reply = await host.call("longcall_status", {"handle": "lc-0000-00000"})
+    assert reply["isError"]
+    assert handle not in text_of(reply)
+    assert "not listed to callers without a token" in text_of(reply)
+    upstream.release("anon")
+
+
 async def test_a_large_result_comes_in_pages(
     upstream: Upstream, http: httpx.AsyncClient, tmp_path: Path
 ) -> None:

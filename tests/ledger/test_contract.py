@@ -307,3 +307,20 @@ def test_open_versions_lists_only_open_operations(ledger: Ledger) -> None:
         accepted, receipt, expected_version=r.version, result_payload=PAYLOAD, event="x"
     )
     assert ledger.open_versions() == {"node-b": 1}
+
+
+def test_recent_open_by_prefix_is_bounded_newest_first_and_open_only(ledger: Ledger) -> None:
+    """Only open nodes starting with the prefix (a % or _ in it is literal), newest first,
+    at most ``limit``."""
+    r = to_fetching(ledger, "gw:a_%:1")
+    for node in ("gw:a_%:2", "gw:a_%:3", "gw:aXY:4", "other:a_%:5"):
+        ledger.create(fresh(node))
+    accepted, receipt = fetched(r)
+    ledger.accept_terminal(
+        accepted, receipt, expected_version=r.version, result_payload=PAYLOAD, event="x"
+    )
+    found = ledger.recent_open_by_prefix("gw:a_%:", limit=5)
+    assert [rec.call_node_id for rec in found] == ["gw:a_%:3", "gw:a_%:2"]
+    assert [rec.call_node_id for rec in ledger.recent_open_by_prefix("gw:a_%:", limit=1)] == [
+        "gw:a_%:3"
+    ]

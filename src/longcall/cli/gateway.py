@@ -9,10 +9,12 @@ logic (``longcall.gateway`` does).
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import os
 import shutil
 import sys
+import urllib.parse
 from pathlib import Path
 
 import click
@@ -118,6 +120,7 @@ def gateway(
     if host_config is not None:
         _print_host_config(host_config, servers_path, ledger_url, stdio, host, port, token_env)
         return
+    _refuse_open_network_without_token(host, stdio, token_env)
     servers = servers_from(servers_path)
     if not servers.servers:
         raise click.UsageError("no upstream servers: give --servers FILE (TOML or mcpServers JSON)")
@@ -153,6 +156,26 @@ def gateway(
             raise click.ClickException(str(exc)) from None
         reason = exc.strerror or str(exc)
         raise click.ClickException(f"cannot serve on {host}:{port}: {reason}") from None
+
+
+def _is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _refuse_open_network_without_token(host: str, stdio: bool, token_env: str | None) -> None:
+    """Off loopback, callers without a token would all be one anonymous caller."""
+    if stdio or token_env is not None or _is_loopback(host):
+        return
+    raise click.UsageError(
+        f"--host {host} without --token-env: every caller would share one principal and"
+        " see each other's handles and results; give --token-env NAME (the variable"
+        " holding the bearer token callers must send), or bind to 127.0.0.1"
+    )
 
 
 async def _serve(
@@ -230,6 +253,12 @@ def _print_host_config(
     if servers_path is not None:
         arguments += ["--servers", str(servers_path.resolve())]
     if ledger_url is not None:
+        if urllib.parse.urlsplit(ledger_url).password is not None:
+            raise click.UsageError(
+                "--ledger: the URL holds a password, which the host entry would print and"
+                " store in the host's settings; give a URL without the password and keep it"
+                " in a password file (PGPASSFILE, ~/.pgpass)"
+            )
         arguments += ["--ledger", ledger_url]
     # Claude Desktop starts local servers only; the others may reach a running gateway.
     url = None

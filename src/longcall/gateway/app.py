@@ -48,6 +48,7 @@ from longcall.gateway.handles import (
     HostCall,
     handle_of_node,
     node_for,
+    node_prefix,
     owned_by,
     parse_handle,
 )
@@ -80,7 +81,7 @@ from longcall.server import LongcallServer, ServerOptions, TaskContext, ToolErro
 from longcall.server.app import running_server
 from longcall.server.auth import Authenticator
 from longcall.server.errors import InvalidParams
-from longcall.server.model import TaskStatus
+from longcall.server.model import ANONYMOUS, TaskStatus
 from longcall.server.tools import ToolSpec, build_tool_spec
 
 log = logging.getLogger("longcall.gateway")
@@ -542,6 +543,10 @@ class Gateway:
 
     async def _refuse(self, principal: str, reason: str) -> NoReturn:
         self.metrics.handles_refused.inc()
+        if principal == ANONYMOUS.subject:
+            # Everyone without a token over HTTP is this one principal: listing its
+            # handles would show one caller's calls to another (stdio has its own).
+            raise ToolError(refused_text(reason, None))
         recent = await self._recent_handles(principal)
         raise ToolError(refused_text(reason, recent))
 
@@ -561,12 +566,17 @@ class Gateway:
             return recent
 
         def from_ledger() -> list[tuple[str, str]]:
+            # Bounded: this principal's open gateway nodes, the newest few, on the
+            # driver's ledger thread (a whole-ledger scan would hold up every call).
+            records = self.client.ledger.recent_open_by_prefix(
+                node_prefix(principal), limit=self.options.recent_handles
+            )
             found: list[tuple[str, str]] = []
-            for record in self.client.ledger.list_by_state():
+            for record in records:
                 handle = handle_of_node(record.call_node_id)
                 if handle is not None and owned_by(record.call_node_id, principal):
                     found.append((handle, record.tool_name))
-            return found[-self.options.recent_handles :]
+            return found
 
         return await self.client.executor.on_ledger_thread(from_ledger)
 

@@ -116,9 +116,14 @@ def principal_tag(principal: str) -> str:
     return hashlib.sha256(principal.encode()).hexdigest()[:16]
 
 
+def node_prefix(principal: str) -> str:
+    """What every call node id this principal owns starts with."""
+    return f"{NODE_PREFIX}:{principal_tag(principal)}:"
+
+
 def node_for(principal: str, handle: str) -> str:
     """The call node a (canonical) handle names for this principal."""
-    return f"{NODE_PREFIX}:{principal_tag(principal)}:{handle}"
+    return f"{node_prefix(principal)}{handle}"
 
 
 def handle_of_node(node: str) -> str | None:

@@ -126,7 +126,7 @@ def outcome_reply(handle: str, result: CallResult, *, page: int, page_chars: int
     if result.outcome is CallOutcome.PROTOCOL_ERROR:
         raise protocol_error(handle, result)
     if result.outcome is CallOutcome.CANCELLED:
-        text = f"CANCELLED: the upstream confirmed the cancellation (handle {handle})."
+        text = cancelled_text(handle, result)
         return {"content": [{"type": "text", "text": text}], "isError": True}
     body = result.result if isinstance(result.result, Mapping) else _as_result(result.result)
     pages = page_count(body, page_chars)
@@ -182,12 +182,20 @@ def protocol_error(handle: str, result: CallResult) -> ToolProtocolError:
     return ToolProtocolError(code, text, data)
 
 
+def cancelled_text(handle: str, result: CallResult) -> str:
+    """Who ended the call, from the record: an operator's resolution, or the upstream."""
+    who = result.record.resolved_by
+    if who:
+        return f"CANCELLED by an operator ({who}), not by the upstream (handle {handle})."
+    return f"CANCELLED: the upstream confirmed the cancellation (handle {handle})."
+
+
 def cancel_reply(handle: str, outcome: CancelOutcome, result: CallResult) -> dict[str, Any]:
     """What a cancel achieved, said plainly: requested (not yet confirmed) or confirmed."""
     state = state_word(result)
     said = outcome.outcome
     if said == "cancelled" or state == "cancelled":
-        text = f"CANCELLED: the upstream confirmed the cancellation (handle {handle})."
+        text = cancelled_text(handle, result)
     elif said == "already_terminal":
         text = f"Not cancelled: the call had already ended ({state}). Handle {handle}."
     elif said == "not_cancellable":
@@ -206,8 +214,11 @@ def cancel_reply(handle: str, outcome: CancelOutcome, result: CallResult) -> dic
     }
 
 
-def refused_text(reason: str, recent: Sequence[tuple[str, str]]) -> str:
-    """A refused handle, with the handles this principal used lately (the way back)."""
+def refused_text(reason: str, recent: Sequence[tuple[str, str]] | None) -> str:
+    """A refused handle, with the handles this principal used lately (the way back);
+    ``None`` when the principal is shared (anonymous over HTTP), so none are listed."""
+    if recent is None:
+        return f"{reason}. Handles are not listed to callers without a token."
     if recent:
         hint = "; ".join(f"{handle} ({tool})" for handle, tool in recent)
         return f"{reason}. Your recent handles: {hint}."

@@ -33,6 +33,23 @@ STDIO_PRINCIPAL = Principal(subject="stdio:local")
 LINE_BYTES_MAX = 4 * 1024 * 1024
 
 
+async def next_line(reader: asyncio.StreamReader) -> bytes | None:
+    """The next line (``b""`` at the end), or ``None`` for a line past the reader's limit,
+    skipped whole so that the line after it is read as it was sent."""
+    oversized = False
+    while True:
+        try:
+            line = await reader.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            return None if oversized else exc.partial
+        except asyncio.LimitOverrunError as exc:
+            # Unlike readline, drop only what was looked at, then go on to the newline.
+            oversized = True
+            await reader.read(max(1, exc.consumed))
+            continue
+        return None if oversized else line
+
+
 class StdioSession:
     """One stdio connection: requests in, answers out."""
 
@@ -58,7 +75,14 @@ class StdioSession:
         await self.server.manager.start()
         try:
             while True:
-                line = await self.reader.readline()
+                line = await next_line(self.reader)
+                if line is None:
+                    too_long = {
+                        "code": INVALID_REQUEST,
+                        "message": "Invalid Request: line too long",
+                    }
+                    self._spawn(self._send(error_response(None, too_long)))
+                    continue
                 if not line:
                     return
                 if line.strip():

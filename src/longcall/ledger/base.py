@@ -315,6 +315,11 @@ class Ledger(abc.ABC):
         """Records in any of these states (all records when none are given), oldest first."""
 
     @abc.abstractmethod
+    def recent_open_by_prefix(self, prefix: str, *, limit: int) -> list[OperationRecord]:
+        """At most ``limit`` open (non-terminal) records whose call node id starts with
+        ``prefix``, newest first: a bounded look-up that never reads the whole ledger."""
+
+    @abc.abstractmethod
     def update(
         self,
         record: OperationRecord,

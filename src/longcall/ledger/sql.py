@@ -386,6 +386,14 @@ class SqlLedger(Ledger):
             tuple(s.value for s in states),
         )
 
+    def recent_open_by_prefix(self, prefix: str, *, limit: int) -> list[OperationRecord]:
+        # substr, not LIKE: a prefix holding % or _ needs no escaping.
+        return self._records(
+            "SELECT record_json FROM operations WHERE open = 1"
+            f" AND substr(call_node_id, 1, ?) = ? ORDER BY {self.creation_order} DESC LIMIT ?",
+            (len(prefix), prefix, max(0, limit)),
+        )
+
     def open_versions(self) -> dict[str, int]:
         rows = self._read("SELECT call_node_id, version FROM operations WHERE open = 1")
         return {str(node): int(version) for node, version in rows}
