@@ -44,7 +44,7 @@ def serve(port: int, backend: str, store: str) -> None:
     from fastmcp import FastMCP
     from fastmcp.utilities.tasks import TaskConfig
 
-    from longcall.server.app import listening_socket
+    from longcall.runtime.listen import listening_socket
 
     mcp = FastMCP("bench")
     if backend == "longcall":

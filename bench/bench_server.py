@@ -80,7 +80,7 @@ def serve_peer(port: int) -> None:
     from fastmcp.utilities.tasks import TaskConfig
     from fastmcp_tasks import TasksExtension
 
-    from longcall.server.app import listening_socket
+    from longcall.runtime.listen import listening_socket
 
     mcp = FastMCP("peer")
     # Fair tuning: pick up work as fast as ours (1 ms, not 50 ms) and run as many at once

@@ -157,7 +157,7 @@ async def user(tmp_path: Path) -> AsyncIterator[User]:
 
 SERVE_SNIPPET = """
 import asyncio
-from longcall.server.app import listening_socket
+from longcall.runtime.listen import listening_socket
 from tools import server  # the snippet, as the user saved it
 
 sock = listening_socket("127.0.0.1", 0)

@@ -16,8 +16,8 @@ from longcall.core import State
 from longcall.ledger import open_ledger
 from longcall.runtime.engine import CallSpec
 from longcall.runtime.executor import AdapterFactory, Executor, default_adapter_factory
+from longcall.runtime.listen import listening_socket
 from longcall.server import LongcallServer, running_server
-from longcall.server.app import listening_socket
 from longcall.server.examples import build_reference_server
 
 

@@ -197,9 +197,10 @@ async def _serve(
     from longcall.client import default_ledger_path
     from longcall.gateway import Gateway, GatewayOptions, serve_stdio
     from longcall.gateway.pages import CHARS_PER_TOKEN
+    from longcall.runtime.listen import listening_socket
     from longcall.runtime.metrics import http_url
     from longcall.server import StaticTokens, token_principal
-    from longcall.server.app import MCP_PATH, listening_socket
+    from longcall.server.app import MCP_PATH
 
     if task_store is None:
         default_ledger_path().parent.mkdir(parents=True, exist_ok=True)

@@ -115,8 +115,9 @@ def run_reference_server(
     ``max_open_tasks``: the tasks one caller may hold open at once (more are refused
     with 429 until some end)."""
     # The server library loads when a server starts, never for ``longcall --help``.
+    from longcall.runtime.listen import listening_socket
     from longcall.runtime.metrics import http_url
-    from longcall.server.app import MCP_PATH, listening_socket
+    from longcall.server.app import MCP_PATH
     from longcall.server.examples import build_reference_server
     from longcall.server.options import ServerOptions
 

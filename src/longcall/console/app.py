@@ -44,6 +44,7 @@ from longcall.console.html import node_url
 from longcall.core import OperationRecord, State, UnknownCallNode
 from longcall.errors import ConsolePortUnavailable, LongcallError, VersionConflict
 from longcall.ledger import Ledger
+from longcall.runtime.listen import listening_socket
 
 STATIC = Path(__file__).parent / "static"
 WILDCARDS = frozenset({"0.0.0.0", "::", "[::]", ""})
@@ -463,7 +464,7 @@ def open_console(
     queue from now on, so its URL can be handed out before serving starts. It answers
     at loopback names, ``host`` (unless a wildcard) and ``allowed_hosts``."""
     try:
-        sock = _listening_socket(host, port)
+        sock = listening_socket(host, port)
     except OSError as exc:
         raise ConsolePortUnavailable(
             f"cannot listen on {host}:{port}: {exc.strerror or exc}"
@@ -476,20 +477,6 @@ def open_console(
     except BaseException:
         sock.close()
         raise
-
-
-def _listening_socket(host: str, port: int) -> socket.socket:
-    """A bound, listening TCP socket (the server library's own would import all of it)."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), port))
-        sock.listen(128)
-    except BaseException:
-        sock.close()
-        raise
-    return sock
 
 
 async def serve(console: Console, sock: socket.socket) -> None:

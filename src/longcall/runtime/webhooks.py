@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING
 
 from longcall.adapters.webhooks import Verifier
 from longcall.errors import WebhookMalformed, WebhookPortUnavailable, WebhookRejected
+from longcall.runtime.listen import listening_socket
 
 if TYPE_CHECKING:
     from starlette.applications import Starlette
@@ -157,18 +158,12 @@ class WebhookReceiver:
 
 def listen_socket(host: str, port: int) -> socket.socket:
     """A bound, listening TCP socket, or WebhookPortUnavailable saying why not."""
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
     try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host.strip("[]"), port))
-        sock.listen(128)
+        return listening_socket(host, port)
     except OSError as exc:
-        sock.close()
         raise WebhookPortUnavailable(
             f"the webhook receiver cannot listen on {host}:{port}: {exc.strerror or exc}"
         ) from None
-    return sock
 
 
 async def serve(receiver: WebhookReceiver, sock: socket.socket) -> None:

@@ -30,6 +30,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
 from starlette.types import ASGIApp
 
+from longcall.runtime.listen import listening_socket
 from longcall.runtime.metrics import http_url
 from longcall.server import legacy, modern
 from longcall.server.auth import Authenticator, BearerAuth, token_principal
@@ -250,20 +251,6 @@ class LongcallServer:
                 await uvicorn.Server(config).serve(sockets=[listener])
         finally:
             self.metrics.close()
-
-
-def listening_socket(host: str, port: int) -> socket.socket:
-    """A bound, listening TCP socket with TCP_NODELAY (accepted sockets inherit it on Linux).
-
-    Without it, small JSON-RPC answers wait for the peer's delayed ACK (~40 ms a request).
-    """
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-    sock.bind((host, port))
-    sock.listen(1024)
-    return sock
 
 
 @contextlib.asynccontextmanager

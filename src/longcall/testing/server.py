@@ -15,7 +15,7 @@ from typing import Any
 
 import uvicorn
 
-from longcall.server.app import listening_socket
+from longcall.runtime.listen import listening_socket
 from longcall.server.examples import build_reference_server
 from longcall.testing.faults import LoseCreateResponse
 
