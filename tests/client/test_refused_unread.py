@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import anyio
 import pytest
@@ -26,11 +27,17 @@ BODY_LIMIT = 4096
 
 @pytest.fixture
 async def small_server(tmp_path: Path) -> AsyncIterator[str]:
-    """A reference server whose bodies are capped at 4 KiB and nesting at 8 levels."""
+    """A reference server whose bodies are capped at 4 KiB and nesting at 8 levels, with a
+    tool that takes any object (so the caller's own schema check lets the request go)."""
     server = build_reference_server(
         store=f"sqlite:///{tmp_path / 'tasks.db'}",
         options=ServerOptions(max_body_bytes=BODY_LIMIT, max_json_depth=8),
     )
+
+    @server.tool(task="optional", idempotent=True)
+    async def keep(payload: dict[str, Any]) -> dict[str, Any]:
+        return payload
+
     async with serve(server.asgi_app()) as url:
         yield url
 
@@ -40,10 +47,10 @@ async def test_an_oversized_create_is_a_terminal_error_naming_the_limit(
     small_server: str, tmp_path: Path, version: str
 ) -> None:
     """HTTP 413 on the create: accepted as a protocol error that says the limit."""
-    big = {"seconds": 0, "rows": 1, "pad": "x" * (2 * BODY_LIMIT)}
+    big = {"payload": {"pad": "x" * (2 * BODY_LIMIT)}}
     with anyio.fail_after(BOUND_S):
         async with Client(f"sqlite:///{tmp_path / 'l.db'}") as client:
-            result = await client.call(small_server, "sleep_report", big, protocol=version)
+            result = await client.call(small_server, "keep", big, protocol=version)
     assert (result.state, result.outcome) == (State.ACCEPTED, CallOutcome.PROTOCOL_ERROR)
     message = result.result["error"]["message"]
     assert "refused the request unread" in message
@@ -59,7 +66,7 @@ async def test_an_unparseable_create_is_a_terminal_error(small_server: str, tmp_
         deep = {"d": deep}
     with anyio.fail_after(BOUND_S):
         async with Client(f"sqlite:///{tmp_path / 'l.db'}") as client:
-            result = await client.call(small_server, "sleep_report", {"seconds": 0, "x": deep})
+            result = await client.call(small_server, "keep", {"payload": deep})
     assert (result.state, result.outcome) == (State.ACCEPTED, CallOutcome.PROTOCOL_ERROR)
     assert "nested deeper than 8" in result.result["error"]["message"]
 
