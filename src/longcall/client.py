@@ -1165,12 +1165,17 @@ def _check_same_target(record: OperationRecord, server: str, protocol: str | Non
 def _check_arguments(binding: ToolBinding, arguments: Mapping[str, Any]) -> None:
     """Arguments the tool's own input schema refuses are refused before anything is
     recorded or sent (InvalidArguments): a call the server would refuse at once would
-    spend its call node on that refusal. What the schema allows, the server judges."""
+    spend its call node on that refusal. What the schema allows, the server judges.
+
+    A top-level null is judged as if the argument were left out: MCP hosts send null for
+    "not given" (SEP-2243 omits its header), and servers take it so; the server has the
+    final word on it."""
     if binding.input_schema is None:
         return
     from longcall.adapters.binding import arguments_violation
 
-    why = arguments_violation(arguments, binding.input_schema)
+    given = {name: value for name, value in arguments.items() if value is not None}
+    why = arguments_violation(given, binding.input_schema)
     if why is not None:
         raise InvalidArguments(
             f"{binding.tool_name}: the arguments do not fit the tool's input schema: {why}"
