@@ -93,14 +93,9 @@ def test_store_urls(tmp_path: Path) -> None:
 
 
 def test_tool_declarations_are_checked() -> None:
-    """A sync function, an unknown task mode or a non-positive interval is refused."""
+    """An unknown task mode or a non-positive interval is refused (a plain ``def`` is
+    taken and run off the loop: tests/server/test_plain_def_tool.py)."""
     server = LongcallServer(store=":memory:")
-
-    def not_async() -> None:
-        return None
-
-    with pytest.raises(TypeError):
-        server.tool()(not_async)  # type: ignore[arg-type]
 
     async def fine() -> None:
         return None
