@@ -210,14 +210,17 @@ class Verdict:
         )
 
 
-def run_scenario(case: Case, out_dir: Path) -> Verdict:
-    """One ``conformance client`` run, bounded; its process group is killed past the limit."""
+def run_scenario(case: Case, out_dir: Path, base_env: dict[str, str]) -> Verdict:
+    """One ``conformance client`` run, bounded; its process group is killed past the limit.
+    It runs on a pool thread, so its environment is ``base_env``, copied on the test's own
+    thread: pytest rewrites ``os.environ`` (``PYTEST_CURRENT_TEST``) while a test runs, and
+    copying it here meanwhile fails with a KeyError."""
     node = node_or_fail()
     command = f"{sys.executable} {WRAPPER}"
     if " " in str(sys.executable) or " " in str(WRAPPER):
         pytest.fail(f"the suite splits its --command on spaces; a path has one: {command}")
     env = {
-        **node_env(),
+        **base_env,
         "NODE_OPTIONS": f"--import={LOOPBACK_ONLY}",
         "LONGCALL_CONFORMANCE_STEP_LIMIT_S": str(STEP_LIMIT_S),
     }
@@ -277,9 +280,10 @@ def verdicts(
         if item.module is request.module and (case := case_of(item)) is not None
     ]
     base = tmp_path_factory.mktemp("conformance")
+    base_env = node_env()
     with ThreadPoolExecutor(WORKERS) as pool:
         yield {
-            case.id: pool.submit(run_scenario, case, base / f"{index:02d}")
+            case.id: pool.submit(run_scenario, case, base / f"{index:02d}", base_env)
             for index, case in enumerate(selected)
         }
 

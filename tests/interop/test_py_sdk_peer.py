@@ -230,6 +230,9 @@ def test_sdk1_session_the_server_ended_is_reopened(peers: Peers, caller: Caller)
     kept = str(opened[-1]["issued"])
     ended = httpx.delete(peer.url, headers={"mcp-session-id": kept}, timeout=10.0)
     assert ended.status_code == 200, ended.text
+    # The peer reports each exchange on its own stream, after it answered: the mark is
+    # taken once the DELETE is in the log, or the DELETE may land after it.
+    peer.wait_for(lambda e: e.get("verb") == "DELETE" and e.get("session") == kept)
     mark = peer.mark()
     code, view, _ = caller.call(peer.url, "shout", {"text": "again"}, "m", "--wait")
     assert (code, view["state"], result_text(view)) == (0, "accepted", "AGAIN"), explain(peer, view)
