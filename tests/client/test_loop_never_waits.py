@@ -149,13 +149,17 @@ async def test_a_worker_never_waits_for_the_ledger_on_the_loop(
         async with Client(ledger_url, drive_all=True, **options) as worker:
             await worker.drive(until_idle=True)
         found = list(on_loop)
+    nodes = ["ask", *(f"job-{i}" for i in range(6))]
+    states = await asyncio.to_thread(_states, ledger_url, nodes)
 
     assert found == []
+    assert states == dict.fromkeys(nodes, State.ACCEPTED)
     # The caller drives its calls until it leaves: on a loaded machine a short job may
-    # end before the handover. Every call is accepted once, by one of the two, and the
-    # approval (nobody at the caller answers it) by the worker.
+    # end before the handover, and a report its exit had no time to flush is dropped
+    # (the flush is bounded). No call is reported accepted twice, and the approval
+    # (nobody at the caller answers it) is accepted and reported by the worker.
     both = accepted["caller"] + accepted["worker"]
-    assert sorted(both) == ["ask", *(f"job-{i}" for i in range(6))]
+    assert len(both) == len(set(both)) and set(both) <= set(nodes)
     assert "ask" in accepted["worker"]
 
 
@@ -179,6 +183,11 @@ async def test_a_worker_until_idle_answers_the_last_input_round_first(
             done = await asyncio.to_thread(worker.result, "ask")
     assert done.state is State.ACCEPTED
     assert done.result["structuredContent"]["approved"] is True
+
+
+def _states(ledger_url: str, nodes: list[str]) -> dict[str, State]:
+    with open_ledger(ledger_url) as ledger:
+        return {node: ledger.get(node).state for node in nodes}
 
 
 def _escalate(ledger_url: str, node: str) -> None:
