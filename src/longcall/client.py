@@ -65,7 +65,7 @@ from longcall.errors import (
     VersionConflict,
 )
 from longcall.ledger import HistoryRow, Ledger, open_ledger
-from longcall.runtime.engine import CallSpec, CancelOutcome
+from longcall.runtime.engine import CallSpec
 from longcall.runtime.inputs import (
     InputField,
     InputQuestion,
@@ -73,7 +73,7 @@ from longcall.runtime.inputs import (
     answer_from_fields,
     pending_request,
 )
-from longcall.runtime.step import apply_event
+from longcall.runtime.step import CancelOutcome, LedgerShell, check_version
 
 if TYPE_CHECKING:
     # Loaded on first use: the executor pulls in the protocol adapters and the MCP SDK
@@ -432,7 +432,7 @@ class Client:
             if server.poll_qps_max is not None
         }
         if lease_s is not None:
-            from longcall.runtime.engine import LeasePolicy
+            from longcall.runtime.leases import LeasePolicy
 
             self._executor_options["lease"] = LeasePolicy.of(lease_s)
         self._executor: Executor | None = None
@@ -502,6 +502,12 @@ class Client:
         return self._ledger
 
     @property
+    def shell(self) -> LedgerShell:
+        """The ledger as an operator writes it (cancel, answer, reconcile without a
+        driver): the runtime's one path to it."""
+        return LedgerShell(self.ledger)
+
+    @property
     def executor(self) -> Executor:
         if self._executor is None:
             from longcall.runtime.executor import Executor
@@ -546,8 +552,8 @@ class Client:
             self._spawn(self._run_observations())
             if self.drive_all:
                 await executor.aresume_all()
-                for node in list(executor.engine.records):
-                    self._observe(node)
+                for record in executor.held_records():
+                    self._observe(record.call_node_id)
             self._runner = asyncio.create_task(executor.run(stop=self._stop))
             self._runner.add_done_callback(self._driver_done)
         except BaseException:
@@ -728,16 +734,10 @@ class Client:
         attempt = _once if expected_version is not None else _retrying
         if self._runner is not None and not self._runner.done():
             executor = self.executor
-            if expected_version is not None:
-                current = await self._on_ledger(self.ledger.get, node)
-                _check_version(node, current, expected_version)
-            return await attempt(lambda: executor.acancel(node))
-        from longcall.runtime.engine import request_cancel
+            return await attempt(lambda: executor.acancel(node, expected_version=expected_version))
 
         def as_operator() -> CancelOutcome:
-            record = self.ledger.get(node)
-            _check_version(node, record, expected_version)
-            outcome, _ = request_cancel(self.ledger, record, now=time.time(), jitter=0.5)
+            outcome, _ = self.shell.cancel(node, now=time.time(), expected_version=expected_version)
             return outcome
 
         return await attempt(lambda: self._on_ledger(as_operator))
@@ -758,7 +758,7 @@ class Client:
         it (this client's, or a worker's on its next refresh). ``expected_version``: as
         for :meth:`cancel`, the answer is stored only on that version of the row."""
         record = await self._on_ledger(self.ledger.get, node)
-        _check_version(node, record, expected_version)
+        check_version(record, expected_version)
         request = await self._on_ledger(pending_request, self.ledger, record)
         if request is None:
             raise NotWaitingForInput(f"{node!r} waits for no input (it is {record.state.value})")
@@ -778,14 +778,13 @@ class Client:
         attempt = _once if expected_version is not None else _retrying
         if self._runner is not None and not self._runner.done():
             executor = self.executor
-            await attempt(lambda: executor.aanswer(node, checked))
+            await attempt(
+                lambda: executor.aanswer(node, checked, expected_version=expected_version)
+            )
             return await self._on_ledger(self.result, node)
-        from longcall.runtime.engine import record_answers
 
         def as_operator() -> None:
-            record = self.ledger.get(node)
-            _check_version(node, record, expected_version)
-            record_answers(self.ledger, record, checked, now=time.time(), jitter=0.5)
+            self.shell.answer(node, checked, now=time.time(), expected_version=expected_version)
 
         await attempt(lambda: self._on_ledger(as_operator))
         return await self._on_ledger(self.result, node)
@@ -807,7 +806,7 @@ class Client:
         ``expected_version``: as for :meth:`cancel` (the resolution is always written
         against the row it read, never retried)."""
         record = await self._on_ledger(self.ledger.get, node)
-        _check_version(node, record, expected_version)
+        check_version(record, expected_version)
         if record.state is not State.RECONCILIATION_REQUIRED:
             raise NotReconcilable(
                 f"{node!r} is {record.state.value}: only an operation waiting for an"
@@ -838,13 +837,7 @@ class Client:
         try:
             await self._on_ledger(
                 functools.partial(
-                    apply_event,
-                    self.ledger,
-                    record,
-                    event,
-                    now=time.time(),
-                    jitter=0.5,
-                    result_payload=payload,
+                    self.shell.reconcile, record, event, now=time.time(), result_payload=payload
                 )
             )
         except StaleEvent as exc:
@@ -934,7 +927,7 @@ class Client:
                 waiters.remove(entry)
 
     async def _current(self, node: str) -> OperationRecord:
-        held = self._executor.engine.records.get(node) if self._executor else None
+        held = self._executor.held(node) if self._executor else None
         return held if held is not None else await self._on_ledger(self.ledger.get, node)
 
     def _observe(self, node: str) -> None:
@@ -1082,14 +1075,6 @@ async def _retrying(intent: Callable[[], Awaitable[_T]]) -> _T:
 async def _once(intent: Callable[[], Awaitable[_T]]) -> _T:
     """The intent decided on the row as the caller saw it: a lost race is refused."""
     return await intent()
-
-
-def _check_version(node: str, record: OperationRecord, expected: int | None) -> None:
-    if expected is not None and record.version != expected:
-        raise VersionConflict(
-            f"{node!r} changed: expected row version {expected}, it is at {record.version}"
-            f" ({record.state.value}); nothing was written"
-        )
 
 
 def _stopped(runner: asyncio.Task[None]) -> DriverStopped:

@@ -15,8 +15,9 @@ from longcall.core import events as e
 from longcall.core.keys import canonical_json, digest_bytes
 from longcall.core.record import ResultKind
 from longcall.ledger import Ledger, SQLiteLedger
-from longcall.runtime.engine import Action, CallSpec, Engine, request_cancel
+from longcall.runtime.engine import Action, CallSpec, Engine
 from longcall.runtime.inputs import answer_blob
+from longcall.runtime.step import request_cancel
 
 RESULT = canonical_json({"rows": [1]})
 
@@ -283,7 +284,7 @@ def test_manual_answer_when_no_policy(ledger: Ledger) -> None:
 def test_refused_answer_stores_nothing(ledger: Ledger) -> None:
     """An answer the machine refuses (operation no longer waiting) writes no answer blob (X4)."""
     from longcall.core import IllegalTransition
-    from longcall.runtime.engine import record_answers
+    from longcall.runtime.step import record_answers
 
     engine = Engine(ledger, rng=random.Random(1))
     engine.start_call(CallSpec(call_node_id="n", binding=binding(), arguments={}), now=0.0)
@@ -307,7 +308,7 @@ def test_the_last_poll_of_an_operation_let_go_is_forgotten_in_time(ledger: Ledge
     """A process keeps the last poll of an operation it let go (a claim back still waits
     the server's interval), but not for ever: an engine that lets go of operations
     accepted elsewhere, turn after turn, does not grow without bound."""
-    from longcall.runtime.engine import FORGET_LET_GO_POLL_S
+    from longcall.runtime.scheduler import FORGET_LET_GO_POLL_S
 
     first = Engine(ledger, rng=random.Random(1))
     first.start_call(CallSpec(call_node_id="n", binding=binding(), arguments={}), now=0.0)

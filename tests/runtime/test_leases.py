@@ -11,7 +11,8 @@ import pytest
 
 from longcall.core import State
 from longcall.ledger import Ledger, SQLiteLedger
-from longcall.runtime.engine import Action, CallSpec, Engine, LeasePolicy
+from longcall.runtime.engine import Action, CallSpec, Engine
+from longcall.runtime.leases import LeasePolicy
 
 from .test_engine import ScriptedServer, binding
 

@@ -21,7 +21,8 @@ from longcall.core.keys import canonical_json, digest_bytes
 from longcall.core.machine import DEFAULT_POLICY
 from longcall.core.record import ResultKind
 from longcall.ledger import Ledger, SQLiteLedger
-from longcall.runtime.engine import CallSpec, Engine, request_cancel
+from longcall.runtime.engine import CallSpec, Engine
+from longcall.runtime.step import request_cancel
 
 from .test_engine import binding
 

@@ -15,7 +15,8 @@ from longcall.core import commands as c
 from longcall.core import events as e
 from longcall.core.retry import FailureKind, RequestKind
 from longcall.ledger import SQLiteLedger
-from longcall.runtime.engine import Action, CallSpec, Engine, LeasePolicy
+from longcall.runtime.engine import Action, CallSpec, Engine
+from longcall.runtime.leases import LeasePolicy
 from longcall.runtime.step import apply_event
 from longcall.sim import run_one
 from longcall.sim.config import GENTLE, HARSH

@@ -632,8 +632,8 @@ class Gateway:
             return 0
         return sum(
             1
-            for node, record in list(executor.engine.records.items())
-            if handle_of_node(node) is not None and not record.is_terminal
+            for record in executor.held_records()
+            if handle_of_node(record.call_node_id) is not None and not record.is_terminal
         )
 
 

@@ -17,8 +17,8 @@ from typing import Any
 from longcall.client import CallOutcome, CallResult
 from longcall.core import State
 from longcall.gateway.pages import ZERO_ITEMS_WARNING, page_count, page_of, zero_items
-from longcall.runtime.engine import CancelOutcome
 from longcall.runtime.inputs import InputQuestion
+from longcall.runtime.step import CancelOutcome
 from longcall.server.errors import ToolProtocolError
 
 STATUS_TOOL = "longcall_status"

@@ -70,16 +70,11 @@ from longcall.core.commands import (
 from longcall.core.retry import FailureKind
 from longcall.errors import AdapterDisabled, ExecutorFailed, LongcallError, SendWindowPassed
 from longcall.ledger import CLIENT, WORKER, AdapterPlan, Ledger
-from longcall.runtime.engine import (
-    Action,
-    CallSpec,
-    CancelOutcome,
-    Engine,
-    InputPolicy,
-    LeasePolicy,
-)
+from longcall.runtime.engine import Action, CallSpec, Engine, InputPolicy
+from longcall.runtime.leases import LeasePolicy
 from longcall.runtime.metrics import ExecutorMetrics
 from longcall.runtime.rollout import compare_shadow, route, shadow_call_node, shadow_versions
+from longcall.runtime.step import CancelOutcome
 
 log = logging.getLogger("longcall.executor")
 
@@ -400,29 +395,59 @@ class Executor:
         self._wake_soon(call_node_id)
         return self.engine.records.get(call_node_id) or record
 
-    def cancel(self, call_node_id: str) -> CancelOutcome:
-        return self._locked(self._cancel, call_node_id)
+    def cancel(self, call_node_id: str, *, expected_version: int | None = None) -> CancelOutcome:
+        """Ask for cancellation (X5); ``expected_version``: on that row version only."""
+        return self._locked(self._cancel, call_node_id, expected_version)
 
-    async def acancel(self, call_node_id: str) -> CancelOutcome:
+    async def acancel(
+        self, call_node_id: str, *, expected_version: int | None = None
+    ) -> CancelOutcome:
         """:meth:`cancel` without blocking the event loop."""
-        return await self._off_loop(self._cancel, call_node_id)
+        return await self._off_loop(self._cancel, call_node_id, expected_version)
 
-    def _cancel(self, call_node_id: str) -> CancelOutcome:
-        outcome = self.engine.cancel(call_node_id, now=self.clock())
+    def _cancel(self, call_node_id: str, expected_version: int | None) -> CancelOutcome:
+        outcome = self.engine.cancel(
+            call_node_id, now=self.clock(), expected_version=expected_version
+        )
         self._wake_soon(call_node_id)
         return outcome
 
-    def answer(self, call_node_id: str, answers: Mapping[str, Any]) -> OperationRecord:
-        return self._locked(self._answer, call_node_id, answers)
+    def answer(
+        self,
+        call_node_id: str,
+        answers: Mapping[str, Any],
+        *,
+        expected_version: int | None = None,
+    ) -> OperationRecord:
+        """Answer pending input (X4); ``expected_version``: on that row version only."""
+        return self._locked(self._answer, call_node_id, answers, expected_version)
 
-    async def aanswer(self, call_node_id: str, answers: Mapping[str, Any]) -> OperationRecord:
+    async def aanswer(
+        self,
+        call_node_id: str,
+        answers: Mapping[str, Any],
+        *,
+        expected_version: int | None = None,
+    ) -> OperationRecord:
         """:meth:`answer` without blocking the event loop."""
-        return await self._off_loop(self._answer, call_node_id, answers)
+        return await self._off_loop(self._answer, call_node_id, answers, expected_version)
 
-    def _answer(self, call_node_id: str, answers: Mapping[str, Any]) -> OperationRecord:
-        record = self.engine.answer(call_node_id, answers, now=self.clock())
+    def _answer(
+        self, call_node_id: str, answers: Mapping[str, Any], expected_version: int | None
+    ) -> OperationRecord:
+        record = self.engine.answer(
+            call_node_id, answers, now=self.clock(), expected_version=expected_version
+        )
         self._wake_soon(call_node_id)
         return record
+
+    def held(self, call_node_id: str) -> OperationRecord | None:
+        """The record this executor drives ``call_node_id`` at (None: not held here)."""
+        return self.engine.records.get(call_node_id)
+
+    def held_records(self) -> list[OperationRecord]:
+        """The records of the call nodes this executor drives now (a snapshot)."""
+        return list(self.engine.records.values())
 
     def is_idle(self) -> bool:
         """Nothing left to do without a person: no request in flight or planned, and

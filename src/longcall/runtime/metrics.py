@@ -218,9 +218,9 @@ class _EngineCollector(Collector):
             return
         with lock:
             stats = dict(engine.stats)
-            polls = dict(engine.polls_by_server)
-            failures = dict(engine.failures_by_server)
-            breakers = {server: b.state for server, b in engine.breakers.items()}
+            polls = dict(engine.scheduler.polls_by_server)
+            failures = dict(engine.scheduler.failures_by_server)
+            breakers = {server: b.state for server, b in engine.scheduler.breakers.items()}
             states = collections.Counter(r.state for r in engine.records.values())
         for name, key, text in (
             ("longcall_claims", "claimed", "Operations claimed under a lease."),

@@ -220,9 +220,9 @@ def _shed_every_round(original: Callable[..., Any]) -> Callable[..., Any]:
 
     def claim_share(self: Any, now: float) -> None:
         original(self, now)
-        busy = {node for node, _kind in self._in_flight}
+        busy = self.scheduler.busy_nodes()
         idle = [n for n in self.records if n not in busy]
-        self.ledger.release(self.owner, idle)
+        self.shell.release(self.owner, idle)
         for node in idle:
             self._let_go(node)
 
@@ -315,7 +315,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="stale-epoch-accepted",
         bug="a reply to an older execution epoch is applied",
-        patches=(("longcall.runtime.engine", "handle", _stale_epoch_accepted),),
+        patches=(("longcall.runtime.step", "handle", _stale_epoch_accepted),),
     ),
     Mutant(
         name="is-error-is-failed",
@@ -349,7 +349,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="stale-round-answered",
         bug="an answer given for an earlier input round is delivered for the pending one",
-        patches=(("longcall.runtime.engine", "record_answers", _answers_to_pending),),
+        patches=(("longcall.runtime.step", "record_answers", _answers_to_pending),),
     ),
     Mutant(
         name="cas-removed",

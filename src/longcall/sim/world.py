@@ -56,8 +56,9 @@ from longcall.core.retry import FailureKind
 from longcall.errors import IllegalTransition, LongcallError, StaleEvent
 from longcall.ledger import WORKER
 from longcall.runtime import rollout
-from longcall.runtime.engine import Action, CallSpec, Engine, LeasePolicy
-from longcall.runtime.step import apply_event
+from longcall.runtime.engine import Action, CallSpec, Engine
+from longcall.runtime.leases import LeasePolicy
+from longcall.runtime.step import LedgerShell
 from longcall.sim import measures
 from longcall.sim.adapter import Route, connect, exchange_for
 from longcall.sim.aip151 import Aip151Server
@@ -1095,14 +1096,8 @@ class World:
             if event is None:
                 continue
             try:
-                apply_event(
-                    self.ledger,
-                    record,
-                    event,
-                    now=self.now,
-                    jitter=self.rng.random(),
-                    result_payload=payload,
-                )
+                operator = LedgerShell(self.ledger, rng=self.rng)
+                operator.reconcile(record, event, now=self.now, result_payload=payload)
             except LongcallError as exc:
                 self.log("operator", f"{record.call_node_id} not resolved: {exc}")
                 continue
