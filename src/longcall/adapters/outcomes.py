@@ -13,7 +13,14 @@ from __future__ import annotations
 
 from longcall.adapters.base import Outcome
 from longcall.adapters.exchange import TransportFailure
-from longcall.core.events import RequestFailed, SubmitOutcomeLost, SubmitRejected
+from longcall.core.commands import Command, SendInputResponse
+from longcall.core.events import (
+    Event,
+    InputRefused,
+    RequestFailed,
+    SubmitOutcomeLost,
+    SubmitRejected,
+)
 from longcall.core.keys import canonical_json, digest_bytes
 from longcall.core.retry import FailureKind, RequestKind, settles_create
 
@@ -26,6 +33,8 @@ REQUEST_KINDS: dict[str, RequestKind] = {
     "SendInputResponse": RequestKind.INPUT,
 }
 """Engine command name → the request it sends."""
+REFUSED_ANSWER = frozenset({FailureKind.BAD_REQUEST, FailureKind.VALIDATION})
+"""How a server says "this answer is wrong": it keeps waiting for a better one."""
 
 
 def request_failed(
@@ -106,3 +115,21 @@ __all__ = [
     "submit_failed",
     "unsupported",
 ]
+
+
+def as_input_refusal(command: Command, event: Event) -> Event:
+    """A delivery of answers the server refused as invalid is an InputRefused of that
+    round's keys (X4): a person answers again, instead of the operation going to an
+    operator with the bad answer stored for every resend. Any other reply is itself."""
+    if (
+        isinstance(command, SendInputResponse)
+        and isinstance(event, RequestFailed)
+        and event.failure in REFUSED_ANSWER
+    ):
+        return InputRefused(
+            input_round=command.input_round,
+            keys=command.keys,
+            reason=event.detail or event.failure.value,
+            execution_epoch=event.execution_epoch,
+        )
+    return event

@@ -356,7 +356,7 @@ def _input_requested(r: OperationRecord, ev: e.InputRequestObserved, x: _Ctx) ->
         )
         return _schedule_poll(r, x)
     unanswered = tuple(k for k in ev.keys if k not in r.input_keys_answered)
-    waiting_on_gate = r.state is State.INPUT_REQUIRED and bool(r.input_keys_pending)
+    waiting_on_gate = r.waits_for_answers
     if waiting_on_gate and set(unanswered) == set(r.input_keys_pending):
         # F1 "input_required replayed": the gate already has this request.
         raise StaleEvent(f"operation {r.call_node_id!r}: input request replayed")

@@ -12,7 +12,7 @@ import dataclasses
 import enum
 from collections.abc import Callable
 
-from longcall.core.states import SETTLED_STATES, TERMINAL_STATES, State
+from longcall.core.states import NOT_POLLING_STATES, SETTLED_STATES, TERMINAL_STATES, State
 
 RECORD_SCHEMA = "toolOperation.v1"
 
@@ -135,6 +135,16 @@ class OperationRecord:
     def is_settled(self) -> bool:
         """Nothing more happens without an operator: accepted, or handed to one."""
         return self.state in SETTLED_STATES
+
+    @property
+    def waits_for_answers(self) -> bool:
+        """An input round is open: automatic polling pauses until it is answered (X4)."""
+        return self.state is State.INPUT_REQUIRED and bool(self.input_keys_pending)
+
+    @property
+    def may_poll(self) -> bool:
+        """Whether a status poll may go out in this state (X3, X4, X6)."""
+        return self.state not in NOT_POLLING_STATES and not self.waits_for_answers
 
     def polling_ended_by(self, now: float) -> str | None:
         """What ends polling at ``now`` (X3): ``"wait budget"``, ``"expiry"``, or None

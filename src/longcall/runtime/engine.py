@@ -1,27 +1,20 @@
-"""The executor's decision loop without I/O: what to send, when, and what a reply means.
+"""The operations one process drives: what each event means and what it needs next.
 
-The engine owns everything the runtime decides between two network calls: which
-operation's request is due (timers), how fast one server may be polled (a token
-bucket shared by all its operations, X3), whether a server is cut off (a circuit
-breaker, X9), and how a reply is applied (the core machine, then the ledger, SPEC
-L4/L5). It never awaits, sleeps or reads a clock: ``now`` is an argument and the
-jitter comes from the ``random.Random`` it is given. The asyncio executor
-(:mod:`longcall.runtime.executor`) turns its actions into adapter calls; the simulator
-(:mod:`longcall.sim`) turns them into simulated-server calls on virtual time. Both
-therefore run the same decision code.
+Owns: the records this process holds, and the path of every event to them — a reply
+to a request (:meth:`Engine.apply_reply`), a caller's intent (cancel, answer: X4,
+X5), a takeover (L7) — decided by the core machine and committed through the ledger
+shell (:mod:`longcall.runtime.step`, the only path to the ledger: it also decides an
+event again after a lost race, L4), then planned: each request command goes to the
+pure scheduler (:mod:`longcall.runtime.scheduler`: timers, admission, breaker, send
+slots), an automatic answer or an acceptance to its callback. How operations come to
+be held — alone on a ledger, or as one of several workers with leases and claim rounds
+(D1) — is :mod:`longcall.runtime.claims`'.
 
-An :class:`Action` is one request to carry out. The driver reports back with
-:meth:`Engine.apply_reply` (an adapter :class:`~longcall.adapters.base.Outcome`).
-
-Several processes on one ledger (D1): an engine with an ``owner`` drives only the
-operations it holds a lease on. It claims its fair share of the open operations
-(:meth:`Engine.housekeep`: renew the lease, claim, shed a surplus, notice operator
-writes), writes every step under its (owner, epoch) so the database refuses a stale
-write (:class:`~longcall.ledger.Fenced`: the engine lets the operation go), sends
-nothing once its lease is about to run out, and takes its polls' send slots from the
-ledger's one budget per server (:mod:`longcall.ledger.budget`). Every decision takes
-``now``; the simulator drives the same methods on virtual time. An engine without an
-owner is the single-process mode: it must be the only driver of its ledger.
+Must not: await, sleep or read a clock (``now`` is an argument; the jitter comes from
+the ``random.Random`` it is given, through the shell), or call the ledger but through
+the shell. The asyncio executor (:mod:`longcall.runtime.executor`) turns its actions
+into adapter calls; the simulator (:mod:`longcall.sim`) into simulated-server calls on
+virtual time: both run the same decision code.
 """
 
 from __future__ import annotations
@@ -32,59 +25,47 @@ import random
 from collections.abc import Callable, Mapping
 from typing import Any, TypeVar
 
-from longcall.adapters.base import Outcome, ToolBinding
+from longcall.adapters.base import Outcome
+from longcall.adapters.outcomes import as_input_refusal
 from longcall.core import (
     DEFAULT_POLICY,
     OperationRecord,
     Policy,
     ServerStatus,
-    State,
     Transition,
-    new_operation,
     recovery_event,
     resume,
 )
 from longcall.core import commands as c
 from longcall.core import events as e
-from longcall.core.keys import canonical_json, check_call_node_id, request_digest
-from longcall.core.record import evolve
-from longcall.core.retry import CircuitBreaker, FailureKind
-from longcall.core.states import NOT_POLLING_STATES
-from longcall.errors import (
-    RequestDigestMismatch,
-)
+from longcall.core.keys import canonical_json, request_digest
+from longcall.core.retry import CircuitBreaker
+from longcall.errors import RequestDigestMismatch
 from longcall.ledger import WORKER, Census, Fenced, Ledger, VersionSet
-from longcall.runtime import leases
-from longcall.runtime.leases import LeaseClock, LeasePolicy
+from longcall.runtime.claims import Claims, SoleDriver
+from longcall.runtime.leases import LeasePolicy
 from longcall.runtime.scheduler import REQUEST_COMMANDS, Action, Scheduler
-from longcall.runtime.step import CancelOutcome, LedgerShell
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class CallSpec:
-    """A durable call to make: the unit of idempotency is the call node (X2)."""
-
-    call_node_id: str
-    binding: ToolBinding
-    arguments: Mapping[str, Any]
-    principal: str = "anonymous"
-    budget_s: float | None = None
-    step_index: int = 0
-    shadow_of: str | None = None
-    """The primary call node this call shadows through another adapter version (R1)."""
-
-    def __post_init__(self) -> None:
-        check_call_node_id(self.call_node_id)
-
+from longcall.runtime.step import CallSpec, CancelOutcome, LedgerShell
 
 T = TypeVar("T")
+
+_COUNTED = (
+    "stale_replies",
+    "conflicts",
+    "integrity_failures",
+    "requests",
+    "fenced",
+    "claimed",
+    "takeovers",
+)
+"""The counters every engine reports from the start, at zero until they count."""
 
 InputPolicy = Callable[[OperationRecord, c.AskInput], Mapping[str, Any] | None]
 """Answers an input request automatically (keys → values), or None to leave it to a human."""
 
 
 class Engine:
-    """Timers, limits and reply handling for every operation of one executor process."""
+    """Every operation one process drives: events in, committed records and actions out."""
 
     def __init__(
         self,
@@ -106,38 +87,24 @@ class Engine:
         versions: VersionSet | None = None,
     ) -> None:
         self.owner = owner
+        """The lease holder this engine writes as (None: single-process mode)."""
         self.versions = versions
         """The (protocol, adapter version) pairs this engine runs: it claims only
         operations bound to one of them, and its fair share counts only those (None:
         every version, one build on the ledger)."""
-        """The lease holder this engine writes as (None: single-process mode)."""
-        self.kind = kind
         self.lease = lease or LeasePolicy()
         self.claim_all = claim_all
         """True: take a fair share of every open operation (a worker). False: claim
-        only :attr:`wanted` call nodes (a caller waiting on its own)."""
-        self.wanted: set[str] = set()
-        self.clock = LeaseClock(self.lease)
-        """The deadlines of this worker's lease (unused in single-process mode)."""
-        self.last_census: Census | None = None
-        """What the last claim round saw of the whole ledger (a worker only)."""
+        only the call nodes its callers wait on (a caller's, :attr:`Claims.wanted`)."""
         self.external_heartbeat = False
         """True when the driver renews the lease from its own thread (:meth:`heartbeat`)."""
-        self.policy = policy
         self.input_policy = input_policy
         self.on_accepted = on_accepted
         self.on_escalated = on_escalated
         self.records: dict[str, OperationRecord] = {}
         """The operations this engine drives, as last committed."""
-        self.stats: collections.Counter[str] = collections.Counter(
-            stale_replies=0,
-            conflicts=0,
-            integrity_failures=0,
-            requests=0,
-            fenced=0,
-            claimed=0,
-            takeovers=0,
-        )
+        self.stats: collections.Counter[str] = collections.Counter(dict.fromkeys(_COUNTED, 0))
+        """What this engine did (requests, lost races, claims…), for metrics and reports."""
         self.shell = LedgerShell(ledger, rng=rng, policy=policy, stats=self.stats)
         """The engine's one path to the ledger."""
         self.scheduler = Scheduler(
@@ -149,6 +116,18 @@ class Engine:
             stats=self.stats,
         )
         """When each planned request may leave (timers, admission, breaker, slots)."""
+        self.holding: Claims | SoleDriver = SoleDriver(self.shell)
+        """How this engine comes to hold operations: alone, or by a worker's claims."""
+        if owner is not None:
+            self.holding = Claims(
+                self.shell,
+                owner=owner,
+                kind=kind,
+                versions=versions,
+                policy=self.lease,
+                claim_all=claim_all,
+                stats=self.stats,
+            )
 
     @property
     def ledger(self) -> Ledger:
@@ -174,53 +153,25 @@ class Engine:
 
     def create(self, spec: CallSpec, *, now: float, version: str | None = None) -> OperationRecord:
         """Create the operation of a call node its caller found absent (one lookup per
-        call); should another process create it first, attach to that one instead.
+        call); DuplicateCallNode if another process created it meanwhile.
 
         The record and its arguments are committed before any request is planned.
         ``version``: bind the new operation to this adapter version instead of the
         binding's. If this engine does not run it, the record is created unowned and
         left to a worker that does (claims filter by version); nothing is planned.
         """
-        digest = request_digest(spec.binding.tool_name, dict(spec.arguments))
-        binding = spec.binding
-        transition = new_operation(
-            call_node_id=spec.call_node_id,
-            request_digest=digest,
-            tool_name=binding.tool_name,
-            tool_descriptor_digest=binding.descriptor_digest,
-            principal=spec.principal,
-            server=binding.server,
-            protocol=binding.protocol,
-            adapter_version=binding.adapter_version,
-            now=now,
-            step_index=spec.step_index,
-            submission_lookup=binding.submission_lookup,
-            tool_idempotent=binding.idempotent,
-            budget_s=spec.budget_s,
-            caller_key=self.shell.caller_key,
-            server_store_id=binding.store_id,
-        )
+        transition = self.shell.new_call(spec, now=now, version=version)
         record = transition.record
-        if spec.shadow_of is not None:
-            record = evolve(record, shadow_of=spec.shadow_of)
         request = canonical_json(dict(spec.arguments))
-        if version is not None and version != binding.adapter_version:
-            record = evolve(record, adapter_version=version)
-            if not self.runs(record):
-                # Routed to a version this engine does not run: created unowned, for a
-                # worker that runs it to claim (R2; claims filter by version).
-                first = self.shell.create(record, request, owner=None)
-                if first is not None:
-                    return self.attach_to(first, binding.tool_name, spec.arguments, now=now)
-                return record
-        if self.owner is not None:
-            self._ensure_registered(now)
-            self.wanted.add(spec.call_node_id)
-        first = self.shell.create(record, request, owner=self.owner)
-        if first is not None:
-            return self.attach_to(first, binding.tool_name, spec.arguments, now=now)
-        self.records[spec.call_node_id] = record
-        self._plan(record, transition.commands, now=now)
+        # Routed to a version this engine does not run: created unowned, for a worker
+        # that runs it to claim (R2; claims filter by version).
+        routed_away = version not in (None, spec.binding.adapter_version) and not self.runs(record)
+        if not routed_away:
+            self.holding.started(spec.call_node_id, now=now)
+        self.shell.create(record, request, owner=None if routed_away else self.owner)
+        if not routed_away:
+            self.records[spec.call_node_id] = record
+            self._plan(record, transition.commands, now=now)
         return record
 
     def attach(
@@ -249,16 +200,9 @@ class Engine:
                 f"call node {call_node_id!r} already holds a different request "
                 f"({existing.request_digest} != {digest}); a call node is one request"
             )
-        if not existing.is_terminal and call_node_id not in self.records:
-            if not self.runs(existing):
-                pass  # bound to a version another worker runs: wait on the ledger
-            elif self.owner is None:
-                self.adopt(existing, now=now)
-            else:
-                # Held by a live worker: wait on the ledger; claimed only if nobody holds
-                # it (or its holder's lease lapsed), now or at a later claim round.
-                self.wanted.add(call_node_id)
-                self._claim_nodes([call_node_id], now=now)
+        # An operation bound to a version another worker runs waits on the ledger.
+        if not existing.is_terminal and call_node_id not in self.records and self.runs(existing):
+            self.holding.take(existing, self, now=now)
         return self.records.get(call_node_id, existing)
 
     def resume_all(self, *, now: float) -> int:
@@ -269,16 +213,7 @@ class Engine:
         in :meth:`housekeep` rounds, the first one claim interval later, up to this
         engine's fair share of what no live worker holds. Without: every open
         operation, at once."""
-        if self.owner is not None:
-            held = len(self.records)
-            self.housekeep(now=now)
-            return len(self.records) - held
-        count = 0
-        for record in self.shell.open_records():
-            if self.runs(record):
-                self.adopt(record, now=now)
-                count += 1
-        return count
+        return self.holding.resume(self, now=now)
 
     def runs(self, record: OperationRecord) -> bool:
         """Whether this engine runs the adapter version ``record`` is bound to."""
@@ -290,23 +225,15 @@ class Engine:
         if record.is_terminal:
             self.records.pop(record.call_node_id, None)
             return
-        proven_absent = self._proven_absent(record, claimed=False)
+        proven_absent = self.shell.reconciled_as_absent(record, claimed=False)
         claim = e.ExecutionClaimed(new_epoch=record.execution_epoch + 1)
         transition = self._apply(record, claim, now=now)
         if transition is None:
             return
         self.stats["recoveries"] += 1
-        self._taken_over(transition.record, proven_absent=proven_absent, now=now)
+        self.taken_over(transition.record, proven_absent=proven_absent, now=now)
 
-    def _proven_absent(self, record: OperationRecord, *, claimed: bool) -> bool:
-        """An operator's proof of absence (NOT_FOUND_SAFE written by a manual
-        reconciliation, nothing committed since but, with ``claimed``, the claim that
-        just took it) means no create went out after it: resubmit with the same key
-        (X2). Treating it as an in-doubt create would send it straight back to
-        reconciliation, for ever."""
-        return self.shell.reconciled_as_absent(record, claimed=claimed)
-
-    def _taken_over(self, record: OperationRecord, *, proven_absent: bool, now: float) -> None:
+    def taken_over(self, record: OperationRecord, *, proven_absent: bool, now: float) -> None:
         """Plan a record this engine just took over at a new epoch (L7): resume it, and
         treat a create that may have left as in doubt (X2)."""
         node = record.call_node_id
@@ -315,10 +242,7 @@ class Engine:
         self._plan(record, resume(record, now=now), now=now)
         self.scheduler.keep_poll_floor(record)
         if proven_absent:
-            resubmit = c.SendSubmit(
-                submission_key=record.submission_key, attempt=record.submit_attempts, at=now
-            )
-            self._plan(record, (resubmit,), now=now)
+            self._resubmit(record, now=now)
             return
         recovery = recovery_event(record)
         if recovery is not None:
@@ -332,56 +256,31 @@ class Engine:
         over is let go, one an operator changed is re-planned at the same epoch.
         Without (single-process mode), ``adopt_new`` also takes over open operations
         this engine does not hold yet."""
-        if self.owner is not None:
-            return self._refresh_held(now=now)
-        changed = 0
-        versions = self.shell.open_versions()
-        for node, version in versions.items():
-            known = self.records.get(node)
-            if known is None and not adopt_new:
-                continue
-            if known is None or known.version != version:
-                record = self.shell.get(node)
-                if not self.runs(record):
-                    self._let_go(node)  # bound to a version this engine does not run
-                    continue
-                changed += 1
-                self.adopt(record, now=now)
-        for node in [n for n in self.records if n not in versions]:
-            self._let_go(node)
-        return changed
+        return self.holding.reread(self, now=now, adopt_new=adopt_new)
 
-    def _refresh_held(self, *, now: float) -> int:
-        assert self.owner is not None
-        held = self.shell.held_versions(self.owner)
-        busy = self.scheduler.busy_nodes()
-        changed = 0
-        for node, known in list(self.records.items()):
-            if node in busy:
-                continue  # its reply's write decides: applied, or refused as Fenced (D1)
-            version = held.get(node)
-            if version is None:
-                self._let_go(node)  # accepted, released, or taken over by another worker
-                continue
-            if version != known.version:
-                record = self.shell.find(node)
-                if record is None or record.is_terminal:
-                    self._let_go(node)
-                    continue
-                changed += 1
-                self.records[node] = record
-                self.scheduler.forget(node)
-                self._plan(record, resume(record, now=now), now=now)
-                if self._proven_absent(record, claimed=False):
-                    resubmit = c.SendSubmit(
-                        submission_key=record.submission_key,
-                        attempt=record.submit_attempts,
-                        at=now,
-                    )
-                    self._plan(record, (resubmit,), now=now)
-        return changed
+    def changed_elsewhere(self, record: OperationRecord, *, now: float) -> None:
+        """Re-plan, at the same epoch, a held operation another process (an operator)
+        wrote: what its state needs now, and a create an operator proved absent."""
+        node = record.call_node_id
+        self.records[node] = record
+        self.scheduler.forget(node)
+        self._plan(record, resume(record, now=now), now=now)
+        if self.shell.reconciled_as_absent(record, claimed=False):
+            self._resubmit(record, now=now)
 
-    def _let_go(self, node: str) -> None:
+    def _resubmit(self, record: OperationRecord, *, now: float) -> None:
+        """Send the create again with the same key: an operator proved that no create
+        went out before (X2), so treating it as in doubt would loop back to them."""
+        resubmit = c.SendSubmit(
+            submission_key=record.submission_key, attempt=record.submit_attempts, at=now
+        )
+        self._plan(record, (resubmit,), now=now)
+
+    def busy_nodes(self) -> set[str]:
+        """The call nodes with a request in flight."""
+        return self.scheduler.busy_nodes()
+
+    def let_go(self, node: str) -> None:
         """Stop driving an operation (terminal, released, or no longer ours)."""
         self.records.pop(node, None)
         self.scheduler.let_go(node)
@@ -389,37 +288,15 @@ class Engine:
     # --- leases (D1) -----------------------------------------------------------------
 
     def housekeep(self, *, now: float) -> None:
-        """What keeps a worker's leases: renew when due; at each claim round, take a
-        fair share of what nobody live holds (a caller: only its wanted call nodes),
-        shed a surplus, and re-plan what an operator changed. Single-process mode has
-        no lease to keep; both forget the last polls of operations let go long ago."""
+        """What keeps a worker's leases (:meth:`Claims.turn`: renew, claim rounds, shed,
+        re-read what is held); single-process mode has none. Both forget the last polls
+        of operations let go long ago."""
         self.scheduler.forget_old_let_go_polls(now, held=self.records)
-        if self.owner is None:
-            return
-        self._ensure_registered(now)
-        if self.clock.lapsed_at is not None:
-            # The driver's heartbeat found the lease lapsed (this process was paused
-            # or cut off): count it; what others took is found at the claim round's
-            # re-read, or by the database refusing the write (Fenced).
-            self.clock.lapsed_at = None
-            self.stats["lease_lapses"] += 1
-            self.clock.claim_soon(now)
-        elif not self.external_heartbeat and self.clock.renew_due(now):
-            self._renew(now)
-        if self.clock.claim_due(now):
-            if self.claim_all:
-                self._claim_share(now)
-            else:
-                missing = [n for n in self.wanted if n not in self.records]
-                if missing:
-                    self._claim_nodes(missing, now=now)
-            self._refresh_held(now=now)
+        self.holding.turn(now, self, external_heartbeat=self.external_heartbeat)
 
     def next_housekeeping(self) -> float | None:
         """When :meth:`housekeep` has work next (None in single-process mode)."""
-        if self.owner is None:
-            return None
-        return self.clock.next_turn(external_heartbeat=self.external_heartbeat)
+        return self.holding.next_turn(external_heartbeat=self.external_heartbeat)
 
     def heartbeat(self, now: float) -> None:
         """Renew the lease from a thread of the driver's own (any thread: it touches
@@ -427,13 +304,12 @@ class Engine:
         thread is busy with a long queue of commits must not lose its lease for it;
         a process that is killed or stopped stops its heartbeat too, so takeover
         still happens exactly when it should."""
-        if self.owner is None or not self.clock.registered:
-            return
-        if not self.shell.renew(
-            self.owner, kind=self.kind, now=now, lease_s=self.lease.lease_s, versions=self.versions
-        ):
-            self.clock.lapsed_at = now
-        self.clock.renewed(now, next_renew=False)
+        self.holding.heartbeat(now)
+
+    @property
+    def last_census(self) -> Census | None:
+        """What the last claim round saw of the whole ledger (a worker only)."""
+        return self.holding.last_census
 
     def idle(self) -> bool:
         """Nothing left to drive: nothing held and, for a worker, no open operation in
@@ -445,118 +321,10 @@ class Engine:
         census = self.last_census  # None: no claim round yet, nothing is known
         return census is not None and census.open_operations == 0
 
-    def lease_valid(self, now: float) -> bool:
-        """Whether a new request may leave now: the lease has the send margin left."""
-        return self.owner is None or self.clock.valid(now)
-
     def retire(self) -> int:
         """A clean stop: hand every held operation back at once (no lease wait) and
         forget this owner. Returns how many were released."""
-        if self.owner is None or not self.clock.registered:
-            return 0
-        released = self.shell.retire(self.owner)
-        for node in list(self.records):
-            self._let_go(node)
-        self.clock.stop()
-        return released
-
-    def _ensure_registered(self, now: float) -> None:
-        if self.clock.registered:
-            return
-        assert self.owner is not None
-        self.shell.register(
-            self.owner, kind=self.kind, now=now, lease_s=self.lease.lease_s, versions=self.versions
-        )
-        self.clock.start(now)
-
-    def _renew(self, now: float) -> None:
-        assert self.owner is not None
-        renewed = self.shell.renew(
-            self.owner, kind=self.kind, now=now, lease_s=self.lease.lease_s, versions=self.versions
-        )
-        if not renewed:
-            # Lapsed (paused, cut off): others may have taken some of ours. What we
-            # still hold is read back at once; a stale write would be fenced anyway.
-            self.stats["lease_lapses"] += 1
-            self._refresh_held(now=now)
-        self.clock.renewed(now)
-
-    def _claim_share(self, now: float) -> None:
-        """Hold about ``open / live workers`` operations: claim up to that, shed above
-        it (plus the slack) what has no request in flight. With :attr:`versions`, the
-        share is taken per (protocol, adapter version) this engine runs, among the
-        workers that run it: a version only some workers run is shared by those. One
-        census read serves every version."""
-        assert self.owner is not None
-        if self.versions is None:
-            census = self.shell.census(self.owner, now=now)
-            self._take_share(census, list(self.records), None, now=now)
-            self.last_census = census
-            return
-        by_version = self.shell.census_by_version(self.owner, now=now, versions=self.versions)
-        held: dict[tuple[str, str], list[str]] = {}
-        for node, record in self.records.items():
-            held.setdefault((record.protocol, record.adapter_version), []).append(node)
-        for pair in sorted(self.versions):
-            self._take_share(by_version[pair], held.get(pair, []), frozenset({pair}), now=now)
-        self.last_census = leases.combined(by_version.values())
-
-    def _take_share(
-        self, census: Census, held: list[str], versions: VersionSet | None, *, now: float
-    ) -> None:
-        """Claim up to the share ``census`` gives of ``versions`` (None: every version),
-        or shed above it; ``held``: the nodes of those versions held now, oldest first."""
-        assert self.owner is not None
-        share = leases.fair_share(census)
-        limit = leases.claim_limit(census, held=len(held), share=share, policy=self.lease)
-        if limit and self._claim(now=now, limit=limit, versions=versions):
-            held = [
-                node
-                for node, r in self.records.items()
-                if versions is None or (r.protocol, r.adapter_version) in versions
-            ]
-        release = leases.to_shed(
-            held,
-            share=share,
-            busy=self.scheduler.busy_nodes(),
-            wanted=self.wanted,
-            policy=self.lease,
-        )
-        if release is not None:
-            self.shell.release(self.owner, release)
-            self.stats["released"] += len(release)
-            for node in release:
-                self._let_go(node)
-
-    def _claim_nodes(self, nodes: list[str], *, now: float) -> None:
-        self._ensure_registered(now)
-        self._claim(now=now, limit=len(nodes), nodes=nodes)
-
-    def _claim(
-        self,
-        *,
-        now: float,
-        limit: int,
-        nodes: list[str] | None = None,
-        versions: VersionSet | None = None,
-    ) -> int:
-        """Claim up to ``limit`` operations (of ``nodes``, or any due); how many it took."""
-        assert self.owner is not None
-        versions = self.versions if versions is None else versions
-        taken = 0
-        for claimed in self.shell.claim(
-            self.owner, now=now, limit=limit, nodes=nodes, versions=versions
-        ):
-            record = claimed.record
-            self.stats["claimed"] += 1
-            if claimed.taken_from is not None:
-                self.stats["takeovers"] += 1  # its holder's lease had lapsed
-            if record.execution_epoch > 1:
-                self.stats["recoveries"] += 1  # driven before, by a process now gone
-            proven_absent = self._proven_absent(record, claimed=True)
-            self._taken_over(record, proven_absent=proven_absent, now=now)
-            taken += 1
-        return taken
+        return self.holding.retire(self)
 
     # --- local intents (X4, X5, X7) --------------------------------------------------
 
@@ -618,7 +386,7 @@ class Engine:
             if owner is None:
                 raise
             self.stats["fenced"] += 1
-            self._let_go(call_node_id)
+            self.let_go(call_node_id)
             return write(None)
 
     def _hold_intent(self, transition: Transition, *, now: float) -> None:
@@ -636,7 +404,7 @@ class Engine:
     def next_wakeup(self) -> float | None:
         """The earliest planned request, or the moment polls waiting for a send slot
         ask for more (None when nothing is planned)."""
-        if self.clock.held_back:
+        if self.holding.held_back:
             # Past the lease's send margin nothing leaves until a renewal: a driver
             # woken at the planned (past) moment would only spin (found by the
             # simulator's lease-expiry worlds). Housekeeping turns still come.
@@ -647,10 +415,8 @@ class Engine:
         """Pop the requests whose time has come, within the server's limits (at most
         ``limit`` of them: the driver's free sending capacity). Nothing leaves while
         this engine's lease is about to run out (D1)."""
-        if not self.lease_valid(now):
-            self.clock.held_back = True
+        if self.holding.hold_back(now):
             return []
-        self.clock.held_back = False
         shared = self.owner is not None
         if shared:
             self._take_slots(now)
@@ -712,7 +478,7 @@ class Engine:
     ) -> OperationRecord | None:
         """Apply the reply to an action; returns the record as it now stands."""
         self.scheduler.replied(action, outcome.event, now=now)
-        event = _refusal_of_answer(action.command, outcome.event)
+        event = as_input_refusal(action.command, outcome.event)
         if event.execution_epoch is None:
             # Fence the reply to the epoch that issued the request (D1, R3).
             event = dataclasses.replace(event, execution_epoch=action.record.execution_epoch)
@@ -786,7 +552,7 @@ class Engine:
         if decided.fenced:
             # Another worker took the operation over (our lease lapsed): the database
             # refused the write. Not ours to re-decide: let it go (D1).
-            self._let_go(record.call_node_id)
+            self.let_go(record.call_node_id)
             told = getattr(event, "poll_interval_s", None)
             if told is not None:
                 # The server told this process so, whatever the ledger holds: it
@@ -843,9 +609,7 @@ class Engine:
         if record.is_terminal:
             self.records.pop(record.call_node_id, None)
             self.scheduler.finished(record.call_node_id)
-        elif record.state in NOT_POLLING_STATES or (
-            record.state is State.INPUT_REQUIRED and record.input_keys_pending
-        ):
+        elif not record.may_poll:
             self.scheduler.stop_polling(record.call_node_id)
         for command in commands:
             if isinstance(command, REQUEST_COMMANDS):
@@ -871,28 +635,6 @@ class Engine:
             )
             self.records[record.call_node_id] = transition.record
             self._plan(transition.record, transition.commands, now=now)
-
-
-_REFUSED_ANSWER = frozenset({FailureKind.BAD_REQUEST, FailureKind.VALIDATION})
-"""How a server says "this answer is wrong": it keeps waiting for a better one."""
-
-
-def _refusal_of_answer(command: c.Command, event: e.Event) -> e.Event:
-    """A delivery of answers the server refused as invalid is an InputRefused of that
-    round's keys (X4): a person answers again, instead of the operation going to an
-    operator with the bad answer stored for every resend."""
-    if (
-        isinstance(command, c.SendInputResponse)
-        and isinstance(event, e.RequestFailed)
-        and event.failure in _REFUSED_ANSWER
-    ):
-        return e.InputRefused(
-            input_round=command.input_round,
-            keys=command.keys,
-            reason=event.detail or event.failure.value,
-            execution_epoch=event.execution_epoch,
-        )
-    return event
 
 
 __all__ = [

@@ -26,6 +26,7 @@ import random
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Protocol
 
+from longcall.adapters.base import ToolBinding
 from longcall.core import (
     DEFAULT_POLICY,
     TERMINAL_STATES,
@@ -34,13 +35,14 @@ from longcall.core import (
     State,
     Transition,
     handle,
+    new_operation,
 )
 from longcall.core import events as e
 from longcall.core.commands import AcceptTerminal
-from longcall.core.keys import canonical_json
+from longcall.core.keys import canonical_json, check_call_node_id, request_digest
+from longcall.core.record import evolve
 from longcall.errors import (
     ConflictError,
-    DuplicateCallNode,
     IllegalTransition,
     IntegrityError,
     MissingPayload,
@@ -66,6 +68,23 @@ LOST_RACE_RETRIES = 3
 OPERATOR_JITTER = 0.5
 """The jitter an operator's write gives the machine: it has no random source, and the
 driver that holds the operation plans its own requests on its next re-read."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class CallSpec:
+    """A durable call to make: the unit of idempotency is the call node (X2)."""
+
+    call_node_id: str
+    binding: ToolBinding
+    arguments: Mapping[str, Any]
+    principal: str = "anonymous"
+    budget_s: float | None = None
+    step_index: int = 0
+    shadow_of: str | None = None
+    """The primary call node this call shadows through another adapter version (R1)."""
+
+    def __post_init__(self) -> None:
+        check_call_node_id(self.call_node_id)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -287,26 +306,39 @@ class LedgerShell:
         """The stored record (UnknownCallNode when there is none)."""
         return self.ledger.get(call_node_id)
 
-    @property
-    def caller_key(self) -> bytes:
-        """The ledger's identity, part of every submission key it creates (X2)."""
-        return self.ledger.caller_key
+    def new_call(self, spec: CallSpec, *, now: float, version: str | None = None) -> Transition:
+        """The new operation of ``spec`` (not written yet) and the commands it starts
+        with; ``version``: bound to this adapter version instead of the binding's."""
+        binding = spec.binding
+        transition = new_operation(
+            call_node_id=spec.call_node_id,
+            request_digest=request_digest(binding.tool_name, dict(spec.arguments)),
+            tool_name=binding.tool_name,
+            tool_descriptor_digest=binding.descriptor_digest,
+            principal=spec.principal,
+            server=binding.server,
+            protocol=binding.protocol,
+            adapter_version=binding.adapter_version,
+            now=now,
+            step_index=spec.step_index,
+            submission_lookup=binding.submission_lookup,
+            tool_idempotent=binding.idempotent,
+            budget_s=spec.budget_s,
+            caller_key=self.ledger.caller_key,
+            server_store_id=binding.store_id,
+        )
+        record = transition.record
+        if spec.shadow_of is not None:
+            record = evolve(record, shadow_of=spec.shadow_of)
+        if version is not None and version != binding.adapter_version:
+            record = evolve(record, adapter_version=version)
+        return dataclasses.replace(transition, record=record)
 
-    def create(
-        self, record: OperationRecord, request: bytes, *, owner: str | None
-    ) -> OperationRecord | None:
+    def create(self, record: OperationRecord, request: bytes, *, owner: str | None) -> None:
         """Create the operation with its arguments (``request``, canonical JSON),
-        committed before any request is planned. Returns None once created, or the record
-        another process created first under this call node (a lost race: the caller
-        attaches to it instead)."""
-        try:
-            self.ledger.create(record, blobs={REQUEST_BLOB: request}, owner=owner)
-        except DuplicateCallNode:
-            first = self.ledger.find(record.call_node_id)
-            if first is None:
-                raise  # its submission key is taken, not the node: no race to lose
-            return first
-        return None
+        committed before any request is planned; DuplicateCallNode when the call node
+        (or its submission key) exists already."""
+        self.ledger.create(record, blobs={REQUEST_BLOB: request}, owner=owner)
 
     def request_payload(self, call_node_id: str) -> dict[str, Any]:
         """The call's arguments as stored with its record."""
@@ -338,7 +370,10 @@ class LedgerShell:
 
     def reconciled_as_absent(self, record: OperationRecord, *, claimed: bool) -> bool:
         """Whether ``record`` is NOT_FOUND_SAFE by an operator's manual reconciliation,
-        with nothing committed since but (``claimed``) the claim that just took it."""
+        with nothing committed since but (``claimed``) the claim that just took it. Such
+        a proof of absence means no create went out after it: resubmit with the same
+        key (X2); treated as an in-doubt create it would go straight back to
+        reconciliation, for ever."""
         if record.state is not State.NOT_FOUND_SAFE:
             return False
         history = self.ledger.history(record.call_node_id)
@@ -551,6 +586,7 @@ def _operator_jitter() -> float:
 __all__ = [
     "LOST_RACE_RETRIES",
     "REQUEST_BLOB",
+    "CallSpec",
     "CancelOutcome",
     "Decided",
     "Holder",

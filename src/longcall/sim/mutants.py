@@ -218,15 +218,15 @@ def _every_lease_lapsed(original: str) -> str:
 def _shed_every_round(original: Callable[..., Any]) -> Callable[..., Any]:
     """After each claim round, hand back everything held that has nothing in flight."""
 
-    def claim_share(self: Any, now: float) -> None:
-        original(self, now)
-        busy = self.scheduler.busy_nodes()
-        idle = [n for n in self.records if n not in busy]
+    def share_round(self: Any, now: float, claimant: Any) -> None:
+        original(self, now, claimant)
+        busy = claimant.busy_nodes()
+        idle = [n for n in claimant.records if n not in busy]
         self.shell.release(self.owner, idle)
         for node in idle:
-            self._let_go(node)
+            claimant.let_go(node)
 
-    return claim_share
+    return share_round
 
 
 # --- the catalogue ------------------------------------------------------------------------
@@ -375,7 +375,7 @@ MUTANTS += (
     Mutant(
         name="shed-every-round",
         bug="a worker hands back what it holds at every claim round: claims ping-pong",
-        patches=(("longcall.runtime.engine", "Engine._claim_share", _shed_every_round),),
+        patches=(("longcall.runtime.claims", "Claims.share_round", _shed_every_round),),
     ),
 )
 BY_NAME = {m.name: m for m in MUTANTS}
