@@ -84,9 +84,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("longcall.client")
 
 LEDGER_ENV = "LONGCALL_LEDGER"
+"""Names the ledger when none is given; wins over the default location."""
 WEBHOOK_SECRET_ENV = "LONGCALL_WEBHOOK_SECRET"
 """The webhook receiver's key(s) when none is passed (whsec_… or whpk_…, space-separated)."""
-"""Names the ledger when none is given; wins over the default location."""
 SUBMIT_WAIT_S = 120.0
 """``call(wait=False)`` returns once the server holds the operation, or after this long
 (the record is durable either way; a driver resolves an in-doubt create by its key)."""
@@ -640,14 +640,15 @@ class Client:
         target = self.servers.resolve(server)
         server, protocol = target.url, protocol or target.protocol
         node = node or default_node_id(tool, args)
+        # The call's one lookup of its node: the executor and the engine take its answer.
         existing = await self._on_ledger(self.ledger.find, node)
         if existing is not None:
             _check_same_target(existing, server, protocol)
-            await executor.aattach(node, tool, args)
+            await executor.aattach_to(existing, tool, args)
         else:
             binding = await self._bind(executor, server, tool, protocol)
             _check_arguments(binding, args)
-            await executor.acall(
+            await executor.acreate(
                 CallSpec(call_node_id=node, binding=binding, arguments=args, budget_s=budget_s)
             )
         if existing is not None and existing.is_terminal:
@@ -900,8 +901,7 @@ class Client:
         if record.is_settled:
             return True
         return (
-            record.state is State.INPUT_REQUIRED
-            and bool(record.input_keys_pending)
+            record.waits_for_answers
             and self._left_to_person.get(record.call_node_id) == record.input_round
         )
 
@@ -984,7 +984,7 @@ class Client:
 
     async def _handle_input(self, record: OperationRecord) -> None:
         node = record.call_node_id
-        if record.state is not State.INPUT_REQUIRED or not record.input_keys_pending:
+        if not record.waits_for_answers:
             return
         round_ = record.input_round
         if self._asked.get(node) == round_ or self._left_to_person.get(node) == round_:

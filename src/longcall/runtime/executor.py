@@ -68,7 +68,13 @@ from longcall.core.commands import (
     SendSubmit,
 )
 from longcall.core.retry import FailureKind
-from longcall.errors import AdapterDisabled, ExecutorFailed, LongcallError, SendWindowPassed
+from longcall.errors import (
+    AdapterDisabled,
+    DuplicateCallNode,
+    ExecutorFailed,
+    LongcallError,
+    SendWindowPassed,
+)
 from longcall.ledger import CLIENT, WORKER, AdapterPlan, Ledger
 from longcall.runtime.engine import Action, CallSpec, Engine, InputPolicy
 from longcall.runtime.leases import LeasePolicy
@@ -308,16 +314,20 @@ class Executor:
         """:meth:`call` without blocking the event loop."""
         return await self._off_loop(self._call, spec)
 
-    def _call(self, spec: CallSpec) -> OperationRecord:
+    async def acreate(self, spec: CallSpec) -> OperationRecord:
+        """:meth:`acall` for a call node its caller has just looked up and found absent:
+        not looked up again (one lookup per call). Should another process create it
+        meanwhile, this call attaches to that one."""
+        return await self._off_loop(self._call, spec, True)
+
+    def _call(self, spec: CallSpec, known_absent: bool = False) -> OperationRecord:
         binding = spec.binding
         if binding.protocol in self.disabled_protocols:
             raise AdapterDisabled(f"the {binding.protocol} adapter is disabled for new operations")
         now = self.clock()
-        if self.ledger.find(spec.call_node_id) is not None:
-            # Attaching to an existing operation never re-routes it.
-            record = self.engine.start_call(spec, now=now)
-            self._wake_soon(spec.call_node_id)
-            return record
+        existing = None if known_absent else self.ledger.find(spec.call_node_id)
+        if existing is not None:
+            return self._attach_to(existing, spec.binding.tool_name, spec.arguments)
         # A new operation follows the ledger's rollout plan (R2, P6).
         plan = self.ledger.rollout_plan()
         version = route(
@@ -335,7 +345,14 @@ class Executor:
                 f"{version}; this process runs {binding.adapter_version} and does not "
                 "name the versions it runs, so it cannot leave the call to another worker"
             )
-        record = self.engine.start_call(spec, now=now, version=version)
+        try:
+            record = self.engine.create(spec, now=now, version=version)
+        except DuplicateCallNode:
+            existing = self.ledger.find(spec.call_node_id)
+            if existing is None:
+                raise  # its submission key is taken, not the node: no race was lost
+            # Created by another process since it was looked up: attach to that one.
+            return self._attach_to(existing, spec.binding.tool_name, spec.arguments)
         self._start_shadows(spec, plan, now=now)
         self._wake_soon(spec.call_node_id)
         return record
@@ -371,6 +388,21 @@ class Executor:
         """:meth:`attach` without blocking the event loop."""
         return await self._off_loop(self._attach, call_node_id, tool_name, arguments)
 
+    async def aattach_to(
+        self, existing: OperationRecord, tool_name: str, arguments: Mapping[str, Any]
+    ) -> OperationRecord:
+        """:meth:`aattach` with the call node's record its caller has just read (not
+        looked up again: one lookup per call)."""
+        return await self._off_loop(self._attach_to, existing, tool_name, arguments)
+
+    def _attach_to(
+        self, existing: OperationRecord, tool_name: str, arguments: Mapping[str, Any]
+    ) -> OperationRecord:
+        # Attaching to an existing operation never re-routes it.
+        record = self.engine.attach_to(existing, tool_name, arguments, now=self.clock())
+        self._wake_soon(existing.call_node_id)
+        return record
+
     def _attach(
         self, call_node_id: str, tool_name: str, arguments: Mapping[str, Any]
     ) -> OperationRecord | None:
@@ -385,10 +417,12 @@ class Executor:
         return await self._off_loop(self._adopt, call_node_id)
 
     def _adopt(self, call_node_id: str) -> OperationRecord:
-        record = self.ledger.get(call_node_id)
-        if not record.is_terminal and call_node_id not in self.engine.records:
+        held = self.engine.records.get(call_node_id)
+        # Held here already (a call just made): no need to read it again.
+        record = held if held is not None else self.ledger.get(call_node_id)
+        if held is None and not record.is_terminal:
             arguments = self.engine.request_payload(call_node_id)
-            self.engine.attach(call_node_id, record.tool_name, arguments, now=self.clock())
+            self.engine.attach_to(record, record.tool_name, arguments, now=self.clock())
             self._listen_dirty = True
         self._watched_versions.setdefault(call_node_id, record.version)
         self._watched.add(call_node_id)
