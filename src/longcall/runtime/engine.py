@@ -36,8 +36,24 @@ from longcall.core import (
     recovery_event,
     resume,
 )
-from longcall.core import commands as c
-from longcall.core import events as e
+from longcall.core.commands import (
+    AcceptTerminal,
+    AskInput,
+    Command,
+    EscalateReconciliation,
+    SendSubmit,
+    StartResultFetch,
+)
+from longcall.core.events import (
+    Event,
+    ExecutionClaimed,
+    InputRequestObserved,
+    ReconciliationEscalated,
+    ResultFetchStarted,
+    SubmissionFound,
+    SubmitAcknowledged,
+    SubmitOutcomeLost,
+)
 from longcall.core.keys import canonical_json, request_digest
 from longcall.core.retry import CircuitBreaker
 from longcall.errors import RequestDigestMismatch
@@ -60,7 +76,7 @@ _COUNTED = (
 )
 """The counters every engine reports from the start, at zero until they count."""
 
-InputPolicy = Callable[[OperationRecord, c.AskInput], Mapping[str, Any] | None]
+InputPolicy = Callable[[OperationRecord, AskInput], Mapping[str, Any] | None]
 """Answers an input request automatically (keys → values), or None to leave it to a human."""
 
 
@@ -226,7 +242,7 @@ class Engine:
             self.records.pop(record.call_node_id, None)
             return
         proven_absent = self.shell.reconciled_as_absent(record, claimed=False)
-        claim = e.ExecutionClaimed(new_epoch=record.execution_epoch + 1)
+        claim = ExecutionClaimed(new_epoch=record.execution_epoch + 1)
         transition = self._apply(record, claim, now=now)
         if transition is None:
             return
@@ -271,7 +287,7 @@ class Engine:
     def _resubmit(self, record: OperationRecord, *, now: float) -> None:
         """Send the create again with the same key: an operator proved that no create
         went out before (X2), so treating it as in doubt would loop back to them."""
-        resubmit = c.SendSubmit(
+        resubmit = SendSubmit(
             submission_key=record.submission_key, attempt=record.submit_attempts, at=now
         )
         self._plan(record, (resubmit,), now=now)
@@ -452,11 +468,11 @@ class Engine:
         """The action was not carried out (the driver stopped, or a poll missed its
         slot): plan it again, unless something newer of its kind is planned."""
         record = self.records.get(action.call_node_id)
-        if record is not None and isinstance(action.command, c.SendSubmit):
+        if record is not None and isinstance(action.command, SendSubmit):
             # The create may have reached the server: its outcome is unknown, and
             # sending it again blind is what X2 forbids.
             self.scheduler.landed(action)
-            lost = e.SubmitOutcomeLost(reason="the executor stopped while the create was sent")
+            lost = SubmitOutcomeLost(reason="the executor stopped while the create was sent")
             self._apply_and_plan(record, lost, now=now)
             self.scheduler.rearm(action)
             return
@@ -486,14 +502,14 @@ class Engine:
         if record is None:
             self.stats["stale_replies"] += 1
             return None
-        if isinstance(event, e.InputRequestObserved) and outcome.payload is not None:
+        if isinstance(event, InputRequestObserved) and outcome.payload is not None:
             # X4: the question and its form are kept before the round is recorded, so a
             # person (CLI, callback, worker log) can always see what a pending key asks.
             self.shell.keep_input_requests(action.call_node_id, outcome.payload)
         transition = self._apply(record, event, now=now, payload=outcome.payload)
         if transition is None:
             return self.records.get(action.call_node_id)
-        if isinstance(event, (e.SubmitAcknowledged, e.SubmissionFound)):
+        if isinstance(event, (SubmitAcknowledged, SubmissionFound)):
             reused = self._id_reused(transition.record, now=now)
             if reused is not None:
                 return reused
@@ -518,7 +534,7 @@ class Engine:
             self.scheduler.forget(holder.call_node_id)
             # From the stored row, whoever holds it in memory: a lost race is a
             # conflict, never an overwrite (L4).
-            self._apply_and_plan(holder, e.ReconciliationEscalated(reason=reason), now=now)
+            self._apply_and_plan(holder, ReconciliationEscalated(reason=reason), now=now)
         return self.records.get(record.call_node_id, record)
 
     def end_without_reply(self, action: Action) -> None:
@@ -537,7 +553,7 @@ class Engine:
     def _apply(
         self,
         record: OperationRecord,
-        event: e.Event,
+        event: Event,
         *,
         now: float,
         payload: bytes | None = None,
@@ -558,9 +574,7 @@ class Engine:
                 # The server told this process so, whatever the ledger holds: it
                 # floors this process's next poll should it claim it back (X3).
                 self.scheduler.told_when_fenced(record.call_node_id, told)
-        elif decided.integrity_error is not None and not isinstance(
-            event, e.ReconciliationEscalated
-        ):
+        elif decided.integrity_error is not None and not isinstance(event, ReconciliationEscalated):
             exc = decided.integrity_error
             self._escalate(record, f"{type(exc).__name__}: {exc}", now=now)
         return None
@@ -596,16 +610,14 @@ class Engine:
         if fresh is None or fresh.is_settled:
             return
         self.scheduler.forget(fresh.call_node_id)
-        self._apply_and_plan(fresh, e.ReconciliationEscalated(reason=reason), now=now)
+        self._apply_and_plan(fresh, ReconciliationEscalated(reason=reason), now=now)
 
-    def _apply_and_plan(self, record: OperationRecord, event: e.Event, *, now: float) -> None:
+    def _apply_and_plan(self, record: OperationRecord, event: Event, *, now: float) -> None:
         transition = self._apply(record, event, now=now)
         if transition is not None:
             self._plan(transition.record, transition.commands, now=now)
 
-    def _plan(
-        self, record: OperationRecord, commands: tuple[c.Command, ...], *, now: float
-    ) -> None:
+    def _plan(self, record: OperationRecord, commands: tuple[Command, ...], *, now: float) -> None:
         if record.is_terminal:
             self.records.pop(record.call_node_id, None)
             self.scheduler.finished(record.call_node_id)
@@ -615,17 +627,17 @@ class Engine:
             if isinstance(command, REQUEST_COMMANDS):
                 at = getattr(command, "at", now)
                 self.scheduler.plan(record.call_node_id, command, at)
-            elif isinstance(command, c.StartResultFetch):
-                self._apply_and_plan(record, e.ResultFetchStarted(), now=now)
-            elif isinstance(command, c.AcceptTerminal):
+            elif isinstance(command, StartResultFetch):
+                self._apply_and_plan(record, ResultFetchStarted(), now=now)
+            elif isinstance(command, AcceptTerminal):
                 if self.on_accepted is not None:
                     self.on_accepted(record)
-            elif isinstance(command, c.AskInput):
+            elif isinstance(command, AskInput):
                 self._ask_input(record, command, now=now)
-            elif isinstance(command, c.EscalateReconciliation) and self.on_escalated:
+            elif isinstance(command, EscalateReconciliation) and self.on_escalated:
                 self.on_escalated(record, command.reason)
 
-    def _ask_input(self, record: OperationRecord, command: c.AskInput, *, now: float) -> None:
+    def _ask_input(self, record: OperationRecord, command: AskInput, *, now: float) -> None:
         if self.input_policy is None:
             return  # a human answers through the CLI; polling stays paused (X4)
         answers = self.input_policy(record, command)

@@ -24,9 +24,7 @@ import itertools
 import math
 from collections.abc import Container, Iterable, Iterator, Mapping
 
-from longcall.core import OperationRecord, Policy
-from longcall.core import commands as c
-from longcall.core import events as e
+from longcall.core import OperationRecord, Policy, commands, events
 from longcall.core.retry import CircuitBreaker
 from longcall.core.schedule import TokenBucket, WindowLimit, poll_delay_s
 from longcall.ledger.budget import GRANT_HORIZON_S, SLOT_VALID_S
@@ -35,13 +33,13 @@ FORGET_LET_GO_POLL_S = 3600.0
 """How long a process remembers its last poll of an operation it let go (a claim back
 within that time keeps the server's interval after it, X3 rule 1)."""
 
-REQUEST_COMMANDS: tuple[type[c.Command], ...] = (
-    c.SendCancel,
-    c.SendSubmit,
-    c.LookupSubmission,
-    c.SendInputResponse,
-    c.FetchResult,
-    c.Poll,
+REQUEST_COMMANDS: tuple[type[commands.Command], ...] = (
+    commands.SendCancel,
+    commands.SendSubmit,
+    commands.LookupSubmission,
+    commands.SendInputResponse,
+    commands.FetchResult,
+    commands.Poll,
 )
 """Commands that become a request to the server, in the order a tie is served."""
 _PRIORITY = {cls.__name__: rank for rank, cls in enumerate(REQUEST_COMMANDS)}
@@ -60,7 +58,7 @@ class Action:
 
     call_node_id: str
     server: str
-    command: c.Command
+    command: commands.Command
     record: OperationRecord
     """The record as it was when the action was issued (its epoch fences the reply)."""
     not_after: float | None = None
@@ -101,7 +99,7 @@ class Scheduler:
         self.polls_by_server: collections.Counter[str] = collections.Counter()
         self.failures_by_server: collections.Counter[str] = collections.Counter()
         self._timers: list[tuple[float, int, int, str, str]] = []
-        self._pending: dict[_Key, tuple[float, int, c.Command]] = {}
+        self._pending: dict[_Key, tuple[float, int, commands.Command]] = {}
         self._token_held: set[_Key] = set()
         self._in_flight: set[_Key] = set()
         self._deferred: set[_Key] = set()
@@ -130,7 +128,7 @@ class Scheduler:
 
     # --- planning ------------------------------------------------------------------------
 
-    def plan(self, node: str, command: c.Command, at: float) -> None:
+    def plan(self, node: str, command: commands.Command, at: float) -> None:
         """Plan ``command`` (a request command) for ``at``, replacing one of its kind."""
         kind = command.name
         seq = next(self._seq)
@@ -430,14 +428,14 @@ class Scheduler:
             self.plan(action.call_node_id, action.command, now)
         self._rearm(key)
 
-    def replied(self, action: Action, event: e.Event, *, now: float) -> None:
+    def replied(self, action: Action, event: events.Event, *, now: float) -> None:
         """``action``'s reply came: it is no longer in flight, and the server's health
         (breaker, Retry-After) learns from it."""
         key = (action.call_node_id, action.kind)
         self._in_flight.discard(key)
         self._rearm(key)
         self._note_server_health(action.server, event, now)
-        if isinstance(event, e.RequestFailed):
+        if isinstance(event, events.RequestFailed):
             self.failures_by_server[action.server] += 1
 
     def end(self, action: Action) -> None:
@@ -453,14 +451,14 @@ class Scheduler:
             if planned is not None:
                 self.plan(key[0], planned[2], planned[0])
 
-    def _note_server_health(self, server: str, event: e.Event, now: float) -> None:
+    def _note_server_health(self, server: str, event: events.Event, now: float) -> None:
         breaker = self.breakers.get(server, self._breaker_template)
-        if isinstance(event, e.RequestFailed):
+        if isinstance(event, events.RequestFailed):
             self.breakers[server] = breaker.on_failure(now, event.failure)
             if event.retry_after_s:
                 until = max(self._not_before.get(server, now), now + event.retry_after_s)
                 self._not_before[server] = until
-        elif not isinstance(event, (e.SubmitOutcomeLost, e.ResultFetchFailed)):
+        elif not isinstance(event, (events.SubmitOutcomeLost, events.ResultFetchFailed)):
             self.breakers[server] = breaker.on_success()
 
 

@@ -34,10 +34,10 @@ from longcall.core import (
     Policy,
     State,
     Transition,
+    events,
     handle,
     new_operation,
 )
-from longcall.core import events as e
 from longcall.core.commands import AcceptTerminal
 from longcall.core.keys import canonical_json, check_call_node_id, request_digest
 from longcall.core.record import evolve
@@ -161,7 +161,7 @@ def commit(
 def apply_event(
     ledger: Ledger,
     record: OperationRecord,
-    event: e.Event,
+    event: events.Event,
     *,
     now: float,
     jitter: float,
@@ -215,7 +215,7 @@ def request_cancel(
             None,
         )
     transition = handle(
-        record, e.CancelRequested(requested_by=requested_by), now=now, jitter=jitter
+        record, events.CancelRequested(requested_by=requested_by), now=now, jitter=jitter
     )
     commit(ledger, record, transition, event="CancelRequested", owner=owner)
     generation = transition.record.cancel_generation
@@ -252,7 +252,7 @@ def record_answers(
         )
         for key in keys
     }
-    event = e.InputAnswered(input_round=record.input_round, keys=keys)
+    event = events.InputAnswered(input_round=record.input_round, keys=keys)
     # Decide first (pure): an answer the machine refuses stores nothing.
     transition = handle(record, event, now=now, jitter=jitter)
     fence = None if owner is None else Fence(owner=owner, execution_epoch=record.execution_epoch)
@@ -383,7 +383,7 @@ class LedgerShell:
     def decide(
         self,
         record: OperationRecord,
-        event: e.Event,
+        event: events.Event,
         *,
         now: float,
         holder: Holder,
@@ -493,7 +493,7 @@ class LedgerShell:
     def reconcile(
         self,
         record: OperationRecord,
-        event: e.Event,
+        event: events.Event,
         *,
         now: float,
         result_payload: bytes | None = None,
@@ -564,7 +564,7 @@ class LedgerShell:
         by the machine (an ExecutionClaimed) in the claim's own transaction."""
 
         def decide(record: OperationRecord) -> OperationRecord:
-            claim = e.ExecutionClaimed(new_epoch=record.execution_epoch + 1)
+            claim = events.ExecutionClaimed(new_epoch=record.execution_epoch + 1)
             return handle(record, claim, now=now, jitter=self._jitter(), policy=self.policy).record
 
         return self.ledger.claim(
