@@ -262,7 +262,8 @@ class Claims:
     def reread(self, claimant: Claimant, *, now: float, adopt_new: bool = True) -> int:
         """Re-read what this worker holds: let go what it no longer holds (accepted,
         released, taken over), hand back to be re-planned at the same epoch what another
-        process (an operator) changed. How many changed."""
+        process (an operator) changed. How many changed. (``adopt_new`` does not apply:
+        a worker takes new operations in claim rounds only.)"""
         held = self.shell.held_versions(self.owner)
         busy = claimant.busy_nodes()
         changed = 0

@@ -455,12 +455,8 @@ class Engine:
         self.requeue(action, now=now)
 
     def held(self, action: Action, *, now: float) -> bool:
-        """Called by the driver at the moment it would send ``action``: True when a
-        429/503's Retry-After that reached this process since :meth:`due` issued it
-        holds its server past ``now``. The action must not leave then; it is planned
-        again for the end of the wait (X3, X9). Between ``due`` and the adapter call an
-        event loop runs other replies: a poll issued an instant before a 429 arrived
-        left after it (found by the simulator's worlds of workers, whose loop lags)."""
+        """Asked by the driver at the moment it would send ``action``: True when a
+        Retry-After that arrived since :meth:`due` holds it back (:meth:`Scheduler.held`)."""
         holds = action.call_node_id in self.records
         return self.scheduler.held(action, now=now, holds=holds)
 
@@ -480,9 +476,7 @@ class Engine:
 
     def wake(self, call_node_id: str, *, now: float) -> None:
         """A push notification says something changed: poll soon (X3: "listen for
-        speed"), but not sooner than the server's interval after the previous poll of
-        this process, and not during a failure backoff; the poll, not the
-        notification, is the truth."""
+        speed"), within the floors of :meth:`Scheduler.wake`; the poll is the truth."""
         record = self.records.get(call_node_id)
         if record is not None:
             self.scheduler.wake(record, now=now)

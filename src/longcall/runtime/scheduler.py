@@ -390,7 +390,10 @@ class Scheduler:
         """At the moment the driver would send ``action``: True when a Retry-After that
         arrived since it was issued holds its server past ``now``; the action must not
         leave, and (if this process still ``holds`` the operation) it is planned again
-        for now, so that :meth:`due` holds it to the wait's end (X3, X9)."""
+        for now, so that :meth:`due` holds it to the wait's end (X3, X9). Between
+        ``due`` and the adapter call an event loop runs other replies: a poll issued an
+        instant before a 429 arrived left after it (found by the simulator's worlds of
+        workers, whose loop lags)."""
         if self._not_before.get(action.server, now) <= now:
             if action.kind == "Poll":
                 # It leaves now, not when due() issued it: the interval counts from here.
