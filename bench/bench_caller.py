@@ -242,7 +242,7 @@ def seed_unowned(url: str, count: int, ledger_path: Path, tag: str) -> None:
     from longcall.core import new_operation
     from longcall.core.keys import canonical_json, request_digest
     from longcall.ledger import open_ledger
-    from longcall.runtime.engine import REQUEST_BLOB
+    from longcall.runtime.step import REQUEST_BLOB
 
     binding = asyncio.run(_binding(url, ledger_path))
     with open_ledger(f"sqlite:///{ledger_path}?synchronous=off") as ledger:

@@ -96,7 +96,8 @@ def _rss_kb() -> int:
 def _worker(schema: str, qps: float, forever: bool, seconds: float, out: Any) -> None:
     """One worker process: drive the engine until nothing is open (or ``seconds``)."""
     from longcall.ledger.postgres import PostgresLedger
-    from longcall.runtime.engine import Engine, LeasePolicy
+    from longcall.runtime.engine import Engine
+    from longcall.runtime.leases import LeasePolicy
 
     ledger = PostgresLedger(DSN, schema=schema)
     engine = Engine(
