@@ -300,10 +300,10 @@ class AddressPolicy:
             ip = ip.ipv4_mapped  # ::ffff:127.0.0.1 is 127.0.0.1
         if any(ip in network for network in self.allowed_networks):
             return True
+        if ip.is_loopback:  # before "reserved": ::1 is in IPv6's reserved ::/8
+            return self.allow_loopback
         if ip.is_multicast or ip.is_unspecified or ip.is_reserved:
             return False
-        if ip.is_loopback:
-            return self.allow_loopback
         if ip.is_link_local:
             return False  # 169.254.169.254 is a cloud's metadata service: never by a flag
         if ip.is_global:
