@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import itertools
 import json
 import time
 from collections.abc import AsyncIterator, Callable
@@ -130,7 +131,7 @@ def test_the_address_rule(address: str, default: bool, loopback: bool, private: 
     assert AddressPolicy.from_text(networks=["169.254.0.0/16"]).allows("169.254.1.1")
 
 
-# ---- the outbox in the store (both backends) ------------------------------------------------------
+# ---- the outbox in the store (both backends) -----------------------------------------------
 
 
 def new_task(task_id: str, principal: str = "p", created_at: float | None = None) -> NewTask:
@@ -256,7 +257,7 @@ async def test_claims_attempts_and_replays_in_the_store(store_url: str) -> None:
         store.close()
 
 
-# ---- the sender over real HTTP ------------------------------------------------------------------------
+# ---- the sender over real HTTP ---------------------------------------------------------------
 
 
 class Attempts:
@@ -430,7 +431,7 @@ async def test_receiver_down_then_back_every_event_arrives_once_after_backoff(
     for attempted in seen:
         by_delivery.setdefault(attempted.delivery.delivery_id, []).append(attempted)
     for chain in by_delivery.values():
-        for before, after in zip(chain, chain[1:], strict=False):
+        for before, after in itertools.pairwise(chain):
             assert before.next_attempt_at is not None
             assert after.at >= before.next_attempt_at
     listed = await hook_server.deliveries()
