@@ -8,10 +8,10 @@ from pathlib import Path
 import httpx
 import pytest
 from standardwebhooks import Webhook
+from test_restart import ServerProcess, free_port
 from tests.webhook_peer import HookReceiver
 
 from conftest import ModernClient
-from test_restart import ServerProcess, free_port
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
