@@ -15,7 +15,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -392,3 +392,40 @@ def outcome_exit(result: CallResult) -> ExitCode:
 def run_async(main: Callable[[], Any]) -> Any:
     """Run a coroutine function; Ctrl-C reaches the caller as KeyboardInterrupt."""
     return asyncio.run(main())
+
+
+# ---- the webhook receiver (worker, call --wait) ----------------------------------------------
+
+
+def webhook_listen_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--webhook-listen HOST:PORT``: serve the webhook receiver beside the command."""
+    return click.option(
+        "--webhook-listen",
+        "webhook_listen",
+        metavar="HOST:PORT",
+        help="Also take signed webhook deliveries as POST /webhooks there (and POST "
+        "/webhooks/NAME for a server with its own webhook key in the servers file); each "
+        "verified one only makes the operation it names poll sooner. Default key(s) from "
+        "$LONGCALL_WEBHOOK_SECRET.",
+    )(command)
+
+
+def webhook_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` of ``--webhook-listen`` (``[::1]:8080`` for IPv6), or a usage error."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"expected HOST:PORT, got {text!r}", param_hint="--webhook-listen")
+    return host, int(port)
+
+
+def open_webhooks(client: Client, host: str, port: int) -> Coroutine[Any, Any, None]:
+    """The webhook receiver's keys read and its socket bound now (so a missing key or a
+    taken port is the command's error at start), and its serving, to be scheduled."""
+    from longcall.runtime.webhooks import listen_socket, serve
+
+    receiver = client.webhook_receiver()
+    sock = listen_socket(host, port)
+    bound = sock.getsockname()
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    err_console().print(f"webhooks at http://{shown}:{bound[1]}/webhooks")
+    return serve(receiver, sock)

@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.markup import escape
@@ -31,12 +29,14 @@ from longcall.cli.common import (
     quiet_option,
     run_async,
     servers_option,
+    webhook_address,
+    webhook_listen_option,
 )
+from longcall.cli.common import open_webhooks as _open_webhooks
 from longcall.cli.show import input_lines
 from longcall.client import (
     CallOutcome,
     CallResult,
-    Client,
     default_ledger_url,
 )
 from longcall.client import Progress as CallProgress
@@ -97,13 +97,7 @@ def worker_line(result: CallResult, previous: State | None, ledger_url: str | No
     "the versions this build's adapters bind, so that workers of two builds share one "
     "ledger. 'any': every version, whatever build bound it.",
 )
-@click.option(
-    "--webhook-listen",
-    "webhook_listen",
-    metavar="HOST:PORT",
-    help="Also take signed webhook deliveries as POST /webhooks there; each verified one "
-    "only makes the operation it names poll sooner. Key(s) from $LONGCALL_WEBHOOK_SECRET.",
-)
+@webhook_listen_option
 @quiet_option
 @servers_option
 @click.pass_context
@@ -160,7 +154,7 @@ def worker(
 
     ctx.meta[RESUME_KEY] = f"longcall worker{ledger_shown(ledger_url)}"
     versions = _versions_run(runs)
-    webhook_at = _host_port(webhook_listen) if webhook_listen is not None else None
+    webhook_at = webhook_address(webhook_listen) if webhook_listen is not None else None
 
     async def main() -> list[CallResult]:
         stop = asyncio.Event()
@@ -210,30 +204,6 @@ def worker(
         console.print(f"worker: stopped; {len(waiting)} operation(s) wait for a person")
     if until_idle and waiting:
         raise click.exceptions.Exit(int(ExitCode.NEEDS_PERSON))
-
-
-def _open_webhooks(client: Client, host: str, port: int) -> Coroutine[Any, Any, None]:
-    """The webhook receiver's key read and its socket bound now (so a missing key or a
-    taken port is the worker's error at start), and its serving, to be scheduled."""
-    from longcall.runtime.webhooks import listen_socket, serve
-
-    receiver = client.webhook_receiver()
-    sock = listen_socket(host, port)
-    bound = sock.getsockname()
-    err_console().print(f"worker: webhooks at http://{_shown_host(host)}:{bound[1]}/webhooks")
-    return serve(receiver, sock)
-
-
-def _shown_host(host: str) -> str:
-    return f"[{host.strip('[]')}]" if ":" in host else host
-
-
-def _host_port(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` of ``--webhook-listen`` (``[::1]:8080`` for IPv6), or a usage error."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise click.BadParameter(f"expected HOST:PORT, got {text!r}", param_hint="--webhook-listen")
-    return host, int(port)
 
 
 def _versions_run(runs: tuple[str, ...]) -> frozenset[tuple[str, str]] | None:

@@ -456,17 +456,23 @@ class Executor:
         operation_id: str | None = None,
         call_node_id: str | None = None,
         status: str | None = None,
+        server: str | None = None,
     ) -> concurrent.futures.Future[list[str]]:
         """Something outside the poll (a webhook delivery) says an operation changed:
         wake the poll of each open operation it names, exactly as a push notification
         does (:meth:`notify` → ``Engine.wake``, floored by the server's interval). It
         never touches a record. ``status``: the status the hint claims; one equal to
         the status last polled wakes nothing. Resolves to the call nodes woken (an
-        operation id may be held at two servers: both are polled)."""
-        return self._io.submit(self._locked, self._hint, operation_id, call_node_id, status)
+        operation id may be held at two servers: both are polled). ``server``: only
+        operations at this server URL (a delivery verified by that server's own key)."""
+        return self._io.submit(self._locked, self._hint, operation_id, call_node_id, status, server)
 
     def _hint(
-        self, operation_id: str | None, call_node_id: str | None, status: str | None
+        self,
+        operation_id: str | None,
+        call_node_id: str | None,
+        status: str | None,
+        server: str | None = None,
     ) -> list[str]:
         now = self.clock()
         woken = []
@@ -479,6 +485,8 @@ class Executor:
                 continue
             if call_node_id is None and operation_id is None:
                 continue
+            if server is not None and record.server.rstrip("/") != server.rstrip("/"):
+                continue  # a delivery signed with one server's key names only its operations
             if status is not None and status == record.server_status_raw:
                 continue  # nothing we have not polled already
             self.engine.wake(node, now=now)

@@ -59,6 +59,7 @@ from longcall.server.store import TaskStore, open_store
 from longcall.server.tasks import Clock, TaskManager
 from longcall.server.tools import ToolRegistry
 from longcall.server.transport import EventStream, uvicorn_config
+from longcall.server.webhooks.model import WebhookOptions
 from longcall.server.wire import RpcRequest, Streamed, error_response, response
 
 logger = logging.getLogger(__name__)
@@ -76,7 +77,10 @@ class LongcallServer:
         options: ServerOptions | None = None,
         authenticator: Authenticator = token_principal,
         clock: Clock = time.time,
+        webhooks: WebhookOptions | None = None,
     ) -> None:
+        """``webhooks``: serve the webhook API (``/webhooks/...``) and send every status
+        change of a principal's tasks to the endpoints it registered (docs/design/webhooks.md)."""
         self.options = options or ServerOptions()
         if isinstance(authenticator, BearerAuth):
             # Every 401 names the RFC 9728 metadata, served below.
@@ -112,6 +116,12 @@ class LongcallServer:
                 return JSONResponse(document, headers={"cache-control": "public, max-age=3600"})
 
             self.routes.append(Route(authenticator.metadata_path, resource_metadata))
+        self.webhooks = None
+        if webhooks is not None:
+            from longcall.server.webhooks.routes import WebhookService
+
+            self.webhooks = WebhookService(self, webhooks)
+            self.routes.extend(self.webhooks.routes())
         self.modern = modern.ModernProtocol(manager=self.manager, options=self.options)
         self.legacy = legacy.LegacyProtocol(manager=self.manager, options=self.options)
 
@@ -128,8 +138,12 @@ class LongcallServer:
             try:
                 await self.manager.start()
                 try:
+                    if self.webhooks is not None:
+                        await self.webhooks.start()
                     yield
                 finally:
+                    if self.webhooks is not None:
+                        await self.webhooks.stop()
                     await self.manager.stop()
                     if self._owns_store:
                         self.store.close()

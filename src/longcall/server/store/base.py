@@ -47,6 +47,7 @@ from longcall.server.model import (
     TaskStatus,
 )
 from longcall.server.states import Cause, sources, target
+from longcall.server.store.outbox import OutboxQueries
 from longcall.server.store.owners import OwnerLocks
 
 logger = logging.getLogger(__name__)
@@ -247,8 +248,11 @@ def _in(values: Sequence[str]) -> str:
     return "(" + ",".join("?" for _ in values) + ")"
 
 
-class SqlTaskStore:
-    """The queries of both backends over per-thread connections; subclasses add the driver."""
+class SqlTaskStore(OutboxQueries):
+    """The queries of both backends over per-thread connections; subclasses add the driver.
+
+    The webhook outbox's queries are :class:`OutboxQueries`' (``outbox.py``); a status
+    change enqueues its deliveries in its own transaction."""
 
     migrations: tuple[str, ...] = ()
     workers = 1
@@ -588,6 +592,8 @@ class SqlTaskStore:
                         ),
                     )
                 record = self._select_task(conn, new.task_id)
+                if record is not None:
+                    self._enqueue_events(conn, record)
             if record is None:  # pragma: no cover - inserted above in this transaction
                 raise StoreError(f"task {new.task_id!r} vanished after its creation")
             return record, True
@@ -663,7 +669,10 @@ class SqlTaskStore:
                 if cursor.rowcount != 1:
                     return None
                 self._append_history(conn, task_id, to, now, cause.value)
-                return self._select_task(conn, task_id)
+                changed = self._select_task(conn, task_id)
+                if changed is not None:
+                    self._enqueue_events(conn, changed)
+                return changed
 
         return await self._run(write)
 
@@ -914,6 +923,7 @@ class SqlTaskStore:
                 self._execute(
                     conn, f"DELETE FROM task_status_history WHERE task_id IN ({doomed})", (cutoff,)
                 )
+                self._purge_deliveries(conn, doomed, cutoff)
                 cursor = self._execute(
                     conn,
                     "DELETE FROM tasks WHERE expires_at IS NOT NULL AND expires_at < ?",

@@ -92,6 +92,43 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_lease ON tasks (owner, lease_until)
         WHERE status IN ('working', 'input_required')
     """,
+    # 3: the webhook outbox (docs/design/webhooks.md).
+    """
+    CREATE TABLE webhook_endpoints (
+        endpoint_id TEXT PRIMARY KEY,
+        principal TEXT NOT NULL,
+        url TEXT NOT NULL,
+        keys TEXT NOT NULL,
+        statuses TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        disabled_at DOUBLE PRECISION,
+        disabled_reason TEXT,
+        throttled_until DOUBLE PRECISION,
+        UNIQUE (principal, url)
+    );
+    CREATE TABLE webhook_deliveries (
+        delivery_id BIGSERIAL PRIMARY KEY,
+        endpoint_id TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at DOUBLE PRECISION,
+        last_attempt_at DOUBLE PRECISION,
+        last_outcome TEXT,
+        last_http_status INTEGER,
+        delivered_at DOUBLE PRECISION,
+        owner TEXT,
+        lease_until DOUBLE PRECISION,
+        UNIQUE (endpoint_id, event_id)
+    );
+    CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at)
+        WHERE state = 'pending';
+    CREATE INDEX webhook_deliveries_task ON webhook_deliveries (task_id)
+    """,
 )
 
 

@@ -102,9 +102,54 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_lease ON tasks (owner, lease_until)
         WHERE status IN ('working', 'input_required')
     """,
+    # 3: the webhook outbox (docs/design/webhooks.md).
+    """
+    CREATE TABLE webhook_endpoints (
+        endpoint_id TEXT PRIMARY KEY,
+        principal TEXT NOT NULL,
+        url TEXT NOT NULL,
+        keys TEXT NOT NULL,
+        statuses TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        disabled_at REAL,
+        disabled_reason TEXT,
+        throttled_until REAL,
+        UNIQUE (principal, url)
+    );
+    CREATE TABLE webhook_deliveries (
+        delivery_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        endpoint_id TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at REAL,
+        last_attempt_at REAL,
+        last_outcome TEXT,
+        last_http_status INTEGER,
+        delivered_at REAL,
+        owner TEXT,
+        lease_until REAL,
+        UNIQUE (endpoint_id, event_id)
+    );
+    CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at)
+        WHERE state = 'pending';
+    CREATE INDEX webhook_deliveries_task ON webhook_deliveries (task_id)
+    """,
 )
 OUR_TABLES = frozenset(
-    {"tasks", "task_status_history", "task_input_requests", "schema_version", "store_meta"}
+    {
+        "tasks",
+        "task_status_history",
+        "task_input_requests",
+        "schema_version",
+        "store_meta",
+        "webhook_endpoints",
+        "webhook_deliveries",
+    }
 )
 
 
