@@ -1,5 +1,6 @@
 """Fixtures of the gateway tests: an upstream whose tools finish when the test says, a
-gateway in front of it (both on 127.0.0.1), and a plain 2025-11-25 JSON-RPC host."""
+gateway in front of it (both on 127.0.0.1), a plain 2025-11-25 JSON-RPC host, and hosts
+in child processes (the Node ones on the interop Node of `make interop`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import json
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,12 +16,18 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.interop.harness import (
+    inspector_argv,
+    inspector_env,
+    tasks_host_argv,
+)
 
 from longcall.adapters.servers import ServerConfig, ServersConfig
 from longcall.gateway import Gateway, GatewayOptions
 from longcall.server import LongcallServer, TaskContext, ToolProtocolError, running_server
 
 LEGACY = "2025-11-25"
+MODERN = "2026-07-28"
 WINDOW_S = 2.0
 """The early-return window of the tests (the default is 40 s)."""
 BOUND_S = 30.0
@@ -187,3 +195,68 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 
 def text_of(result: dict[str, Any]) -> str:
     return "\n".join(b["text"] for b in result.get("content", []) if b.get("type") == "text")
+
+
+class HostProcess:
+    """A host in a child process, read line by line (one JSON event a line)."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.events: list[dict[str, Any]] = []
+
+    async def until(self, key: str, bound_s: float = BOUND_S) -> dict[str, Any]:
+        """The first event with ``key`` (bounded; the host's output so far on failure)."""
+        assert self.process.stdout is not None
+        try:
+            async with asyncio.timeout(bound_s):
+                while True:
+                    for event in self.events:
+                        if key in event:
+                            return event
+                    line = await self.process.stdout.readline()
+                    if not line:
+                        break
+                    try:
+                        self.events.append(json.loads(line))
+                    except ValueError:  # a banner or a log line, kept for the failure
+                        self.events.append({"line": line.decode(errors="replace")})
+        except TimeoutError:
+            pass
+        stderr = b""
+        if (self.process.stderr is not None and not self.events) or key == "result":
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2):
+                    await self.process.wait()
+        if self.process.stderr is not None and self.process.returncode is not None:
+            stderr = await self.process.stderr.read()
+        raise AssertionError(f"no {key!r} from the host: {self.events} {stderr[-3000:]!r}")
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+        await self.process.wait()
+
+
+async def start_host(*argv: str | Path, env: dict[str, str] | None = None) -> HostProcess:
+    process = await asyncio.create_subprocess_exec(
+        *map(str, argv),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    return HostProcess(process)
+
+
+async def start_inspector(
+    url: str, era: str, tool: str, arguments: dict[str, Any], home: Path
+) -> HostProcess:
+    """The MCP Inspector CLI calling ``tool`` at ``url`` in protocol era ``era``."""
+    return await start_host(*inspector_argv(url, era, tool, arguments), env=inspector_env(home))
+
+
+async def start_tasks_host(
+    url: str, tool: str, arguments: dict[str, Any], *flags: str
+) -> HostProcess:
+    """``interop/tasks-host.mjs``: the TypeScript SDK 2.x client with ext-tasks."""
+    return await start_host(*tasks_host_argv(url, tool, arguments, *flags))

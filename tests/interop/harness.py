@@ -31,6 +31,11 @@ INTEROP = ROOT / "interop"
 NODE_BIN = INTEROP / "node_modules" / ".bin"
 NODE = NODE_BIN / "node"
 TASK_PEER = INTEROP / "task-peer.mjs"
+TASKS_HOST = INTEROP / "tasks-host.mjs"
+"""A task-aware host on the TypeScript SDK 2.x client and ext-tasks (both task versions)."""
+INSPECTOR = INTEROP / "node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
+"""The MCP Inspector's launcher; ``--cli`` runs its command-line client."""
+LOOPBACK_ONLY = INTEROP / "loopback-only.mjs"
 
 START_LIMIT_S = LOADED_MACHINE_S
 PY_START_LIMIT_S = LOADED_MACHINE_S
@@ -71,6 +76,47 @@ def stop(process: subprocess.Popen[Any]) -> None:
     for stream in (process.stdin, process.stdout, process.stderr):
         if stream is not None:
             stream.close()
+
+
+def inspector_argv(url: str, era: str, tool: str, arguments: dict[str, Any]) -> list[str]:
+    """The MCP Inspector CLI calling ``tool`` at ``url`` in protocol era ``era``
+    (``legacy``: 2025-11-25, ``modern``: 2026-07-28); it prints one JSON line, the result
+    on stdout or the error on stderr."""
+    return [
+        str(node_or_fail()),
+        str(INSPECTOR),
+        "--cli",
+        url,
+        "--protocol-era",
+        era,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        tool,
+        "--tool-args-json",
+        json.dumps(arguments),
+        "--format",
+        "json",
+    ]
+
+
+def inspector_env(home: Path) -> dict[str, str]:
+    """The Inspector's environment: its catalog and stored settings under ``home`` (never
+    the user's), and any Node server socket it might open (an OAuth callback) on
+    127.0.0.1."""
+    return {
+        **node_env(),
+        "HOME": str(home),
+        "MCP_CATALOG_PATH": str(home / "mcp.json"),
+        "MCP_CLIENT_CONFIG_PATH": str(home / "client.json"),
+        "NODE_OPTIONS": f"--import={LOOPBACK_ONLY}",
+    }
+
+
+def tasks_host_argv(url: str, tool: str, arguments: dict[str, Any], *flags: str) -> list[str]:
+    """``interop/tasks-host.mjs`` calling ``tool`` as a task (flags: ``--era``,
+    ``--answer``, ``--cancel-on``); it prints one JSON line per step."""
+    return [str(node_or_fail()), str(TASKS_HOST), url, tool, json.dumps(arguments), *flags]
 
 
 # --- the TypeScript SDK task peer ---------------------------------------------------------

@@ -14,8 +14,11 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from longcall.adapters.aip151.mapping import PROTOCOL as AIP151
+from longcall.adapters.apify.mapping import PROTOCOL as APIFY
 from longcall.client import CallOutcome, CallResult
 from longcall.core import State
+from longcall.core.machine import EMPTY_RESULT_WARNING
 from longcall.gateway.pages import ZERO_ITEMS_WARNING, page_count, page_of, zero_items
 from longcall.runtime.engine import CancelOutcome
 from longcall.runtime.inputs import InputQuestion
@@ -128,11 +131,12 @@ def outcome_reply(handle: str, result: CallResult, *, page: int, page_chars: int
     if result.outcome is CallOutcome.CANCELLED:
         text = cancelled_text(handle, result)
         return {"content": [{"type": "text", "text": text}], "isError": True}
-    body = result.result if isinstance(result.result, Mapping) else _as_result(result.result)
+    body = result_body(result)
     pages = page_count(body, page_chars)
     reply = page_of(body, page, page_chars)
     notes: list[str] = []
-    if result.outcome is CallOutcome.OK and zero_items(body):
+    empty = zero_items(body) or EMPTY_RESULT_WARNING in result.warnings
+    if result.outcome is CallOutcome.OK and empty:
         notes.append(ZERO_ITEMS_WARNING)
     if pages > 1:
         structured: dict[str, Any] = {"handle": handle, "page": page, "pages": pages}
@@ -153,6 +157,19 @@ def outcome_reply(handle: str, result: CallResult, *, page: int, page_chars: int
 
 def _texts(lines: Sequence[str]) -> list[dict[str, Any]]:
     return [{"type": "text", "text": line} for line in lines]
+
+
+NOT_TOOL_RESULTS = (APIFY, AIP151)
+"""Protocols whose accepted result is their own value (an Apify-style run with its
+dataset items, an AIP-151 ``response``), not an MCP ``CallToolResult``."""
+
+
+def result_body(result: CallResult) -> dict[str, Any]:
+    """An accepted result as the ``CallToolResult`` a host is given: an MCP upstream's
+    as it sent it, another protocol's value as structured content and its JSON text."""
+    if result.protocol not in NOT_TOOL_RESULTS and isinstance(result.result, Mapping):
+        return dict(result.result)
+    return _as_result(result.result)
 
 
 def _as_result(value: Any) -> dict[str, Any]:
