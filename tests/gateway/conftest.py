@@ -24,7 +24,14 @@ from tests.interop.harness import (
 
 from longcall.adapters.servers import ServerConfig, ServersConfig
 from longcall.gateway import Gateway, GatewayOptions
-from longcall.server import LongcallServer, TaskContext, ToolProtocolError, running_server
+from longcall.server import (
+    Authenticator,
+    LongcallServer,
+    TaskContext,
+    ToolProtocolError,
+    running_server,
+    token_principal,
+)
 
 LEGACY = "2025-11-25"
 MODERN = "2026-07-28"
@@ -57,10 +64,12 @@ class Upstream:
         self.gate(key).set()
 
 
-def upstream_server(upstream: Upstream, store: str) -> LongcallServer:
+def upstream_server(
+    upstream: Upstream, store: str, authenticator: Authenticator = token_principal
+) -> LongcallServer:
     """``longcall serve``'s library with tools a test controls: ``slow`` (tasks) and
     ``plain`` (no tasks) finish when released; ``quick``, ``empty``, ``big``, ``ask``."""
-    server = LongcallServer(store=store)
+    server = LongcallServer(store=store, authenticator=authenticator)
 
     @server.tool(task="optional")
     async def slow(ctx: TaskContext, key: str, n: int = 3) -> dict[str, Any]:
@@ -137,10 +146,11 @@ def servers_of(url: str) -> ServersConfig:
 
 @contextlib.asynccontextmanager
 async def gateway_at(
-    upstream_url: str, tmp_path: Path, **options: Any
+    upstream_url: str, tmp_path: Path, *, servers: ServersConfig | None = None, **options: Any
 ) -> AsyncIterator[tuple[Gateway, str]]:
+    """A gateway in front of ``upstream_url`` (or of ``servers``), served on 127.0.0.1."""
     gateway = Gateway(
-        servers=servers_of(upstream_url),
+        servers=servers or servers_of(upstream_url),
         ledger=f"sqlite:///{tmp_path / 'gateway.db'}",
         task_store=str(tmp_path / "gateway-tasks.db"),
         options=GatewayOptions(early_return_s=options.pop("window", WINDOW_S), **options),
