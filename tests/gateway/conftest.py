@@ -9,6 +9,8 @@ import collections
 import contextlib
 import itertools
 import json
+import re
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,6 +165,63 @@ async def gateway_at(
 async def gateway(upstream: Upstream, tmp_path: Path) -> AsyncIterator[tuple[Gateway, str]]:
     async with gateway_at(upstream.url, tmp_path) as pair:
         yield pair
+
+
+LONGCALL = Path(sys.executable).parent / "longcall"
+ANNOUNCED = re.compile(r"at (http://\S+/mcp)")
+PROCESS_START_S = 120.0
+"""A gateway process's start (imports, the ledger, listing the upstream): many seconds on
+a loaded 2-core machine."""
+
+
+def servers_file(tmp_path: Path, url: str) -> Path:
+    """A TOML servers file naming ``url`` as the upstream ``up``."""
+    path = tmp_path / "servers.toml"
+    path.write_text(f'[servers.up]\nurl = "{url}"\n')
+    return path
+
+
+def gateway_argv(tmp_path: Path, servers: Path, *more: str) -> list[str]:
+    """``longcall gateway`` on a ledger and task store in ``tmp_path``, the test window."""
+    return [
+        str(LONGCALL),
+        "gateway",
+        "--servers",
+        str(servers),
+        "--ledger",
+        f"sqlite:///{tmp_path / 'gateway.db'}",
+        "--task-store",
+        str(tmp_path / "gateway-tasks.db"),
+        "--early-return",
+        str(WINDOW_S),
+        "--lease-seconds",
+        "1",
+        *more,
+    ]
+
+
+@contextlib.asynccontextmanager
+async def gateway_process(
+    argv: list[str], *, log: Path | None = None, env: dict[str, str] | None = None
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """``longcall gateway --port 0`` in a child process; yields it and its /mcp URL. Its
+    log (stderr) goes to ``log`` when given."""
+    with contextlib.ExitStack() as files:
+        stderr = files.enter_context(log.open("wb")) if log else asyncio.subprocess.DEVNULL
+        process = await asyncio.create_subprocess_exec(
+            *argv, "--port", "0", stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env
+        )
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(PROCESS_START_S):
+            line = (await process.stdout.readline()).decode()
+        match = ANNOUNCED.search(line)
+        assert match, line
+        yield process, match.group(1)
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
 
 
 class Host:
