@@ -23,6 +23,7 @@ from longcall.gateway.pages import ZERO_ITEMS_WARNING, page_count, page_of, zero
 from longcall.runtime.engine import CancelOutcome
 from longcall.runtime.inputs import InputQuestion
 from longcall.server.errors import ToolProtocolError
+from longcall.server.wire import RELATED_TASK_META_KEY
 
 STATUS_TOOL = "longcall_status"
 RESULT_TOOL = "longcall_result"
@@ -168,8 +169,22 @@ def result_body(result: CallResult) -> dict[str, Any]:
     """An accepted result as the ``CallToolResult`` a host is given: an MCP upstream's
     as it sent it, another protocol's value as structured content and its JSON text."""
     if result.protocol not in NOT_TOOL_RESULTS and isinstance(result.result, Mapping):
-        return dict(result.result)
+        return _tool_result(result.result)
     return _as_result(result.result)
+
+
+def _tool_result(upstream: Mapping[str, Any]) -> dict[str, Any]:
+    """An upstream's ``CallToolResult`` as the gateway returns it: ``isError`` said
+    (SDKs leave it out when false, and the server library takes a dict without it for
+    a value to wrap), and without the related-task ``_meta`` naming the upstream's own
+    task (a host's task is the gateway's, never the upstream's)."""
+    body: dict[str, Any] = {"content": [], **upstream, "isError": bool(upstream.get("isError"))}
+    meta = body.pop("_meta", None)
+    if isinstance(meta, Mapping):
+        kept = {key: value for key, value in meta.items() if key != RELATED_TASK_META_KEY}
+        if kept:
+            body["_meta"] = kept
+    return body
 
 
 def _as_result(value: Any) -> dict[str, Any]:
