@@ -18,6 +18,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.interop.harness import NODE, ROOT
 
 from conftest import BOUND_S, Host, Upstream, gateway_at, start_host, text_of
@@ -169,7 +170,7 @@ async def test_an_mcp_1_30_upstream_plain_tool_is_served_durably(
     )
     try:
         assert process.stderr is not None
-        async with asyncio.timeout(BOUND_S):
+        async with asyncio.timeout(LOADED_MACHINE_S):  # imports the mcp 1.x SDK first
             while b"Uvicorn running on" not in await process.stderr.readline():
                 pass
         upstream_url = f"http://127.0.0.1:{port}/mcp"

@@ -9,20 +9,13 @@ count the runs.
 from __future__ import annotations
 
 import contextlib
-import queue
-import re
-import sqlite3
-import subprocess
-import sys
-import threading
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
-from tests.interop.harness import NODE, ROOT, TsPeer, node_or_fail, stop, ts_peer
+from tests.interop.harness import NODE, ROOT, Serve, TsPeer, node_or_fail, serve_process, ts_peer
 
 from conftest import (
     BOUND_S,
@@ -36,71 +29,14 @@ from longcall.gateway import Gateway
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-SERVE_START_S = 120.0
-"""`longcall serve` imports the server library first: seconds on a loaded machine."""
-SERVING = re.compile(r"serving MCP at (http://\S+/mcp)")
 TS_HOST = ROOT / "interop" / "gateway-host.mjs"
-
-
-@dataclass(frozen=True)
-class Serve:
-    """A running `longcall serve` and its task store file."""
-
-    url: str
-    store: Path
-
-    @property
-    def apify_url(self) -> str:
-        return self.url.removesuffix("/mcp") + "/apify/mcp"
-
-    def tasks(self, tool: str, protocol: str) -> int:
-        """How many tasks of ``tool`` in ``protocol`` the server created."""
-        with sqlite3.connect(f"file:{self.store}?mode=ro", uri=True) as db:
-            row = db.execute(
-                "SELECT count(*) FROM tasks WHERE tool_name = ? AND protocol = ?",
-                (tool, protocol),
-            ).fetchone()
-        return int(row[0])
-
-
-def announced(process: subprocess.Popen[str], pattern: re.Pattern[str], limit_s: float) -> str:
-    """The first match of ``pattern`` in the process's stdout, read (bounded) on a thread."""
-    lines: queue.Queue[str] = queue.Queue()
-
-    def read() -> None:
-        assert process.stdout is not None
-        for line in process.stdout:
-            lines.put(line)
-            if pattern.search(line):
-                return
-
-    threading.Thread(target=read, daemon=True).start()
-    while True:
-        try:
-            line = lines.get(timeout=limit_s)
-        except queue.Empty:
-            pytest.fail(f"the process never announced {pattern.pattern!r}")
-        found = pattern.search(line)
-        if found:
-            return found.group(1)
 
 
 @pytest.fixture(scope="module")
 def serve(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Serve]:
     """The `longcall serve` command on a free 127.0.0.1 port, for the whole module."""
-    workdir = tmp_path_factory.mktemp("serve")
-    store = workdir / "tasks.db"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "longcall", "serve", "--port", "0", "--store", f"sqlite:///{store}"],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.DEVNULL,
-        text=True,
-    )
-    try:
-        yield Serve(url=announced(process, SERVING, SERVE_START_S), store=store)
-    finally:
-        stop(process)
+    with serve_process(tmp_path_factory.mktemp("serve")) as running:
+        yield running
 
 
 @pytest.fixture(scope="module")
