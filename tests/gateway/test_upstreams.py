@@ -72,6 +72,13 @@ async def until_result(host: Host, reply: dict[str, Any]) -> dict[str, Any]:
     raise AssertionError(f"no result after following next: {reply}")
 
 
+async def early_then_outcome(host: Host, tool: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    """A call past the window: it returns early (asserted), and next leads to its outcome."""
+    early = await host.call(tool, arguments)
+    assert early["structuredContent"]["state"] == "running", early
+    return await until_result(host, early)
+
+
 async def test_every_upstreams_tools_are_listed_the_apify_facade_without_its_helpers(
     gateway: tuple[Gateway, str], http: httpx.AsyncClient
 ) -> None:
@@ -122,9 +129,7 @@ async def test_a_long_task_of_longcall_serve_returns_early_then_its_rows(
     _, url = gateway
     host = Host(http, url)
     before = serve.tasks("sleep_report", "2026-07-28")
-    early = await host.call("sleep_report", {"seconds": 4, "rows": 3})
-    assert early["structuredContent"]["state"] == "running", early
-    done = await until_result(host, early)
+    done = await early_then_outcome(host, "sleep_report", {"seconds": 4, "rows": 3})
     assert [row["index"] for row in done["structuredContent"]["rows"]] == [0, 1, 2]
     assert serve.tasks("sleep_report", "2026-07-28") == before + 1
 
@@ -137,9 +142,7 @@ async def test_an_apify_style_run_returns_early_then_its_items(
     _, url = gateway
     host = Host(http, url)
     before = serve.tasks("sleep_report", "apify")
-    early = await host.call("longcall--sleep-report", {"seconds": 4, "rows": 2})
-    assert early["structuredContent"]["state"] == "running", early
-    done = await until_result(host, early)
+    done = await early_then_outcome(host, "longcall--sleep-report", {"seconds": 4, "rows": 2})
     structured = done["structuredContent"]
     assert structured["items"] == [{"index": 0, "value": 0}, {"index": 1, "value": 1}]
     assert structured["run"]["status"] == "SUCCEEDED"
