@@ -11,74 +11,25 @@ interop Node.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import socket
 import sys
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
+from tests.interop.harness import NODE, ROOT
 
-from conftest import BOUND_S, Host, Upstream, gateway_at, text_of
+from conftest import BOUND_S, Host, Upstream, gateway_at, start_host, text_of
 from longcall.gateway import Gateway
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 HERE = Path(__file__).parent
-ROOT = HERE.parents[1]
 HOSTS_PYTHON = ROOT / "interop" / "hosts" / ".venv" / "bin" / "python"
-NODE = ROOT / "interop" / "node_modules" / ".bin" / "node"
 SHORT_TIMEOUT_S = 0.5
 TIMEOUT_S = 10.0
-
-
-class HostProcess:
-    """A host in a child process, read line by line (one JSON event a line)."""
-
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-        self.events: list[dict[str, Any]] = []
-
-    async def until(self, key: str, bound_s: float = BOUND_S) -> dict[str, Any]:
-        """The first event with ``key`` (bounded; the host's output so far on failure)."""
-        assert self.process.stdout is not None
-        try:
-            async with asyncio.timeout(bound_s):
-                while True:
-                    for event in self.events:
-                        if key in event:
-                            return event
-                    line = await self.process.stdout.readline()
-                    if not line:
-                        break
-                    self.events.append(json.loads(line))
-        except TimeoutError:
-            pass
-        stderr = b""
-        if (self.process.stderr is not None and not self.events) or key == "result":
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(2):
-                    await self.process.wait()
-        if self.process.stderr is not None and self.process.returncode is not None:
-            stderr = await self.process.stderr.read()
-        raise AssertionError(f"no {key!r} from the host: {self.events} {stderr[-3000:]!r}")
-
-    async def stop(self) -> None:
-        if self.process.returncode is None:
-            self.process.kill()
-        await self.process.wait()
-
-
-async def start_host(*argv: str | Path) -> HostProcess:
-    process = await asyncio.create_subprocess_exec(
-        *map(str, argv),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    return HostProcess(process)
 
 
 def hosts_venv() -> Path:
@@ -219,7 +170,7 @@ async def test_an_mcp_1_30_upstream_plain_tool_is_served_durably(
     )
     try:
         assert process.stderr is not None
-        async with asyncio.timeout(BOUND_S):
+        async with asyncio.timeout(LOADED_MACHINE_S):  # imports the mcp 1.x SDK first
             while b"Uvicorn running on" not in await process.stderr.readline():
                 pass
         upstream_url = f"http://127.0.0.1:{port}/mcp"

@@ -139,6 +139,12 @@ class App:
         self.url = ""
         self._starts = itertools.count()
 
+    @property
+    def backend(self) -> str:
+        """The task backend the app runs on: ``longcall`` unless ``--backend`` says."""
+        flags = list(self.flags)
+        return flags[flags.index("--backend") + 1] if "--backend" in flags else "longcall"
+
     async def start_on(self, url: str) -> App:
         """Start again on the port of ``url`` (a caller names the server by its URL)."""
         return await self.start(port=int(url.rsplit(":", 1)[1].split("/")[0]))
