@@ -191,6 +191,38 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX operations_claimed_again ON operations (execution_epoch)
         WHERE execution_epoch >= 2;
     """,
+    # Breakers, refused writes, the poll budget's cap and use, failed requests by
+    # time: as in the SQLite backend's migration 8.
+    """
+    CREATE TABLE breakers (
+        server         TEXT NOT NULL,
+        owner          TEXT NOT NULL,
+        state          TEXT NOT NULL,
+        open_until     DOUBLE PRECISION,
+        failures       INTEGER NOT NULL,
+        last_error     TEXT NOT NULL DEFAULT '',
+        changed_at_utc TEXT NOT NULL,
+        PRIMARY KEY (server, owner)
+    );
+    CREATE TABLE refused_writes (
+        refusal_id       BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        call_node_id     TEXT NOT NULL REFERENCES operations (call_node_id),
+        event            TEXT NOT NULL,
+        owner            TEXT,
+        execution_epoch  INTEGER NOT NULL,
+        expected_version INTEGER,
+        reason           TEXT NOT NULL CHECK (reason IN ('fenced', 'version_conflict')),
+        detail           TEXT NOT NULL,
+        at_utc           TEXT NOT NULL
+    );
+    CREATE INDEX refused_writes_by_node ON refused_writes (call_node_id, refusal_id);
+    ALTER TABLE poll_budget ADD COLUMN qps_max DOUBLE PRECISION;
+    ALTER TABLE poll_budget ADD COLUMN use_minute BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE poll_budget ADD COLUMN used_this_minute INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE poll_budget ADD COLUMN used_last_minute INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE poll_budget ADD COLUMN granted_at_utc TEXT NOT NULL DEFAULT '';
+    CREATE INDEX history_request_failed ON history (at_utc) WHERE event = 'RequestFailed';
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -339,7 +371,7 @@ class PostgresLedger(SqlLedger):
         # would not be exactly the prefix: ask for the prefix itself.
         return "starts_with(call_node_id, ?)", (text,)
 
-    def update(
+    def _update(
         self,
         record: OperationRecord,
         *,

@@ -20,6 +20,8 @@ driver (PostgreSQL's stays optional), or import anything above ``longcall.core``
 from __future__ import annotations
 
 import abc
+import contextlib
+import dataclasses
 import functools
 import json
 import secrets
@@ -37,9 +39,12 @@ from longcall.core import (
     TerminalReceipt,
     UnknownCallNode,
 )
+from longcall.core.retry import BreakerState
 from longcall.errors import (
     BlobConflict,
+    ConflictError,
     DuplicateCallNode,
+    Fenced,
     LedgerMissing,
     LedgerRefused,
     LedgerUnavailable,
@@ -49,17 +54,23 @@ from longcall.errors import (
 )
 from longcall.ledger import codec
 from longcall.ledger.base import (
+    REFUSALS_KEPT_PER_NODE,
     WORKER,
     AdapterPlan,
+    BreakerRow,
     Census,
     Claim,
     ClaimDecision,
     Fence,
     HistoryRow,
+    Holding,
     Ledger,
     ListedOperation,
     OperationQuery,
     OutboxRow,
+    PollBudgetRow,
+    RefusedWrite,
+    ServerRetries,
     ServerUse,
     ShadowComparison,
     VersionSet,
@@ -68,7 +79,7 @@ from longcall.ledger.base import (
     check_fence,
     check_update,
 )
-from longcall.ledger.budget import PollGrant, grant_slots
+from longcall.ledger.budget import BudgetUse, PollGrant, grant_slots
 
 Row = tuple[Any, ...]
 Params = Sequence[object]
@@ -261,6 +272,18 @@ class SqlLedger(Ledger):
     @abc.abstractmethod
     def _execute(self, conn: Any, query: str, params: Params | None = None) -> Any:
         """Run one ``?``-style query on ``conn`` and return the driver's cursor."""
+
+    @abc.abstractmethod
+    def _update(
+        self,
+        record: OperationRecord,
+        *,
+        expected_version: int,
+        event: str,
+        owner: str | None = None,
+    ) -> None:
+        """:meth:`update` itself, in one write transaction (refusals are noted by the
+        caller, after that transaction rolled back)."""
 
     @abc.abstractmethod
     def _insert_receipt(self, conn: Any, receipt: TerminalReceipt, now_utc: str) -> int:
@@ -505,7 +528,63 @@ class SqlLedger(Ledger):
             ) from exc
         return record
 
+    def update(
+        self,
+        record: OperationRecord,
+        *,
+        expected_version: int,
+        event: str,
+        owner: str | None = None,
+    ) -> None:
+        try:
+            self._update(record, expected_version=expected_version, event=event, owner=owner)
+        except (Fenced, VersionConflict) as refusal:
+            self._note_refused(record, event, owner, expected_version, refusal)
+            raise
+
     def accept_terminal(
+        self,
+        record: OperationRecord,
+        receipt: TerminalReceipt,
+        *,
+        expected_version: int,
+        result_payload: bytes,
+        event: str,
+        owner: str | None = None,
+    ) -> int:
+        try:
+            return self._accept_terminal(
+                record,
+                receipt,
+                expected_version=expected_version,
+                result_payload=result_payload,
+                event=event,
+                owner=owner,
+            )
+        except (Fenced, VersionConflict) as refusal:
+            self._note_refused(record, event, owner, expected_version, refusal)
+            raise
+
+    def _note_refused(
+        self,
+        record: OperationRecord,
+        event: str,
+        owner: str | None,
+        expected_version: int | None,
+        refusal: ConflictError,
+    ) -> None:
+        """Keep a row saying this write was refused, in a transaction of its own after
+        the refused one rolled back (nothing of the write itself is kept). A failure
+        here is swallowed: the refusal raised to the writer is what counts."""
+        reason = "fenced" if isinstance(refusal, Fenced) else "version_conflict"
+        node = record.call_node_id
+        values = (node, event, owner, record.execution_epoch, expected_version, reason,
+                  str(refusal)[:_REFUSAL_DETAIL_MAX], self._utc_now(), node,
+                  REFUSALS_KEPT_PER_NODE)  # fmt: skip
+        with contextlib.suppress(LedgerUnavailable, *self.integrity_errors), self._write() as conn:
+            self._execute(conn, _REFUSAL_INSERT, values)
+
+    def _accept_terminal(
         self,
         record: OperationRecord,
         receipt: TerminalReceipt,
@@ -613,6 +692,19 @@ class SqlLedger(Ledger):
     def put_blob(
         self, call_node_id: str, name: str, payload: bytes, *, fence: Fence | None = None
     ) -> bool:
+        try:
+            return self._put_blob(call_node_id, name, payload, fence=fence)
+        except Fenced as refusal:
+            assert fence is not None  # only a fenced write is refused as Fenced
+            record = self.find(call_node_id)
+            if record is not None:
+                stale = dataclasses.replace(record, execution_epoch=fence.execution_epoch)
+                self._note_refused(stale, f"store {name}", fence.owner, None, refusal)
+            raise
+
+    def _put_blob(
+        self, call_node_id: str, name: str, payload: bytes, *, fence: Fence | None = None
+    ) -> bool:
         with self._write() as conn:
             if fence is None:
                 self._locked_row(conn, call_node_id)
@@ -702,6 +794,7 @@ class SqlLedger(Ledger):
                 conn, "UPDATE operations SET owner = NULL WHERE owner = ? AND open = 1", (owner,)
             ).rowcount
             self._execute(conn, "DELETE FROM workers WHERE owner = ?", (owner,))
+            self._execute(conn, "DELETE FROM breakers WHERE owner = ?", (owner,))
             return int(released)
 
     def workers(self) -> list[WorkerRow]:
@@ -854,7 +947,10 @@ class SqlLedger(Ledger):
         return {str(node): int(version) for node, version in rows}
 
     def take_poll_slots(self, server: str, *, now: float, count: int, qps_max: float) -> PollGrant:
-        select = f"SELECT next_free_at FROM poll_budget WHERE server = ?{self.row_lock}"
+        select = (
+            "SELECT next_free_at, use_minute, used_this_minute, used_last_minute"
+            f" FROM poll_budget WHERE server = ?{self.row_lock}"
+        )
         with self._write() as conn:
             row = self._execute(conn, select, (server,)).fetchone()
             if row is None:  # the server's first grant (another worker may race to it)
@@ -868,12 +964,70 @@ class SqlLedger(Ledger):
             grant, next_free_at = grant_slots(
                 server, float(row[0]), now=now, count=count, qps_max=qps_max
             )
+            used = BudgetUse(minute=int(row[1]), this_minute=int(row[2]), last_minute=int(row[3]))
+            used = used.add(grant.count, now=now)
             self._execute(
                 conn,
-                "UPDATE poll_budget SET next_free_at = ? WHERE server = ?",
-                (next_free_at, server),
-            )
+                "UPDATE poll_budget SET next_free_at = ?, qps_max = ?, use_minute = ?,"
+                " used_this_minute = ?, used_last_minute = ?, granted_at_utc = ?"
+                " WHERE server = ?",
+                (next_free_at, qps_max, used.minute, used.this_minute, used.last_minute,
+                 self._utc_now(), server),
+            )  # fmt: skip
         return grant
+
+    def poll_budgets(self) -> list[PollBudgetRow]:
+        rows = self._read(
+            "SELECT server, qps_max, use_minute, used_this_minute, used_last_minute,"
+            " granted_at_utc FROM poll_budget ORDER BY server"
+        )
+        return [
+            PollBudgetRow(
+                server=str(r[0]),
+                qps_max=None if r[1] is None else float(r[1]),
+                use=BudgetUse(minute=int(r[2]), this_minute=int(r[3]), last_minute=int(r[4])),
+                granted_at_utc=str(r[5]),
+            )
+            for r in rows
+        ]
+
+    # --- breakers (X9): each holder's, as it last changed ------------------------------
+
+    def put_breaker(self, row: BreakerRow) -> None:
+        with self._write() as conn:
+            self._execute(
+                conn,
+                "INSERT INTO breakers (server, owner, state, open_until, failures, last_error,"
+                " changed_at_utc) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (server, owner)"
+                " DO UPDATE SET state = excluded.state, open_until = excluded.open_until,"
+                " failures = excluded.failures, last_error = excluded.last_error,"
+                " changed_at_utc = excluded.changed_at_utc",
+                (row.server, row.owner, row.state.value, row.open_until, row.failures,
+                 row.last_error, self._utc_now()),
+            )  # fmt: skip
+            # The breakers of holders forgotten since (a lapsed worker that held
+            # nothing any more) go: nobody sends under them.
+            self._execute(
+                conn, "DELETE FROM breakers WHERE owner NOT IN (SELECT owner FROM workers)"
+            )
+
+    def breakers(self) -> list[BreakerRow]:
+        rows = self._read(
+            "SELECT server, owner, state, open_until, failures, last_error, changed_at_utc"
+            " FROM breakers WHERE owner IN (SELECT owner FROM workers) ORDER BY server, owner"
+        )
+        return [
+            BreakerRow(
+                server=str(r[0]),
+                owner=str(r[1]),
+                state=BreakerState(r[2]),
+                open_until=None if r[3] is None else float(r[3]),
+                failures=int(r[4]),
+                last_error=str(r[5]),
+                changed_at_utc=str(r[6]),
+            )
+            for r in rows
+        ]
 
     # --- rollout (R1-R3, P6) -----------------------------------------------------------
 
@@ -1124,6 +1278,52 @@ class SqlLedger(Ledger):
             for row in rows
         ]
 
+    def holdings(self) -> list[Holding]:
+        rows = self._read(
+            "SELECT owner, count(*), min(execution_epoch), max(execution_epoch) FROM operations"
+            " WHERE open = 1 AND owner IS NOT NULL GROUP BY owner ORDER BY owner"
+        )
+        return [
+            Holding(owner=str(r[0]), operations=int(r[1]), epoch_min=int(r[2]), epoch_max=int(r[3]))
+            for r in rows
+        ]
+
+    def retries_by_server(self, *, since_utc: str) -> list[ServerRetries]:
+        # The literal event name lets the partial index history_request_failed serve
+        # the read: only failed requests are in it.
+        given_up = marks(len(_GIVEN_UP_VALUES))
+        rows = self._read(
+            f"SELECT o.server, sum(CASE WHEN h.state IN ({given_up}) THEN 0 ELSE 1 END),"
+            f" sum(CASE WHEN h.state IN ({given_up}) THEN 1 ELSE 0 END)"
+            " FROM history h JOIN operations o ON o.call_node_id = h.call_node_id"
+            " WHERE h.event = 'RequestFailed' AND h.at_utc >= ?"
+            " GROUP BY o.server ORDER BY o.server",
+            (*_GIVEN_UP_VALUES, *_GIVEN_UP_VALUES, since_utc),
+        )
+        return [
+            ServerRetries(server=str(r[0]), retried=int(r[1]), given_up=int(r[2])) for r in rows
+        ]
+
+    def refused_writes(self, call_node_id: str) -> list[RefusedWrite]:
+        rows = self._read(
+            "SELECT call_node_id, event, owner, execution_epoch, expected_version, reason,"
+            " detail, at_utc FROM refused_writes WHERE call_node_id = ? ORDER BY refusal_id",
+            (call_node_id,),
+        )
+        return [
+            RefusedWrite(
+                call_node_id=str(r[0]),
+                event=str(r[1]),
+                owner=None if r[2] is None else str(r[2]),
+                execution_epoch=int(r[3]),
+                expected_version=None if r[4] is None else int(r[4]),
+                reason=str(r[5]),
+                detail=str(r[6]),
+                at_utc=str(r[7]),
+            )
+            for r in rows
+        ]
+
     def _executemany(self, conn: Any, query: str, rows: Sequence[Params]) -> None:
         """Run one ``?``-style statement for each parameter row (a backend may send them
         all in one round trip)."""
@@ -1155,6 +1355,16 @@ def _history_values(
         record.execution_epoch,
     )
 
+
+_REFUSAL_INSERT = (
+    "INSERT INTO refused_writes (call_node_id, event, owner, execution_epoch,"
+    " expected_version, reason, detail, at_utc) SELECT ?, ?, ?, ?, ?, ?, ?, ?"
+    " WHERE (SELECT count(*) FROM refused_writes WHERE call_node_id = ?) < ?"
+)
+_REFUSAL_DETAIL_MAX = 500
+"""Characters of a refusal's message kept (it names the node, holders and epochs)."""
+_GIVEN_UP_VALUES = tuple(sorted({State.RECONCILIATION_REQUIRED.value, *TERMINAL_VALUES}))
+"""States a failed request leaves an operation in when it is not retried."""
 
 _CHUNK = 500
 """Parameters per ``IN (...)`` list (SQLite's default limit is far above; PostgreSQL's too)."""

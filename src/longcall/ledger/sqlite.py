@@ -192,6 +192,40 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX operations_claimed_again ON operations (execution_epoch)
         WHERE execution_epoch >= 2;
     """,
+    # What an operator sees of the workers (O2, X3, X9, D1): each worker's circuit
+    # breaker per server as it last opened or closed; the writes refused as stale
+    # (kept after their own transaction rolled back); the cap and use of each shared
+    # poll budget; failed requests found by time (a partial index: only they are in it).
+    """
+    CREATE TABLE breakers (
+        server         TEXT NOT NULL,
+        owner          TEXT NOT NULL,
+        state          TEXT NOT NULL,
+        open_until     REAL,
+        failures       INTEGER NOT NULL,
+        last_error     TEXT NOT NULL DEFAULT '',
+        changed_at_utc TEXT NOT NULL,
+        PRIMARY KEY (server, owner)
+    );
+    CREATE TABLE refused_writes (
+        refusal_id       INTEGER PRIMARY KEY,
+        call_node_id     TEXT NOT NULL REFERENCES operations (call_node_id),
+        event            TEXT NOT NULL,
+        owner            TEXT,
+        execution_epoch  INTEGER NOT NULL,
+        expected_version INTEGER,
+        reason           TEXT NOT NULL CHECK (reason IN ('fenced', 'version_conflict')),
+        detail           TEXT NOT NULL,
+        at_utc           TEXT NOT NULL
+    );
+    CREATE INDEX refused_writes_by_node ON refused_writes (call_node_id, refusal_id);
+    ALTER TABLE poll_budget ADD COLUMN qps_max REAL;
+    ALTER TABLE poll_budget ADD COLUMN use_minute INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE poll_budget ADD COLUMN used_this_minute INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE poll_budget ADD COLUMN used_last_minute INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE poll_budget ADD COLUMN granted_at_utc TEXT NOT NULL DEFAULT '';
+    CREATE INDEX history_request_failed ON history (at_utc) WHERE event = 'RequestFailed';
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -394,7 +428,7 @@ class SQLiteLedger(SqlLedger):
             "tool_digest": record.tool_descriptor_digest,
         }
 
-    def update(
+    def _update(
         self,
         record: OperationRecord,
         *,

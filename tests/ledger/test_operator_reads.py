@@ -1,0 +1,167 @@
+"""What the ledger keeps for an operator beside the operations, on both backends (SPEC
+O2, D1, X3, X9): refused stale writes (kept after their own transaction rolled back),
+each worker's circuit breakers, the shared poll budgets' cap and use, the holders'
+epochs, and failed requests per server from the history."""
+
+from __future__ import annotations
+
+import pytest
+
+from longcall.core import ConflictError, State, handle
+from longcall.core import events as e
+from longcall.core.retry import BreakerState, FailureKind, RequestKind
+from longcall.ledger import BreakerRow, BudgetUse, Fence, Fenced, Ledger
+from longcall.ledger.base import REFUSALS_KEPT_PER_NODE, WORKER
+from longcall.ledger.budget import USE_MINUTE_S
+from longcall.runtime.step import apply_event, commit
+
+from .test_contract import fresh
+from .test_leases import LEASE_S, acked, claimed
+
+SOON = "0000"
+"""A ledger stamp before every stamp the ledger writes (a window that takes all)."""
+
+
+def _taken_over(a: Ledger, b: Ledger):
+    """node-1 held by w1 at epoch 1 and working; then taken over by w2 (epoch 2)."""
+    a.create(fresh())
+    a.register_worker("w1", kind=WORKER, now=100.0, lease_s=LEASE_S)
+    held = a.claim("w1", now=100.0, limit=1, decide=claimed)[0].record
+    working = acked(held)
+    a.update(working, expected_version=held.version, event="SubmitAcknowledged", owner="w1")
+    b.register_worker("w2", kind=WORKER, now=120.0, lease_s=LEASE_S)
+    b.claim("w2", now=120.0, limit=1, decide=claimed)
+    return working
+
+
+def test_a_fenced_write_leaves_a_refusal_and_no_history(twins: tuple[Ledger, Ledger]) -> None:
+    """The stale worker's update and blob are refused; each refusal is kept with who
+    wrote at which epoch, and the history holds none of them."""
+    a, b = twins
+    working = _taken_over(a, b)
+    history = b.history("node-1")
+    stale = handle(working, e.WorkingObserved(status_message="x"), now=121.0, jitter=0.5)
+    with pytest.raises(Fenced):
+        commit(a, working, stale, event="WorkingObserved", owner="w1")
+    with pytest.raises(Fenced):
+        a.put_blob("node-1", "input:k", b"1", fence=Fence(owner="w1", execution_epoch=1))
+    assert b.history("node-1") == history
+    refused = b.refused_writes("node-1")
+    assert [(r.event, r.owner, r.execution_epoch, r.reason) for r in refused] == [
+        ("WorkingObserved", "w1", 1, "fenced"),
+        ("store input:k", "w1", 1, "fenced"),
+    ]
+    assert refused[0].expected_version == working.version
+    assert "epoch 2" in refused[0].detail
+    assert refused[0].at_utc >= history[-1].at_utc
+
+
+def test_a_lost_version_race_is_kept_as_refused(twins: tuple[Ledger, Ledger]) -> None:
+    """An unowned write drawn from an old version is refused and kept as a version
+    conflict (no holder); a write that went through leaves no refusal."""
+    a, b = twins
+    record = a.create(fresh())
+    moved = apply_event(a, record, e.SubmitAcknowledged(operation_id="op-1"), now=11.0, jitter=0.5)
+    assert b.refused_writes("node-1") == []
+    late = handle(record, e.SubmitOutcomeLost(reason="timeout"), now=12.0, jitter=0.5)
+    with pytest.raises(ConflictError):
+        commit(b, record, late, event="SubmitOutcomeLost")
+    (refusal,) = a.refused_writes("node-1")
+    assert (refusal.event, refusal.owner, refusal.reason) == (
+        "SubmitOutcomeLost",
+        None,
+        "version_conflict",
+    )
+    assert refusal.expected_version == record.version
+    assert a.get("node-1") == moved.record
+
+
+def test_refusals_kept_per_node_are_bounded(ledger: Ledger) -> None:
+    """A writer that keeps trying a stale version leaves at most the bound's rows."""
+    record = ledger.create(fresh())
+    apply_event(ledger, record, e.SubmitAcknowledged(operation_id="op-1"), now=11.0, jitter=0.5)
+    late = handle(record, e.SubmitOutcomeLost(reason="timeout"), now=12.0, jitter=0.5)
+    for _ in range(REFUSALS_KEPT_PER_NODE + 5):
+        with pytest.raises(ConflictError):
+            commit(ledger, record, late, event="SubmitOutcomeLost")
+    assert len(ledger.refused_writes("node-1")) == REFUSALS_KEPT_PER_NODE
+
+
+def test_breakers_are_kept_per_holder_until_it_retires(ledger: Ledger) -> None:
+    """A breaker row is replaced as it opens and closes; only registered holders'
+    breakers are read; a retiring worker's go with it."""
+    ledger.register_worker("w1", kind=WORKER, now=100.0, lease_s=LEASE_S)
+    ledger.register_worker("w2", kind=WORKER, now=100.0, lease_s=LEASE_S)
+    opened = BreakerRow(server="http://s/mcp", owner="w1", state=BreakerState.OPEN,
+                        open_until=130.0, failures=5, last_error="unavailable: 503")  # fmt: skip
+    ledger.put_breaker(opened)
+    ledger.put_breaker(BreakerRow(server="http://t/mcp", owner="w2", state=BreakerState.OPEN,
+                                  open_until=140.0, failures=5))  # fmt: skip
+    ledger.put_breaker(BreakerRow(server="http://s/mcp", owner="gone", state=BreakerState.OPEN,
+                                  open_until=140.0, failures=5))  # fmt: skip
+    rows = ledger.breakers()
+    assert [(r.server, r.owner, r.state, r.open_until) for r in rows] == [
+        ("http://s/mcp", "w1", BreakerState.OPEN, 130.0),
+        ("http://t/mcp", "w2", BreakerState.OPEN, 140.0),
+    ]
+    assert rows[0].last_error == "unavailable: 503"
+    assert rows[0].changed_at_utc
+    ledger.put_breaker(BreakerRow(server="http://s/mcp", owner="w1", state=BreakerState.CLOSED,
+                                  open_until=None, failures=0))  # fmt: skip
+    assert ledger.breakers()[0].state is BreakerState.CLOSED
+    ledger.retire_worker("w2")
+    assert [r.owner for r in ledger.breakers()] == ["w1"]
+
+
+def test_the_poll_budget_keeps_its_cap_and_use_per_minute(ledger: Ledger) -> None:
+    """Each grant counts its slots in its minute; the row holds the last grant's cap;
+    the minute before is read as the last whole minute."""
+    minute = 1_000 * USE_MINUTE_S
+    assert ledger.poll_budgets() == []
+    first = ledger.take_poll_slots("s", now=minute + 1.0, count=3, qps_max=4.0)
+    second = ledger.take_poll_slots("s", now=minute + 30.0, count=2, qps_max=4.0)
+    third = ledger.take_poll_slots("s", now=minute + USE_MINUTE_S + 1.0, count=1, qps_max=8.0)
+    (row,) = ledger.poll_budgets()
+    assert row.qps_max == 8.0
+    assert row.granted_at_utc
+    expected_last = first.count + second.count
+    assert row.use == BudgetUse(minute=1_001, this_minute=third.count, last_minute=expected_last)
+    assert row.use.seen_at(minute + USE_MINUTE_S + 2.0) == (expected_last, third.count)
+    assert row.use.seen_at(minute + 2 * USE_MINUTE_S) == (third.count, 0)
+    assert row.use.seen_at(minute + 5 * USE_MINUTE_S) == (0, 0)
+
+
+def test_holdings_name_each_holders_epochs(ledger: Ledger) -> None:
+    """Per holder: how many open operations it holds, and their lowest and highest epoch."""
+    for n in range(3):
+        ledger.create(fresh(f"node-{n}"))
+    ledger.register_worker("w1", kind=WORKER, now=100.0, lease_s=LEASE_S)
+    ledger.claim("w1", now=100.0, limit=3, decide=claimed)
+    ledger.register_worker("w2", kind=WORKER, now=200.0, lease_s=LEASE_S)
+    ledger.claim("w2", now=200.0, limit=1, decide=claimed)
+    assert [(h.owner, h.operations, h.epoch_min, h.epoch_max) for h in ledger.holdings()] == [
+        ("w1", 2, 1, 1),
+        ("w2", 1, 2, 2),
+    ]
+
+
+def test_failed_requests_are_counted_per_server(ledger: Ledger) -> None:
+    """Failed requests since a stamp, per server: retried, or given up on (not
+    retryable: the operation went to an operator)."""
+    failed = e.RequestFailed(request=RequestKind.POLL, failure=FailureKind.UNAVAILABLE)
+    refused = e.RequestFailed(request=RequestKind.POLL, failure=FailureKind.FORBIDDEN)
+    for node, server, events in (
+        ("a", "http://a/mcp", (failed, failed)),
+        ("b", "http://a/mcp", (failed, refused)),
+        ("c", "http://b/mcp", ()),
+    ):
+        record = ledger.create(fresh(node, server=server, submission_key=f"key-{node}"))
+        record = apply_event(
+            ledger, record, e.SubmitAcknowledged(operation_id=f"op-{node}"), now=11.0, jitter=0.5
+        ).record
+        for n, event in enumerate(events):
+            record = apply_event(ledger, record, event, now=12.0 + n, jitter=0.5).record
+    assert ledger.get("b").state is State.RECONCILIATION_REQUIRED
+    (a,) = ledger.retries_by_server(since_utc=SOON)
+    assert (a.server, a.retried, a.given_up) == ("http://a/mcp", 3, 1)
+    assert ledger.retries_by_server(since_utc="9999") == []
