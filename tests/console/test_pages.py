@@ -29,7 +29,7 @@ from longcall.core.retry import BreakerState
 from longcall.ledger import WORKER, BreakerRow, Fenced, SQLiteLedger
 from longcall.ledger.budget import grant_size_max
 from longcall.runtime.step import commit
-from longcall.testing.sample import HOSTILE, KINDS, fill
+from longcall.testing.sample import HOSTILE, KINDS, fill, fill_many
 
 pytestmark = pytest.mark.slow
 
@@ -533,6 +533,63 @@ def test_servers_and_workers_page(page: Any, console: Console, shots: Shots) -> 
     assert workers["worker-1"][6] == "0"
     assert "Rollout plan" in page.locator("#plan").inner_text()
     shots.take(page, "servers")
+
+
+MANY = 240
+"""Operations of the paging test: four servers, 60 each, more than one page of each."""
+
+
+def test_the_server_filter_and_paging_in_the_browser(
+    browser: Any, tmp_path: Path, shots: Shots
+) -> None:
+    """Filtering by server (typed in the form) lists only that server's operations,
+    newest first, fifty a page; following "next page" to the end shows each exactly
+    once; "first page" goes back; a state filter narrows the same server further."""
+    path = tmp_path / "many.db"
+    with SQLiteLedger(path, synchronous="off") as ledger:
+        for _done in fill_many(ledger, MANY, now=time.time() - 600):
+            pass
+    server = "http://127.0.0.1:9001/mcp"
+    # fill_many's rule: operation i goes to port 9000 + i % 4, and is of KINDS[i % 16].
+    mine = [i for i in range(MANY) if i % 4 == 1]
+    expected = [f"bulk-{i:06d}-{KINDS[i % len(KINDS)]}" for i in reversed(mine)]
+    with running_console(f"sqlite:///{path}") as served:
+        context = browser.new_context(viewport={"width": 1360, "height": 900})
+        tab = context.new_page()
+        tab.set_default_timeout(WAIT_MS)
+        try:
+            tab.goto(served.url)
+            tab.click("text=/All \\d+ operations/")
+            tab.fill("#f-server", server)
+            tab.click("form.filters button")
+            tab.wait_for_url(re.compile(r"server=http"))
+            seen: list[str] = []
+            pages = 0
+            while True:
+                pages += 1
+                assert set(column(tab, 6)) == {server}
+                seen += column(tab, 1)
+                following = tab.locator("nav.pager a[rel=next]")
+                if following.count() == 0:
+                    break
+                if pages == 1:
+                    shots.take(tab, "operations-server-filter")
+                following.click()
+                tab.wait_for_url(re.compile(r"after=\d+"))
+            assert seen == expected
+            assert pages == 2
+            assert len(column(tab, 1)) == len(expected) - 50
+            tab.click("text=← first page")
+            tab.wait_for_url(lambda u: "after=" not in u)
+            assert column(tab, 1) == expected[:50]
+            tab.select_option("#f-state", "input_required")
+            tab.click("form.filters button")
+            tab.wait_for_url(re.compile(r"state=input_required"))
+            asking = [n for n in expected if n.endswith("-input_required")]
+            assert len(asking) == len(mine) // 4
+            assert column(tab, 1) == asking
+        finally:
+            context.close()
 
 
 @contextlib.contextmanager
