@@ -42,7 +42,7 @@ COLUMNS = (
     "call_node_id", "version", "state", "server", "operation_id", "submission_key",
     "request_digest", "tool_digest", "record_json", "created_at_utc", "updated_at_utc",
     "owner", "execution_epoch", "open", "protocol", "adapter_version", "shadow_of",
-    "tool_name", "failing",
+    "tool_name", "failing", "person_deadline",
 )  # fmt: skip
 
 

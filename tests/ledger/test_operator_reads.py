@@ -5,19 +5,38 @@ epochs, and failed requests per server from the history."""
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
 import pytest
 
-from longcall.core import ConflictError, State, handle
+from longcall.core import TERMINAL_STATES, ConflictError, State, handle
 from longcall.core import events as e
 from longcall.core.retry import BreakerState, FailureKind, RequestKind
-from longcall.ledger import BreakerRow, BudgetUse, Fence, Fenced, Ledger
+from longcall.ledger import (
+    AcceptedFigures,
+    BreakerRow,
+    BudgetUse,
+    Fence,
+    Fenced,
+    Ledger,
+    OperationQuery,
+)
+from longcall.ledger import postgres as pg_backend
+from longcall.ledger import sqlite as sqlite_backend
 from longcall.ledger.base import REFUSALS_KEPT_PER_NODE, WORKER
 from longcall.ledger.budget import USE_MINUTE_S
 from longcall.runtime.step import apply_event, commit
+from longcall.testing.sample import fill
 
+from .conftest import insert_old_row, pg_schema
 from .test_contract import fresh
 from .test_leases import LEASE_S, acked, claimed
 
+NOW = 1_800_000_000.0
+TERMINAL_KINDS = ("accepted_ok", "accepted_empty", "tool_error", "protocol_error", "cancelled")
 SOON = "0000"
 """A ledger stamp before every stamp the ledger writes (a window that takes all)."""
 
@@ -165,3 +184,87 @@ def test_failed_requests_are_counted_per_server(ledger: Ledger) -> None:
     (a,) = ledger.retries_by_server(since_utc=SOON)
     assert (a.server, a.retried, a.given_up) == ("http://a/mcp", 3, 1)
     assert ledger.retries_by_server(since_utc="9999") == []
+
+
+def _asking(node: str, deadline: float | None) -> Any:
+    """A record waiting for a person's answer to key k, due at ``deadline``."""
+    return dataclasses.replace(
+        fresh(node, submission_key=f"key-{node}"),
+        state=State.INPUT_REQUIRED,
+        input_round=1,
+        input_keys_pending=("k",),
+        input_deadline_at=deadline,
+    )
+
+
+def _person_deadlines_filled(open_at: Callable[[], Ledger], insert: Callable[[Any], None]) -> None:
+    """Rows written before migration 8 that wait for a person are found by the inbox's
+    read, nearest deadline first and none last; the others are not."""
+    insert(_asking("none", None))
+    insert(_asking("later", 2_000.0))
+    insert(_asking("sooner", 1_000.0))
+    insert(dataclasses.replace(fresh("answered", submission_key="key-answered"),
+                               state=State.INPUT_REQUIRED))  # fmt: skip
+    with open_at() as ledger:
+        query = OperationQuery(waiting="person", now=1.0, nearest_input_deadline_first=True)
+        found = [row.record.call_node_id for row in ledger.browse(query)]
+        assert found == ["sooner", "later", "none"]
+
+
+def test_migration_8_fills_person_deadlines_sqlite(tmp_path: Path) -> None:
+    path = tmp_path / "ledger.db"
+
+    class V7(sqlite_backend.SQLiteLedger):
+        migrations = sqlite_backend.MIGRATIONS[:7]
+
+    V7(path).close()
+    _person_deadlines_filled(
+        lambda: sqlite_backend.SQLiteLedger(path), lambda r: insert_old_row(path, r, open=1)
+    )
+
+
+def test_migration_8_fills_person_deadlines_postgres() -> None:
+    with pg_schema() as (dsn, schema):
+
+        class V7(pg_backend.PostgresLedger):
+            migrations = pg_backend.MIGRATIONS[:7]
+
+        V7(dsn, schema=schema).close()
+        _person_deadlines_filled(
+            lambda: pg_backend.PostgresLedger(dsn, schema=schema),
+            lambda r: insert_old_row((dsn, schema), r, open=1),
+        )
+
+
+def test_the_inbox_order_is_only_for_a_persons_waits() -> None:
+    """Ordering by the input deadline is refused where it has no meaning."""
+    with pytest.raises(ValueError, match="waiting='person'"):
+        OperationQuery(nearest_input_deadline_first=True)
+    with pytest.raises(ValueError, match="no after_seq"):
+        OperationQuery(waiting="person", nearest_input_deadline_first=True, after_seq=5)
+
+
+def test_recent_accepted_reads_the_figures_of_each_record(ledger: Ledger) -> None:
+    """The health figures' fields, read without decoding whole records, are the
+    records' own, newest accepted first, at most the limit."""
+    nodes = fill(ledger, now=NOW)
+    fill(ledger, now=NOW + 1_000.0, prefix="b-")
+    records = {r.call_node_id: r for r in ledger.list_by_state(*TERMINAL_STATES)}
+    figures = ledger.recent_accepted(limit=len(records))
+    newest_first = [r.call_node_id for r in reversed(ledger.list_by_state(*TERMINAL_STATES))]
+    assert len(figures) == len(newest_first) == 2 * len(TERMINAL_KINDS)
+    for node, figure in zip(newest_first, figures, strict=True):
+        record = records[node]
+        assert figure == AcceptedFigures(
+            state=record.state,
+            result_kind=record.result_kind,
+            server_status=record.server_status,
+            created_at=record.created_at,
+            updated_at=record.updated_at,
+            cancel_requested_at=record.cancel_requested_at,
+            cancel_acknowledged_at=record.cancel_acknowledged_at,
+        )
+    assert set(nodes) >= set(TERMINAL_KINDS)
+    assert any(f.cancel_acknowledged_at is not None for f in figures)
+    assert {f.state for f in figures} == set(TERMINAL_STATES)
+    assert len(ledger.recent_accepted(limit=3)) == 3

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from longcall.client import CallOutcome, outcome_of
+from longcall.client import CallOutcome, accepted_outcome, outcome_of
 from longcall.console.html import Child, Html, el, join, node_url, url
 from longcall.console.waiting import (
     Fold,
@@ -36,7 +36,7 @@ from longcall.console.waiting import (
     timeline,
     waiting_on,
 )
-from longcall.core import TERMINAL_STATES, OperationRecord, ResultKind, ServerStatus, State
+from longcall.core import OperationRecord, ResultKind, ServerStatus, State
 from longcall.core.events import Resolution
 from longcall.core.retry import BreakerState
 from longcall.ledger import (
@@ -57,8 +57,8 @@ from longcall.runtime.inputs import InputQuestion, InputRequest, pending_request
 PAGE_SIZE = 50
 RESULT_PAGE_LINES = 200
 HEALTH_WINDOW = 300
-"""The health figures are over the last this many accepted operations: each is a record
-to decode at every home page (the worker's own median is over 1,000, in memory)."""
+"""The health figures are over the last this many accepted operations: each one's few
+fields are read at every home page (the worker's own median is over 1,000, in memory)."""
 RETRY_WINDOW_S = 3600.0
 """The retried requests per server are counted over this last stretch of history."""
 QUEUE_LIMIT = 200
@@ -296,24 +296,25 @@ def _open_breakers(ledger: Ledger, view: View) -> Html:
 
 
 def _failing_servers(ledger: Ledger) -> Html:
-    failing = [use for use in ledger.server_use() if use.failing]
+    failing = sorted(ledger.failing_by_server().items())
     if not failing:
         return el("p", "No open operation's last request failed.", class_="quiet")
-    rows = [(u.server, f"{u.protocol} / {u.adapter_version}", u.failing, u.open) for u in failing]
+    rows = [(server, f"{protocol} / {version}", n) for (server, protocol, version), n in failing]
     return el(
         "div",
         el("h3", "Servers whose requests fail now (open operations whose last request failed)"),
-        table(("server", "protocol / adapter", "retrying now", "open"), rows, class_="failing"),
+        table(("server", "protocol / adapter", "retrying now"), rows, class_="failing"),
     )
 
 
 def _health(ledger: Ledger, counts: Mapping[State, int], now: float) -> Html:
-    recent = [
-        i.record
-        for i in ledger.browse(OperationQuery(states=tuple(TERMINAL_STATES), limit=HEALTH_WINDOW))
-    ]
+    recent = ledger.recent_accepted(limit=HEALTH_WINDOW)
     accepted = [r for r in recent if r.state is State.ACCEPTED]
-    ok = sum(1 for r in accepted if outcome_of(r) is CallOutcome.OK)
+    ok = sum(
+        1
+        for r in accepted
+        if accepted_outcome(r.state, r.result_kind, r.server_status) is CallOutcome.OK
+    )
     durations = [r.updated_at - r.created_at for r in recent]
     cancels = [
         r.cancel_acknowledged_at - r.cancel_requested_at
@@ -359,22 +360,17 @@ def _health(ledger: Ledger, counts: Mapping[State, int], now: float) -> Html:
 def _waiting_for_people(
     ledger: Ledger, now: float, *, limit: int = QUEUE_LIMIT
 ) -> tuple[list[tuple[InputRequest, float]], int]:
-    """The first ``limit`` pending input requests, nearest deadline first, then oldest
-    first, and how many wait (among the oldest ``QUEUE_LIMIT``). Only the requests shown
-    have their questions read."""
-    rows = ledger.browse(
-        OperationQuery(waiting="person", now=now, oldest_first=True, limit=QUEUE_LIMIT)
-    )
-    records = sorted(
-        (row.record for row in rows),
-        key=lambda r: (r.input_deadline_at is None, r.input_deadline_at or 0.0, r.created_at),
-    )
+    """The first ``limit`` pending input requests, nearest deadline first (none last),
+    then oldest first, ordered by the ledger over every one that waits; and how many
+    wait. Only the requests shown are read and have their questions read."""
+    query = OperationQuery(waiting="person", now=now, oldest_first=True, limit=limit)
+    rows = ledger.browse(dataclasses.replace(query, nearest_input_deadline_first=True))
     found: list[tuple[InputRequest, float]] = []
-    for record in records[:limit]:
-        request = pending_request(ledger, record)
+    for row in rows:
+        request = pending_request(ledger, row.record)
         if request is not None:
-            found.append((request, record.created_at))
-    return found, len(records)
+            found.append((request, row.record.created_at))
+    return found, ledger.count(query)
 
 
 # --- operations list -------------------------------------------------------------------

@@ -19,6 +19,7 @@ from typing import Any
 from longcall.core import (
     TERMINAL_STATES,
     OperationRecord,
+    ResultKind,
     ServerStatus,
     State,
     TerminalReceipt,
@@ -191,11 +192,21 @@ class OperationQuery:
     """When leases are judged (``waiting="worker"``)."""
     after_seq: int | None = None
     oldest_first: bool = False
+    nearest_input_deadline_first: bool = False
+    """With ``waiting="person"``: order by the input round's deadline (none last), then
+    by creation (the inbox's order), read as one page (no ``after_seq``)."""
     limit: int = 50
 
     def __post_init__(self) -> None:
         if self.waiting is not None and self.waiting not in WAITING_REASONS:
             raise ValueError(f"waiting must be one of {WAITING_REASONS}, not {self.waiting!r}")
+        if self.nearest_input_deadline_first and (
+            self.waiting != "person" or self.after_seq is not None
+        ):
+            raise ValueError(
+                "nearest_input_deadline_first orders one page of the operations waiting"
+                " for a person (waiting='person', no after_seq)"
+            )
         if not 1 <= self.limit <= 10_000:
             raise ValueError(f"limit must be in [1, 10000], not {self.limit!r}")
 
@@ -284,6 +295,19 @@ class Holding:
     operations: int
     epoch_min: int
     epoch_max: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptedFigures:
+    """What the health figures read of one accepted operation, not its whole record."""
+
+    state: State
+    result_kind: ResultKind | None
+    server_status: ServerStatus | None
+    created_at: float
+    updated_at: float
+    cancel_requested_at: float | None
+    cancel_acknowledged_at: float | None
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -606,6 +630,16 @@ class Ledger(abc.ABC):
     @abc.abstractmethod
     def server_use(self) -> list[ServerUse]:
         """Operations per (server, protocol, adapter version), by server."""
+
+    @abc.abstractmethod
+    def failing_by_server(self) -> dict[tuple[str, str, str], int]:
+        """Open operations whose last request failed, per (server, protocol, adapter
+        version) that has any: a read of those few rows alone."""
+
+    @abc.abstractmethod
+    def recent_accepted(self, *, limit: int) -> list[AcceptedFigures]:
+        """The health figures' fields of the last ``limit`` accepted operations (by
+        creation, newest first)."""
 
     @abc.abstractmethod
     def holdings(self) -> list[Holding]:

@@ -192,7 +192,7 @@ MIGRATIONS: tuple[str, ...] = (
         WHERE execution_epoch >= 2;
     """,
     # Breakers, refused writes, the poll budget's cap and use, failed requests by
-    # time: as in the SQLite backend's migration 8.
+    # time, the deadline of a person's answer: as in the SQLite backend's migration 8.
     """
     CREATE TABLE breakers (
         server         TEXT NOT NULL,
@@ -222,6 +222,13 @@ MIGRATIONS: tuple[str, ...] = (
     ALTER TABLE poll_budget ADD COLUMN used_last_minute INTEGER NOT NULL DEFAULT 0;
     ALTER TABLE poll_budget ADD COLUMN granted_at_utc TEXT NOT NULL DEFAULT '';
     CREATE INDEX history_request_failed ON history (at_utc) WHERE event = 'RequestFailed';
+    ALTER TABLE operations ADD COLUMN person_deadline DOUBLE PRECISION;
+    UPDATE operations SET person_deadline = coalesce(
+            (record_json::jsonb ->> 'input_deadline_at')::double precision, 'Infinity')
+        WHERE state = 'input_required'
+        AND jsonb_array_length(record_json::jsonb -> 'input_keys_pending') > 0;
+    CREATE INDEX operations_person ON operations (person_deadline, seq)
+        WHERE person_deadline IS NOT NULL;
     """,
 )
 
@@ -244,7 +251,10 @@ class PostgresLedger(SqlLedger):
     creation_order = "seq"
     json_text = "(record_json::jsonb ->> '{name}')"
     json_number = "((record_json::jsonb ->> '{name}')::double precision)"
-    json_length = "jsonb_array_length(record_json::jsonb -> '{name}')"
+    json_fields = (
+        "(SELECT jsonb_build_array({names})::text FROM (SELECT record_json::jsonb AS r) AS parsed)"
+    )
+    json_field_key = "r -> '{name}'"
     # FOR UPDATE: a concurrent writer of this row waits for our commit, then reads the
     # version we wrote, so its check raises VersionConflict (L4).
     row_lock = " FOR UPDATE"

@@ -24,6 +24,7 @@ import contextlib
 import dataclasses
 import functools
 import json
+import math
 import secrets
 import threading
 import uuid
@@ -35,6 +36,8 @@ from longcall.core import (
     TERMINAL_STATES,
     NotFoundError,
     OperationRecord,
+    ResultKind,
+    ServerStatus,
     State,
     TerminalReceipt,
     UnknownCallNode,
@@ -43,6 +46,7 @@ from longcall.core.retry import BreakerState
 from longcall.errors import (
     BlobConflict,
     ConflictError,
+    CorruptRow,
     DuplicateCallNode,
     Fenced,
     LedgerMissing,
@@ -56,6 +60,7 @@ from longcall.ledger import codec
 from longcall.ledger.base import (
     REFUSALS_KEPT_PER_NODE,
     WORKER,
+    AcceptedFigures,
     AdapterPlan,
     BreakerRow,
     Census,
@@ -166,12 +171,14 @@ def _census_counts() -> str:
 
 _CLAIMED_UPDATE = (
     "UPDATE operations SET owner = ?, execution_epoch = ?, version = ?, state = ?,"
-    " record_json = ?, updated_at_utc = ? WHERE call_node_id = ? AND version = ?"
+    " record_json = ?, updated_at_utc = ?, person_deadline = ?"
+    " WHERE call_node_id = ? AND version = ?"
 )
 # A rollback's rewrite (R3): released, at a higher epoch, bound to the old version.
 _REBOUND_UPDATE = (
     "UPDATE operations SET owner = NULL, adapter_version = ?, execution_epoch = ?, version = ?,"
-    " state = ?, record_json = ?, updated_at_utc = ? WHERE call_node_id = ? AND version = ?"
+    " state = ?, record_json = ?, updated_at_utc = ?, person_deadline = ?"
+    " WHERE call_node_id = ? AND version = ?"
 )
 
 
@@ -179,6 +186,15 @@ def failing_flag(record: OperationRecord) -> int | None:
     """The ``failing`` column: 1 for an open operation whose last request failed (claims
     and rollbacks keep ``failed_attempts``, so only the writes of a new record set it)."""
     return 1 if record.failed_attempts > 0 and not record.is_terminal else None
+
+
+def person_deadline(record: OperationRecord) -> float | None:
+    """The ``person_deadline`` column: for an operation waiting for a person's answer
+    (input asked, some keys unanswered), its round's deadline (infinity: none); NULL for
+    every other. The inbox and the waiting-on rule read it by index."""
+    if record.state is State.INPUT_REQUIRED and record.input_keys_pending:
+        return math.inf if record.input_deadline_at is None else record.input_deadline_at
+    return None
 
 
 def dumps_versions(versions: VersionSet | None) -> str | None:
@@ -229,8 +245,12 @@ class SqlLedger(Ledger):
     """SQL reading the text of the stored record's field ``{name}``."""
     json_number: ClassVar[str]
     """SQL reading the stored record's numeric field ``{name}``."""
-    json_length: ClassVar[str]
-    """SQL reading the length of the stored record's array field ``{name}``."""
+    json_fields: ClassVar[str]
+    """SQL reading the stored record's fields ``{names}`` (comma-separated, each as
+    ``json_field_key`` writes it) as the text of one JSON array: the record is parsed
+    once, not once per field."""
+    json_field_key: ClassVar[str]
+    """How one field ``{name}`` is written in ``json_fields``."""
     failing: ClassVar[str] = "failing = 1"
     """An open operation whose last request failed (the column ``failing_flag`` writes,
     and the condition of the partial index ``operations_failing``)."""
@@ -503,6 +523,7 @@ class SqlLedger(Ledger):
             "shadow_of": record.shadow_of,
             "tool_name": record.tool_name,
             "failing": failing_flag(record),
+            "person_deadline": person_deadline(record),
         }
 
     def create(
@@ -653,7 +674,7 @@ class SqlLedger(Ledger):
         cursor = self._execute(
             conn,
             "UPDATE operations SET version = ?, state = ?, operation_id = ?, record_json = ?,"
-            " updated_at_utc = ?, execution_epoch = ?, open = ?, failing = ?"
+            " updated_at_utc = ?, execution_epoch = ?, open = ?, failing = ?, person_deadline = ?"
             f" WHERE call_node_id = ? AND version = ?{fenced}",
             (
                 record.version,
@@ -664,6 +685,7 @@ class SqlLedger(Ledger):
                 record.execution_epoch,
                 None if record.is_terminal else 1,
                 failing_flag(record),
+                person_deadline(record),
                 record.call_node_id,
                 expected,
                 *((owner, record.execution_epoch) if owner is not None else ()),
@@ -904,6 +926,7 @@ class SqlLedger(Ledger):
                         c.record.state.value,
                         codec.dumps(c.record),
                         now_utc,
+                        person_deadline(c.record),
                         c.record.call_node_id,
                         c.record.version - 1,
                     )
@@ -1098,6 +1121,7 @@ class SqlLedger(Ledger):
                     after.state.value,
                     codec.dumps(after),
                     now_utc,
+                    person_deadline(after),
                     after.call_node_id,
                     before.version,
                 ))  # fmt: skip
@@ -1155,24 +1179,26 @@ class SqlLedger(Ledger):
 
     def _waiting_on(self) -> str:
         """The CASE naming what an operation waits on (``WAITING_REASONS``, first match
-        wins); its one parameter is ``now`` (whose leases are live)."""
-        pending = self.json_length.format(name="input_keys_pending")
+        wins); its one parameter is ``now`` (whose leases are live). A person is asked
+        exactly when ``person_deadline`` is set (:func:`person_deadline`)."""
         return (
             "CASE WHEN open IS NULL THEN 'nothing'"
             " WHEN state = 'reconciliation_required' THEN 'operator'"
-            f" WHEN state = 'input_required' AND {pending} > 0 THEN 'person'"
+            " WHEN person_deadline IS NOT NULL THEN 'person'"
             " WHEN owner IS NULL OR owner NOT IN"
             " (SELECT owner FROM workers WHERE lease_until > ?) THEN 'worker'"
             f" WHEN {self.failing} THEN 'backoff'"
             " ELSE 'server' END"
         )
 
-    _WAITING_NARROWS: ClassVar[dict[str, str]] = {
+    _WAITING_EXACT: ClassVar[dict[str, str]] = {
         "nothing": "open IS NULL",
         "operator": "state = 'reconciliation_required'",
-        "person": "state = 'input_required'",
+        "person": "person_deadline IS NOT NULL",
     }
-    """An indexed condition each reason implies, read before the CASE."""
+    """An indexed condition that holds exactly when the CASE names the reason (each
+    selects open or accepted rows of one kind the CASE's earlier branches never take),
+    so the rows need not be read: the inbox's count reads only its index."""
 
     def _prefix(self, text: str) -> tuple[str, tuple[object, ...]]:
         """Call node ids beginning with ``text``: a range of the primary key (SQLite
@@ -1208,8 +1234,10 @@ class SqlLedger(Ledger):
         if query.min_epoch is not None:
             clauses.append("execution_epoch >= ?")
             params.append(query.min_epoch)
-        if query.waiting is not None:
-            clauses.append(self._WAITING_NARROWS.get(query.waiting, "open = 1"))
+        if query.waiting in self._WAITING_EXACT:
+            clauses.append(self._WAITING_EXACT[query.waiting])
+        elif query.waiting is not None:
+            clauses.append("open = 1")
             if query.waiting == "backoff":
                 clauses.append(self.failing)  # the partial index's condition
             clauses.append(f"{self._waiting_on()} = ?")
@@ -1224,9 +1252,12 @@ class SqlLedger(Ledger):
             where = f"{where} AND {bound}" if where else f" WHERE {bound}"
             params.append(query.after_seq)
         direction = "ASC" if query.oldest_first else "DESC"
+        ordering = f"{order} {direction}"
+        if query.nearest_input_deadline_first:
+            ordering = f"person_deadline, {ordering}"  # the partial index's order
         rows = self._read(
             f"SELECT {order}, record_json, owner, created_at_utc FROM operations{where}"
-            f" ORDER BY {order} {direction} LIMIT ?",
+            f" ORDER BY {ordering} LIMIT ?",
             (*params, query.limit),
         )
         return [
@@ -1261,11 +1292,7 @@ class SqlLedger(Ledger):
             "SELECT server, protocol, adapter_version, count(*), count(open) FROM operations"
             " GROUP BY server, protocol, adapter_version ORDER BY server, protocol, adapter_version"
         )
-        failing = self._read(
-            "SELECT server, protocol, adapter_version, count(*) FROM operations"
-            f" WHERE {self.failing} GROUP BY server, protocol, adapter_version"
-        )
-        failed = {(str(r[0]), str(r[1]), str(r[2])): int(r[3]) for r in failing}
+        failed = self.failing_by_server()
         return [
             ServerUse(
                 server=str(row[0]),
@@ -1277,6 +1304,23 @@ class SqlLedger(Ledger):
             )
             for row in rows
         ]
+
+    def failing_by_server(self) -> dict[tuple[str, str, str], int]:
+        rows = self._read(
+            "SELECT server, protocol, adapter_version, count(*) FROM operations"
+            f" WHERE {self.failing} GROUP BY server, protocol, adapter_version"
+        )
+        return {(str(r[0]), str(r[1]), str(r[2])): int(r[3]) for r in rows}
+
+    def recent_accepted(self, *, limit: int) -> list[AcceptedFigures]:
+        names = ", ".join(self.json_field_key.format(name=n) for n in _FIGURE_FIELDS)
+        rows = self._read(
+            f"SELECT call_node_id, {self.json_fields.format(names=names)} FROM operations"
+            f" WHERE state IN ({marks(len(TERMINAL_VALUES))})"
+            f" ORDER BY {self.creation_order} DESC LIMIT ?",
+            (*TERMINAL_VALUES, limit),
+        )
+        return [_figures(str(node), str(text)) for node, text in rows]
 
     def holdings(self) -> list[Holding]:
         rows = self._read(
@@ -1365,6 +1409,28 @@ _REFUSAL_DETAIL_MAX = 500
 """Characters of a refusal's message kept (it names the node, holders and epochs)."""
 _GIVEN_UP_VALUES = tuple(sorted({State.RECONCILIATION_REQUIRED.value, *TERMINAL_VALUES}))
 """States a failed request leaves an operation in when it is not retried."""
+
+_FIGURE_FIELDS = ("state", "result_kind", "server_status", "created_at", "updated_at",
+                  "cancel_requested_at", "cancel_acknowledged_at")  # fmt: skip
+"""The record fields :meth:`SqlLedger.recent_accepted` reads, in this order."""
+
+
+def _figures(call_node_id: str, text: str) -> AcceptedFigures:
+    """One row of :meth:`SqlLedger.recent_accepted`; a damaged one is CorruptRow."""
+    try:
+        state, kind, status, created, updated, asked, acked = json.loads(text)
+        return AcceptedFigures(
+            state=State(state),
+            result_kind=None if kind is None else ResultKind(kind),
+            server_status=None if status is None else ServerStatus(status),
+            created_at=float(created),
+            updated_at=float(updated),
+            cancel_requested_at=None if asked is None else float(asked),
+            cancel_acknowledged_at=None if acked is None else float(acked),
+        )
+    except (TypeError, ValueError) as exc:
+        raise CorruptRow(f"operation {call_node_id!r}: its record cannot be read: {exc}") from exc
+
 
 _CHUNK = 500
 """Parameters per ``IN (...)`` list (SQLite's default limit is far above; PostgreSQL's too)."""
