@@ -528,9 +528,9 @@ def test_servers_and_workers_page(page: Any, console: Console, shots: Shots) -> 
     assert set(workers) == {"worker-0", "worker-1", "worker-2"}
     assert workers["worker-1"][2].startswith("until")
     assert workers["worker-0"][2].startswith("lapsed")
-    assert workers["worker-0"][5:] == ["0", "—"]  # its one operation was taken over
-    assert workers["worker-2"][5:] == ["1", "2"]  # evil-submitting, at epoch 2
-    assert workers["worker-1"][6] == "0"
+    assert workers["worker-0"][5:] == ["0", "none"]  # its one operation was taken over
+    assert workers["worker-2"][5:] == ["1", "1, at epochs up to 2"]  # evil-submitting
+    assert workers["worker-1"][6] == "none"
     assert "Rollout plan" in page.locator("#plan").inner_text()
     shots.take(page, "servers")
 

@@ -150,18 +150,19 @@ def test_the_poll_budget_keeps_its_cap_and_use_per_minute(ledger: Ledger) -> Non
     assert row.use.seen_at(minute + 5 * USE_MINUTE_S) == (0, 0)
 
 
-def test_holdings_name_each_holders_epochs(ledger: Ledger) -> None:
-    """Per holder: how many open operations it holds, and their lowest and highest epoch."""
-    for n in range(3):
-        ledger.create(fresh(f"node-{n}"))
+def test_holdings_name_what_each_holder_took_over(ledger: Ledger) -> None:
+    """Per holder: how many open operations it holds, how many of them at an epoch of
+    2 or more, and the highest; an accepted operation is held by nobody."""
+    for n in range(4):
+        ledger.create(fresh(f"node-{n}", submission_key=f"key-{n}"))
     ledger.register_worker("w1", kind=WORKER, now=100.0, lease_s=LEASE_S)
-    ledger.claim("w1", now=100.0, limit=3, decide=claimed)
+    ledger.claim("w1", now=100.0, limit=4, decide=claimed)
     ledger.register_worker("w2", kind=WORKER, now=200.0, lease_s=LEASE_S)
-    ledger.claim("w2", now=200.0, limit=1, decide=claimed)
-    assert [(h.owner, h.operations, h.epoch_min, h.epoch_max) for h in ledger.holdings()] == [
-        ("w1", 2, 1, 1),
-        ("w2", 1, 2, 2),
-    ]
+    ledger.claim("w2", now=200.0, limit=2, decide=claimed)
+    ledger.register_worker("w3", kind=WORKER, now=300.0, lease_s=LEASE_S)
+    ledger.claim("w3", now=300.0, limit=1, decide=claimed)
+    holdings = [(h.owner, h.operations, h.taken_over, h.epoch_max) for h in ledger.holdings()]
+    assert holdings == [("w1", 2, 0, None), ("w2", 1, 1, 2), ("w3", 1, 1, 3)]
 
 
 def test_failed_requests_are_counted_per_server(ledger: Ledger) -> None:

@@ -1135,7 +1135,7 @@ def servers(ledger: Ledger, view: View) -> Html:
 
 
 WORKER_HEAD = ("holder", "kind", "lease", "renewed", "started", "operations held",
-               "their execution epochs")  # fmt: skip
+               "held at epoch 2 or more (taken over)")  # fmt: skip
 
 
 def _worker_row(worker: WorkerRow, holding: Holding | None, now: float) -> list[Child]:
@@ -1146,12 +1146,10 @@ def _worker_row(worker: WorkerRow, holding: Holding | None, now: float) -> list[
         else f"lapsed {relative(worker.lease_until, now)}"
     )
     held = holding.operations if holding else 0
-    if holding is None:
-        epochs = "—"
-    elif holding.epoch_min == holding.epoch_max:
-        epochs = str(holding.epoch_min)
+    if holding is None or holding.epoch_max is None:
+        epochs = "none"
     else:
-        epochs = f"{holding.epoch_min}–{holding.epoch_max}"
+        epochs = f"{holding.taken_over}, at epochs up to {holding.epoch_max}"
     return [worker.owner, worker.kind, el("span", lease, class_="live-lease" if live else "lapsed"),
             worker.renewed_at_utc, worker.started_at_utc, held, epochs]  # fmt: skip
 

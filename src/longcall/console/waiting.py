@@ -211,7 +211,8 @@ def clocks(history: Sequence[HistoryRow], *, now: float) -> Clocks:
     """Working time and waiting-for-a-person time, from each version's state until the
     next version (the last until ``now``, or until its acceptance)."""
     working = waiting = 0.0
-    for row, following in zip(history, [*history[1:], None], strict=True):
+    following_rows: list[HistoryRow | None] = [*history[1:], None] if history else []
+    for row, following in zip(history, following_rows, strict=True):
         if row.state in (State.ACCEPTED, State.CANCELLED_ACCEPTED):
             break
         end = following.at if following is not None else now

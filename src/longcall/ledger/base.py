@@ -289,12 +289,14 @@ class PollBudgetRow:
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Holding:
-    """The open operations one lease holder holds, and their execution epochs."""
+    """The open operations one lease holder holds, and those it holds at an execution
+    epoch of 2 or more (taken over from a holder whose lease lapsed, or rebound)."""
 
     owner: str
     operations: int
-    epoch_min: int
-    epoch_max: int
+    taken_over: int = 0
+    epoch_max: int | None = None
+    """The highest epoch among those taken over (None: none is)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -643,7 +645,8 @@ class Ledger(abc.ABC):
 
     @abc.abstractmethod
     def holdings(self) -> list[Holding]:
-        """Per lease holder, the open operations it holds and their epochs, by holder."""
+        """Per lease holder, the open operations it holds and those taken over, by
+        holder: two reads by index (the holders' and the second claims')."""
 
     @abc.abstractmethod
     def retries_by_server(self, *, since_utc: str) -> list[ServerRetries]:

@@ -1323,13 +1323,27 @@ class SqlLedger(Ledger):
         return [_figures(str(node), str(text)) for node, text in rows]
 
     def holdings(self) -> list[Holding]:
-        rows = self._read(
-            "SELECT owner, count(*), min(execution_epoch), max(execution_epoch) FROM operations"
-            " WHERE open = 1 AND owner IS NOT NULL GROUP BY owner ORDER BY owner"
+        held = self._read(
+            "SELECT owner, count(*) FROM operations WHERE open = 1 AND owner IS NOT NULL"
+            " GROUP BY owner ORDER BY owner"
         )
+        # Only the few rows claimed again (the partial index operations_claimed_again);
+        # "open IS NOT NULL" rather than "open = 1", or the holders' partial index is
+        # chosen and every held row is read for its epoch.
+        again = self._read(
+            "SELECT owner, count(*), max(execution_epoch) FROM operations"
+            " WHERE execution_epoch >= 2 AND open IS NOT NULL AND owner IS NOT NULL"
+            " GROUP BY owner"
+        )
+        taken = {str(r[0]): (int(r[1]), int(r[2])) for r in again}
         return [
-            Holding(owner=str(r[0]), operations=int(r[1]), epoch_min=int(r[2]), epoch_max=int(r[3]))
-            for r in rows
+            Holding(
+                owner=str(owner),
+                operations=int(count),
+                taken_over=taken.get(str(owner), (0, 0))[0],
+                epoch_max=taken[str(owner)][1] if str(owner) in taken else None,
+            )
+            for owner, count in held
         ]
 
     def retries_by_server(self, *, since_utc: str) -> list[ServerRetries]:
