@@ -19,8 +19,6 @@ from longcall.ledger import (
     AcceptedFigures,
     BreakerRow,
     BudgetUse,
-    Fence,
-    Fenced,
     Ledger,
     OperationQuery,
 )
@@ -33,46 +31,12 @@ from longcall.testing.sample import fill
 
 from .conftest import insert_old_row, pg_schema
 from .test_contract import fresh
-from .test_leases import LEASE_S, acked, claimed
+from .test_leases import LEASE_S, claimed
 
 NOW = 1_800_000_000.0
 TERMINAL_KINDS = ("accepted_ok", "accepted_empty", "tool_error", "protocol_error", "cancelled")
 SOON = "0000"
 """A ledger stamp before every stamp the ledger writes (a window that takes all)."""
-
-
-def _taken_over(a: Ledger, b: Ledger):
-    """node-1 held by w1 at epoch 1 and working; then taken over by w2 (epoch 2)."""
-    a.create(fresh())
-    a.register_worker("w1", kind=WORKER, now=100.0, lease_s=LEASE_S)
-    held = a.claim("w1", now=100.0, limit=1, decide=claimed)[0].record
-    working = acked(held)
-    a.update(working, expected_version=held.version, event="SubmitAcknowledged", owner="w1")
-    b.register_worker("w2", kind=WORKER, now=120.0, lease_s=LEASE_S)
-    b.claim("w2", now=120.0, limit=1, decide=claimed)
-    return working
-
-
-def test_a_fenced_write_leaves_a_refusal_and_no_history(twins: tuple[Ledger, Ledger]) -> None:
-    """The stale worker's update and blob are refused; each refusal is kept with who
-    wrote at which epoch, and the history holds none of them."""
-    a, b = twins
-    working = _taken_over(a, b)
-    history = b.history("node-1")
-    stale = handle(working, e.WorkingObserved(status_message="x"), now=121.0, jitter=0.5)
-    with pytest.raises(Fenced):
-        commit(a, working, stale, event="WorkingObserved", owner="w1")
-    with pytest.raises(Fenced):
-        a.put_blob("node-1", "input:k", b"1", fence=Fence(owner="w1", execution_epoch=1))
-    assert b.history("node-1") == history
-    refused = b.refused_writes("node-1")
-    assert [(r.event, r.owner, r.execution_epoch, r.reason) for r in refused] == [
-        ("WorkingObserved", "w1", 1, "fenced"),
-        ("store input:k", "w1", 1, "fenced"),
-    ]
-    assert refused[0].expected_version == working.version
-    assert "epoch 2" in refused[0].detail
-    assert refused[0].at_utc >= history[-1].at_utc
 
 
 def test_a_lost_version_race_is_kept_as_refused(twins: tuple[Ledger, Ledger]) -> None:

@@ -708,7 +708,7 @@ REFUSAL_WORDS = {
 
 
 def _refusal_row(refusal: RefusedWrite) -> Html:
-    drawn = "—" if refusal.expected_version is None else f"({refusal.expected_version}+1)"
+    drawn = "—" if refusal.expected_version is None else f"from v{refusal.expected_version}"
     cells = (
         drawn,
         f"{refusal.event} (not written)",

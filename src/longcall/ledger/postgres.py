@@ -35,7 +35,7 @@ from longcall.core import OperationRecord, TerminalReceipt
 from longcall.errors import LedgerUnavailable
 from longcall.ledger import codec
 from longcall.ledger.base import check_update, utc_now_iso
-from longcall.ledger.sql import Params, SqlLedger
+from longcall.ledger.sql import Params, SqlLedger, keeps_refusals
 
 # Forward-only migrations; index i brings the schema to version i + 1. The tables and
 # constraints mirror the SQLite backend's; ``seq`` stands in for SQLite's rowid
@@ -381,7 +381,8 @@ class PostgresLedger(SqlLedger):
         # would not be exactly the prefix: ask for the prefix itself.
         return "starts_with(call_node_id, ?)", (text,)
 
-    def _update(
+    @keeps_refusals
+    def update(
         self,
         record: OperationRecord,
         *,

@@ -2,14 +2,17 @@
 
 Owns: :class:`SqlLedger`, the ledger contract written once over a DB-API connection —
 the readers (records, receipts, results, outbox, history, blobs), row decoding, the
-version-CAS store, the history and blob writes, the acceptance transaction and the
+version-CAS store, the history and blob writes, the acceptance transaction, the
+writes refused as stale kept beside the timeline (:func:`keeps_refusals`), what the
+operator's console reads (breakers, poll budgets, holdings, failed requests) and the
 forward-migration loop. Queries are written with ``?`` placeholders; a backend whose
 driver wants another style translates them in :meth:`SqlLedger._execute`.
 
 Each backend keeps what is really its own: the connection and its setup, how a write
 transaction begins, how a row is locked for a transition (``row_lock``), how a new
 receipt reports its id, which driver errors mean a duplicate, its migrations, and its
-own ``update`` (SQLite's single guarded statement; PostgreSQL's ``FOR UPDATE`` read).
+own ``update`` (SQLite's single guarded statement; PostgreSQL's ``FOR UPDATE`` read),
+wrapped in :func:`keeps_refusals`.
 
 Must not: decide whether an update or an acceptance is allowed (that is
 :func:`~longcall.ledger.base.check_update` and
@@ -30,7 +33,7 @@ import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from longcall.core import (
     TERMINAL_STATES,
@@ -224,6 +227,27 @@ def version_filter(versions: VersionSet | None) -> tuple[str, tuple[str, ...]]:
     return f" AND ({clause or '1 = 0'})", tuple(x for pair in pairs for x in pair)
 
 
+_Write = TypeVar("_Write", bound=Callable[..., Any])
+
+
+def keeps_refusals(write: _Write) -> _Write:
+    """Wrap a ledger write of one record (``update``, ``accept_terminal``: the record
+    first, then ``expected_version``, ``event`` and ``owner`` by keyword) so that a
+    refusal as stale (Fenced, a version conflict) is kept by ``_note_refused`` after its
+    transaction rolled back, then raised as it was."""
+
+    @functools.wraps(write)
+    def kept(self: SqlLedger, record: OperationRecord, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return write(self, record, *args, **kwargs)
+        except (Fenced, VersionConflict) as refusal:
+            event, owner = kwargs["event"], kwargs.get("owner")
+            self._note_refused(record, event, owner, kwargs["expected_version"], refusal)
+            raise
+
+    return cast(_Write, kept)
+
+
 class SqlLedger(Ledger):
     """The ledger contract over one DB-API connection, shared by the SQL backends.
 
@@ -292,18 +316,6 @@ class SqlLedger(Ledger):
     @abc.abstractmethod
     def _execute(self, conn: Any, query: str, params: Params | None = None) -> Any:
         """Run one ``?``-style query on ``conn`` and return the driver's cursor."""
-
-    @abc.abstractmethod
-    def _update(
-        self,
-        record: OperationRecord,
-        *,
-        expected_version: int,
-        event: str,
-        owner: str | None = None,
-    ) -> None:
-        """:meth:`update` itself, in one write transaction (refusals are noted by the
-        caller, after that transaction rolled back)."""
 
     @abc.abstractmethod
     def _insert_receipt(self, conn: Any, receipt: TerminalReceipt, now_utc: str) -> int:
@@ -549,43 +561,6 @@ class SqlLedger(Ledger):
             ) from exc
         return record
 
-    def update(
-        self,
-        record: OperationRecord,
-        *,
-        expected_version: int,
-        event: str,
-        owner: str | None = None,
-    ) -> None:
-        try:
-            self._update(record, expected_version=expected_version, event=event, owner=owner)
-        except (Fenced, VersionConflict) as refusal:
-            self._note_refused(record, event, owner, expected_version, refusal)
-            raise
-
-    def accept_terminal(
-        self,
-        record: OperationRecord,
-        receipt: TerminalReceipt,
-        *,
-        expected_version: int,
-        result_payload: bytes,
-        event: str,
-        owner: str | None = None,
-    ) -> int:
-        try:
-            return self._accept_terminal(
-                record,
-                receipt,
-                expected_version=expected_version,
-                result_payload=result_payload,
-                event=event,
-                owner=owner,
-            )
-        except (Fenced, VersionConflict) as refusal:
-            self._note_refused(record, event, owner, expected_version, refusal)
-            raise
-
     def _note_refused(
         self,
         record: OperationRecord,
@@ -605,7 +580,8 @@ class SqlLedger(Ledger):
         with contextlib.suppress(LedgerUnavailable, *self.integrity_errors), self._write() as conn:
             self._execute(conn, _REFUSAL_INSERT, values)
 
-    def _accept_terminal(
+    @keeps_refusals
+    def accept_terminal(
         self,
         record: OperationRecord,
         receipt: TerminalReceipt,

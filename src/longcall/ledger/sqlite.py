@@ -33,6 +33,7 @@ from longcall.ledger.sql import (
     Params,
     SqlLedger,
     failing_flag,
+    keeps_refusals,
     marks,
     person_deadline,
 )
@@ -446,7 +447,8 @@ class SQLiteLedger(SqlLedger):
             "tool_digest": record.tool_descriptor_digest,
         }
 
-    def _update(
+    @keeps_refusals
+    def update(
         self,
         record: OperationRecord,
         *,
