@@ -221,22 +221,29 @@ ChangeCallback = Callable[[CallResult, State | None], Awaitable[None] | None]
 
 def outcome_of(record: OperationRecord) -> CallOutcome:
     """The one-word outcome of a stored record."""
-    if record.state is State.CANCELLED_ACCEPTED or record.result_kind is ResultKind.CANCELLED:
-        return CallOutcome.CANCELLED if record.is_terminal else CallOutcome.PENDING
-    if record.state is State.ACCEPTED:
-        if record.result_kind is ResultKind.PROTOCOL_ERROR:
-            return CallOutcome.PROTOCOL_ERROR
-        if (
-            record.result_kind is ResultKind.VALUE
-            and record.server_status is ServerStatus.COMPLETED
-        ):
-            return CallOutcome.OK
-        return CallOutcome.TOOL_ERROR
+    if record.is_terminal:
+        return accepted_outcome(record.state, record.result_kind, record.server_status)
+    if record.result_kind is ResultKind.CANCELLED:
+        return CallOutcome.PENDING
     if record.state is State.RECONCILIATION_REQUIRED:
         return CallOutcome.NEEDS_PERSON
     if record.state is State.INPUT_REQUIRED and record.input_keys_pending:
         return CallOutcome.NEEDS_PERSON
     return CallOutcome.PENDING
+
+
+def accepted_outcome(
+    state: State, result_kind: ResultKind | None, server_status: ServerStatus | None
+) -> CallOutcome:
+    """The outcome of an accepted operation, from the three fields that decide it (a
+    reader of many accepted rows need not decode whole records)."""
+    if state is State.CANCELLED_ACCEPTED or result_kind is ResultKind.CANCELLED:
+        return CallOutcome.CANCELLED
+    if result_kind is ResultKind.PROTOCOL_ERROR:
+        return CallOutcome.PROTOCOL_ERROR
+    if result_kind is ResultKind.VALUE and server_status is ServerStatus.COMPLETED:
+        return CallOutcome.OK
+    return CallOutcome.TOOL_ERROR
 
 
 def result_of(ledger: Ledger, record: OperationRecord) -> CallResult:
@@ -1340,6 +1347,7 @@ __all__ = [
     "ServerUnreachable",
     "SyncClient",
     "SyncClientInLoop",
+    "accepted_outcome",
     "default_ledger_url",
     "fraction_of",
     "outcome_of",

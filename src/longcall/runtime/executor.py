@@ -67,9 +67,10 @@ from longcall.core.commands import (
     SendInputResponse,
     SendSubmit,
 )
-from longcall.core.retry import FailureKind
+from longcall.core.retry import CircuitBreaker, FailureKind
 from longcall.errors import AdapterDisabled, ExecutorFailed, LongcallError, SendWindowPassed
 from longcall.ledger import CLIENT, WORKER, AdapterPlan, Ledger
+from longcall.runtime.breakers import keep_breaker
 from longcall.runtime.engine import (
     Action,
     CallSpec,
@@ -168,6 +169,7 @@ class Executor:
         on_change: Callable[[str], None] | None = None,
         versions: Collection[tuple[str, str]] | None = None,
         push: bool = True,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         """``push=False``: never open a push listener (a caller that returns once its
         call is submitted would only open one to drop it as it exits, an aborted
@@ -180,7 +182,8 @@ class Executor:
         ``versions``: the (protocol, adapter version) pairs this process runs: it
         claims only operations bound to one of them, and a new call the rollout plan
         routes to another version is created and left to a worker that runs it
-        (default: every version — one build on the ledger)."""
+        (default: every version — one build on the ledger). ``breaker``: the circuit
+        breaker each server starts with (its limits; default ``CircuitBreaker()``)."""
         if not poll_qps_max > 0:
             raise ValueError(f"poll_qps_max must be above 0, not {poll_qps_max!r}")
         self.ledger = ledger
@@ -244,6 +247,7 @@ class Executor:
             lease=lease,
             claim_all=adopt_new,
             versions=None if versions is None else frozenset(versions),
+            breaker=breaker,
         )
         self._shadows: dict[str, list[str]] = {}
         """Primary call node → the shadow call nodes this process started for it (R1),
@@ -896,13 +900,23 @@ class Executor:
             pass  # the engine planned it again for the end of the Retry-After
         else:
             assert isinstance(outcome, Outcome)
-            await self._off_loop(self.engine.apply_reply, action, outcome, now=self.clock())
+            await self._off_loop(self._apply_reply, action, outcome, self.clock())
             if isinstance(outcome.event, (e.SubmitAcknowledged, e.SubmissionFound)):
                 self._listen_dirty = True  # a new operation id to listen for (X3)
             if outcome.progress is not None or isinstance(outcome.event, e.WorkingObserved):
                 self._report_progress(action.call_node_id, outcome)
         self._signal_change(action.call_node_id)
         self._wakeup.set()
+
+    def _apply_reply(self, action: Action, outcome: Outcome, now: float) -> None:
+        """On the ledger thread: apply a reply, then keep the server's breaker in the
+        ledger if the reply opened or closed it (the operator's console reads it)."""
+        before = self.engine.breakers.get(action.server)
+        self.engine.apply_reply(action, outcome, now=now)
+        if self.engine.owner is not None:
+            after = self.engine.breakers.get(action.server)
+            keep_breaker(self.ledger, server=action.server, owner=self.engine.owner,
+                         before=before, after=after, event=outcome.event)  # fmt: skip
 
     def _signal_change(self, call_node_id: str | None) -> None:
         """On the loop: wake every waiter, and tell ``on_change`` which node changed."""
