@@ -18,7 +18,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const FOLLOW_MAX = 40;
-const MAX_LIFETIME_MS = 120_000;
+const MAX_LIFETIME_MS = 600_000;
 setTimeout(() => { emit({ error: 'lifetime over' }); process.exit(3); }, MAX_LIFETIME_MS).unref();
 
 const [mode, url, tool, rawArgs, seconds] = process.argv.slice(2);

@@ -190,3 +190,69 @@ async def test_an_mcp_1_30_upstream_plain_tool_is_served_durably(
             process.stdin.close()
         async with asyncio.timeout(BOUND_S):
             await process.wait()
+
+
+REAL_WINDOW_S = 40.0
+"""The gateway's default early-return window."""
+HOST_TIMEOUT_S = 60.0
+"""The usual request timeout of these hosts (the TypeScript SDK's default)."""
+TOOL_S = 75.0
+"""How long the upstream tool runs: past the window and past every host's timeout."""
+
+
+async def test_every_host_at_its_own_timeout_in_front_of_a_75_s_tool(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    """At the real numbers (a 75 s tool, 60 s host timeouts with one retry, the default
+    40 s window), all four hosts at once: each first try gets the early return before
+    its timeout, a retry attaches to the same call (and gets the result or the next
+    step, whichever its window meets), ``next`` leads to the result, and each call chain
+    ran the upstream once."""
+    if not NODE.exists():
+        pytest.fail(f"the interop peers are not installed ({NODE}): run `make interop`")
+    async with gateway_at(upstream.url, tmp_path, window=REAL_WINDOW_S) as (gw, url):
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        packages = ("langchain", "pydantic-ai", "openai-agents", "typescript")
+        # The upstream tool of each call runs TOOL_S from now: it ends then, not earlier.
+        for package in packages:
+            loop.call_at(started + TOOL_S, upstream.release, f"real-{package}")
+        hosts = {
+            package: await start_host(
+                hosts_venv(),
+                HERE / "hosts" / "py_host.py",
+                package,
+                url,
+                "slow",
+                json.dumps({"key": f"real-{package}", "n": 2}),
+                HOST_TIMEOUT_S,
+                HOST_TIMEOUT_S,
+            )
+            for package in ("langchain", "pydantic-ai", "openai-agents")
+        }
+        hosts["typescript"] = await start_host(
+            NODE, TS_HOST, "once", url, "slow", json.dumps({"key": "real-typescript", "n": 2})
+        )
+        try:
+            for package, host in hosts.items():
+                if package == "typescript":
+                    early = await host.until("early", bound_s=REAL_WINDOW_S + BOUND_S)
+                    assert early["early"]["structuredContent"]["state"] == "running"
+                    continue
+                # Answered before the host's 60 s while the tool runs 75 s: an early return.
+                first = await host.until("attempt", bound_s=REAL_WINDOW_S + BOUND_S)
+                assert not first["timed_out"], (package, first)
+            for package, host in hosts.items():
+                done = await host.until("result", bound_s=TOOL_S + BOUND_S)
+                assert "[0, 1]" in json.dumps(done["result"]) or "[0,1]" in json.dumps(
+                    done["result"]
+                ), (package, done)
+            took_s = loop.time() - started
+        finally:
+            for host in hosts.values():
+                await host.stop()
+        assert {package: upstream.runs[f"real-{package}"] for package in hosts} == dict.fromkeys(
+            hosts, 1
+        )
+        assert gw.metrics.retries_attached._value.get() >= 3
+    print(f"four hosts at their own timeouts: every result after {took_s:.0f} s, one run each")
