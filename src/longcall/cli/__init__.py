@@ -22,6 +22,7 @@ from longcall.cli import call, console, demo, gateway, ops, rollout, serve, sim,
 from longcall.cli.common import (
     EXIT_CODES_HELP,
     RESUME_KEY,
+    STOPPED_KEY,
     UNRECORDED_KEY,
     ExitCode,
     describe_error,
@@ -86,7 +87,8 @@ def _escaped(text: str) -> bool:
 def interrupted_line(ctx: click.Context) -> str:
     """What Ctrl-C stopped, as the ledger has it: a call node never recorded was never
     sent; a recorded one goes on (and the line says how to resume it); a worker's
-    operations go on with the next worker; anything else stopped here."""
+    operations go on with the next worker; a server says what it stopped and what its
+    store keeps; anything else stopped here."""
     command = ctx.invoked_subcommand
     if command == "worker":
         restart = _meta(ctx, RESUME_KEY)
@@ -95,7 +97,10 @@ def interrupted_line(ctx: click.Context) -> str:
             " the next worker on this ledger carries them on"
             + (f" (restart it with: {restart})" if restart else "")
         )
-    if command not in DRIVE_CALLS:  # a server, the simulator, a plan change
+    stopped = _meta(ctx, STOPPED_KEY)
+    if stopped is not None:  # a server, once it has stopped
+        return str(stopped())
+    if command not in DRIVE_CALLS:  # the simulator, a plan change
         return "interrupted"
     unrecorded = _meta(ctx, UNRECORDED_KEY)
     if unrecorded is not None and unrecorded():

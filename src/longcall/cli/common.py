@@ -106,6 +106,9 @@ EXIT_OF_OUTCOME = {
 
 RESUME_KEY = "longcall.resume"
 """Where a command leaves its how-to-resume line for the Ctrl-C handler (ctx.meta)."""
+STOPPED_KEY = "longcall.stopped"
+"""Where a server command leaves what its Ctrl-C line says (ctx.meta): a callable, called
+once the server has stopped, so that the line can say what the stop handed back."""
 UNRECORDED_KEY = "longcall.unrecorded"
 """Where a command that records a call leaves a check for the Ctrl-C handler: true
 while the ledger holds no record of it (then nothing was sent)."""
