@@ -303,6 +303,49 @@ async def test_tools_lists_names_task_support_and_arguments(cli: tuple[Cli, Hold
     assert layer.counts.get("tools/call", 0) == 0
 
 
+async def test_tools_of_the_apify_style_facade_are_listed_through_mcp(
+    cli: tuple[Cli, Holding],
+) -> None:
+    """``longcall tools URL/apify/mcp`` with no --protocol: the facade's tools and its
+    helpers, listed through MCP, and a note on how a call to one goes; nothing called."""
+    runner, layer = cli
+    apify = runner.url.removesuffix("/mcp") + "/apify/mcp"
+    code, out, err = await runner.run("tools", apify, "--json")
+    assert code == ExitCode.OK, err
+    names = {t["name"] for t in json.loads(out)}
+    assert {"longcall--crawl", "get-actor-run", "get-dataset-items"} <= names
+    code, out, err = await runner.run("tools", apify)
+    assert code == ExitCode.OK, err
+    assert "get-actor-run" in out
+    assert "follows that run to its end" in err
+    code, _, err = await runner.run("tools", apify, "longcall--crwl")
+    assert code == ExitCode.REFUSED
+    assert "did you mean 'longcall--crawl'" in err
+    assert layer.counts.get("tools/call", 0) == 0
+
+
+async def test_tools_of_an_aip151_endpoint(cli: tuple[Cli, Holding]) -> None:
+    """``longcall tools URL/v1``: the tools the facade lists at GET /v1/tools, each a
+    long-running operation; an AIP-151 endpoint without that listing is refused in one
+    line saying it lists no tools and where its methods are instead."""
+    runner, _ = cli
+    aip151 = runner.url.removesuffix("/mcp") + "/v1"
+    code, out, err = await runner.run("tools", aip151, "--json")
+    assert code == ExitCode.OK, err
+    listed = {t["name"]: t for t in json.loads(out)}
+    assert {"sleep_report", "crawl", "approve", "fail"} <= set(listed)
+    assert {t["taskSupport"] for t in listed.values()} == {"required"}
+    assert listed["approve"]["inputSchema"]["required"] == ["change"]
+    elsewhere = runner.url.removesuffix("/mcp") + "/elsewhere/v1"
+    code, out, err = await runner.run("tools", elsewhere)
+    assert code == ExitCode.REFUSED, err
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert "lists no tools: AIP-151 has no tool list" in err
+    assert "its methods are in its API documentation" in err
+    assert "Traceback" not in err
+
+
 # --- also: the result alone, for pipes ------------------------------------------------
 
 
