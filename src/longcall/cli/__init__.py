@@ -28,6 +28,7 @@ from longcall.cli.common import (
     describe_error,
     exit_code_of,
 )
+from longcall.entry import BEFORE_THE_COMMAND
 
 DEBUG_ENV = "LONGCALL_DEBUG"
 DRIVE_CALLS = ("call", "ops")
@@ -42,6 +43,22 @@ class LongcallGroup(click.Group):
         # row, JSON body or terminal can hold: one usage error here, for every command.
         ctx.meta[_NOT_TEXT] = next((a for a in args if _has_surrogate(a)), None)
         return super().parse_args(ctx, args)
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        # Ctrl-C while the command line is read: nothing ran yet (click would say
+        # "Aborted!" and exit 1).
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt:
+            click.echo("", err=True)
+            click.echo(f"longcall: {BEFORE_THE_COMMAND}", err=True)
+            raise click.exceptions.Exit(int(ExitCode.INTERRUPTED)) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         bad = ctx.meta.get(_NOT_TEXT)
