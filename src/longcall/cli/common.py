@@ -272,6 +272,23 @@ class FiniteFloatRange(click.FloatRange):
         return number
 
 
+class Age(click.ParamType):  # type: ignore[type-arg]  # generic in click 8.2+, not in 8.1
+    """An age such as ``90s``, ``10m``, ``2h``, ``1d`` or ``1h30m``, as seconds."""
+
+    name = "age"
+    UNIT_S = {"s": 1, "m": 60, "h": 3_600, "d": 86_400, "w": 604_800}
+    PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            return value
+        text = str(value).strip().lower()
+        parts = self.PART.findall(text)
+        if not text or "".join(number + unit for number, unit in parts) != text:
+            self.fail(f"{value!r} is not an age (examples: 90s, 10m, 2h, 1d, 1h30m)", param, ctx)
+        return float(sum(float(number) * self.UNIT_S[unit] for number, unit in parts))
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress or log lines.")
 qps_option = click.option(
