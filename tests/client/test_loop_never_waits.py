@@ -159,7 +159,8 @@ async def test_a_worker_never_waits_for_the_ledger_on_the_loop(
     # (the flush is bounded). No call is reported accepted twice, and the approval
     # (nobody at the caller answers it) is accepted and reported by the worker.
     both = accepted["caller"] + accepted["worker"]
-    assert len(both) == len(set(both)) and set(both) <= set(nodes)
+    assert len(both) == len(set(both))
+    assert set(both) <= set(nodes)
     assert "ask" in accepted["worker"]
 
 
