@@ -6,7 +6,9 @@ handed back to its store."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator
@@ -49,9 +51,33 @@ async def interrupted(process: asyncio.subprocess.Process) -> list[str]:
     return err.decode().splitlines()
 
 
+LOGGED = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d+ (INFO|WARNING) ")
+"""A log line of the serving process (its start, its requests): not what a stop says."""
+
+
 def spoken(lines: list[str]) -> list[str]:
-    """The lines of stderr a stop added: not blank, not the log lines of the start."""
-    return [line for line in lines if line.strip() and " WARNING longcall." not in line]
+    """The lines of stderr a stop added: not blank, not the process's log lines."""
+    return [line for line in lines if line.strip() and not LOGGED.match(line)]
+
+
+@contextlib.asynccontextmanager
+async def killed_if_left(process: asyncio.subprocess.Process) -> AsyncIterator[None]:
+    """The process is gone at the end, whatever the test asserted before."""
+    try:
+        yield
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+
+
+def assert_stopped_in_one_line(
+    process: asyncio.subprocess.Process, lines: list[str], said: str
+) -> None:
+    """Exit 130, no traceback or error log, and ``said`` the only line the stop added."""
+    assert process.returncode == ExitCode.INTERRUPTED, lines
+    assert not any("Traceback" in line or "ERROR" in line for line in lines), lines
+    assert spoken(lines) == [said]
 
 
 @pytest.fixture
@@ -70,7 +96,7 @@ async def test_ctrl_c_on_serve_with_a_stream_open_is_one_line(
     ledger = f"sqlite:///{tmp_path / 'ledger.db'}"
     server, announced = await started("serve", "--port", "0", "--store", store)
     url = announced.split(" at ", 1)[1].split(" ", 1)[0]
-    try:
+    async with killed_if_left(server):
         call = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "longcall", "call", url, "sleep_report",
             "--args", '{"seconds": 600, "rows": 1}', "--node", "n1", "--ledger", ledger,
@@ -86,18 +112,12 @@ async def test_ctrl_c_on_serve_with_a_stream_open_is_one_line(
                 with pytest.raises(httpx.RemoteProtocolError):
                     async for _chunk in stream.aiter_bytes():
                         pass
-    finally:
-        if server.returncode is None:
-            server.kill()
-            await server.wait()
-    assert server.returncode == ExitCode.INTERRUPTED, lines
-    assert not any("Traceback" in line or "ERROR" in line for line in lines), lines
     said = (
         f"longcall: stopped serving {url}; its running task stays in the task store, for"
         " the next server on it (or one sharing it) to take over: an idempotent tool runs"
         " again, any other ends failed"
     )
-    assert spoken(lines) == [said]
+    assert_stopped_in_one_line(server, lines, said)
 
 
 async def test_ctrl_c_on_the_gateway_with_a_stream_open_is_one_line(
@@ -114,19 +134,14 @@ async def test_ctrl_c_on_the_gateway_with_a_stream_open_is_one_line(
             "--task-store", f"sqlite:///{tmp_path / 'gateway-tasks.db'}",
         )  # fmt: skip
         url = announced.split(" at ", 1)[1].split(" ", 1)[0]
-        try:
-            async with open_stream.stream("GET", url, headers=EVENT_STREAM) as stream:
-                assert stream.status_code == 200
-                lines = await interrupted(gateway)
-        finally:
-            if gateway.returncode is None:
-                gateway.kill()
-                await gateway.wait()
-    assert gateway.returncode == ExitCode.INTERRUPTED, lines
-    assert not any("Traceback" in line or "ERROR" in line for line in lines), lines
-    assert [line for line in spoken(lines) if " INFO " not in line] == [
-        f"longcall: stopped the gateway at {url}; no host call was in flight"
-    ]
+        async with (
+            killed_if_left(gateway),
+            open_stream.stream("GET", url, headers=EVENT_STREAM) as stream,
+        ):
+            assert stream.status_code == 200
+            lines = await interrupted(gateway)
+    said = f"longcall: stopped the gateway at {url}; no host call was in flight"
+    assert_stopped_in_one_line(gateway, lines, said)
 
 
 async def test_ctrl_c_on_the_console_with_a_browser_connected_is_one_line(
@@ -138,15 +153,10 @@ async def test_ctrl_c_on_the_console_with_a_browser_connected_is_one_line(
     open_ledger(ledger).close()
     console, url = await started("console", "--ledger", ledger)
     address, _, token = url.partition("?")
-    try:
+    async with killed_if_left(console):
         page = await open_stream.get(url, follow_redirects=True)
         assert page.status_code == 200
         lines = await interrupted(console)
-    finally:
-        if console.returncode is None:
-            console.kill()
-            await console.wait()
-    assert console.returncode == ExitCode.INTERRUPTED, lines
-    assert not any("Traceback" in line for line in lines), lines
-    assert spoken(lines) == [f"longcall: stopped the console at {address}; the ledger is as it was"]
+    said = f"longcall: stopped the console at {address}; the ledger is as it was"
+    assert_stopped_in_one_line(console, lines, said)
     assert token not in "\n".join(lines)
