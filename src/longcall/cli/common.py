@@ -106,6 +106,9 @@ EXIT_OF_OUTCOME = {
 
 RESUME_KEY = "longcall.resume"
 """Where a command leaves its how-to-resume line for the Ctrl-C handler (ctx.meta)."""
+STOPPED_KEY = "longcall.stopped"
+"""Where a server command leaves what its Ctrl-C line says (ctx.meta): a callable, called
+once the server has stopped, so that the line can say what the stop handed back."""
 UNRECORDED_KEY = "longcall.unrecorded"
 """Where a command that records a call leaves a check for the Ctrl-C handler: true
 while the ledger holds no record of it (then nothing was sent)."""
@@ -267,6 +270,23 @@ class FiniteFloatRange(click.FloatRange):
         if not math.isfinite(number):
             self.fail(f"{value!r} is not a finite number", param, ctx)
         return number
+
+
+class Age(click.ParamType):  # type: ignore[type-arg]  # generic in click 8.2+, not in 8.1
+    """An age such as ``90s``, ``10m``, ``2h``, ``1d`` or ``1h30m``, as seconds."""
+
+    name = "age"
+    UNIT_S = {"s": 1, "m": 60, "h": 3_600, "d": 86_400, "w": 604_800}
+    PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            return value
+        text = str(value).strip().lower()
+        parts = self.PART.findall(text)
+        if not text or "".join(number + unit for number, unit in parts) != text:
+            self.fail(f"{value!r} is not an age (examples: 90s, 10m, 2h, 1d, 1h30m)", param, ctx)
+        return float(sum(float(number) * self.UNIT_S[unit] for number, unit in parts))
 
 
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")

@@ -7,6 +7,7 @@ failed start prints. Must not: hold protocol logic (the server library does).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sys
 from collections.abc import Iterable
@@ -15,7 +16,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from longcall.cli.common import LONGEST_LEASE_S, FiniteFloatRange, metrics_options
+from longcall.cli.common import (
+    LONGEST_LEASE_S,
+    STOPPED_KEY,
+    FiniteFloatRange,
+    metrics_options,
+)
 from longcall.errors import LongcallError, MetricsPortUnavailable
 
 if TYPE_CHECKING:
@@ -206,10 +212,14 @@ def run_reference_server(
     server = build_reference_server(store=store_url, options=options, webhooks=webhooks)
     # Bound before the announcement, so that it names the port (0 picks a free one).
     sock = listening_socket(host, port)
+    url = http_url(host, sock.getsockname()[1], MCP_PATH)
     print(
-        f"longcall: serving MCP at {http_url(host, sock.getsockname()[1], MCP_PATH)}"
+        f"longcall: serving MCP at {url}"
         f" (task store {server.store.store_id}: {_without_password(store_url)})",
         flush=True,
+    )
+    click.get_current_context().meta[STOPPED_KEY] = lambda: stopped_line(
+        f"stopped serving {url}", server.manager.handed_back, lease_s
     )
     try:
         if metrics_port is not None:
@@ -247,6 +257,47 @@ def _webhook_options(
         attempt_timeout_s=timeout_s,
         retry=RetryPolicy(base_delay_s=retry_base_s, max_delay_s=max(retry_base_s, retry_max_s)),
     )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Handover:
+    """What a task server's stop says of the tasks it hands back to its store."""
+
+    noun: str
+    """One of them, counted: "running task"."""
+    none: str
+    """When there were none."""
+    fate: str
+    """Where they stay and what becomes of them."""
+
+
+TASKS_TAKEN_OVER = Handover(
+    noun="running task",
+    none="no task was running",
+    fate="in the task store, for the next server on it (or one sharing it) to take over:"
+    " an idempotent tool runs again, any other ends failed",
+)
+
+
+def stopped_line(
+    stopped: str, handed_back: int | None, lease_s: float, handover: Handover = TASKS_TAKEN_OVER
+) -> str:
+    """What Ctrl-C on a task server says: what stopped, and what became of the tasks it
+    was running (``handed_back``: the leases its stop gave back; None: it stopped at
+    once, on a second Ctrl-C, or could not reach its store to give them back)."""
+    if handed_back is None:
+        return (
+            f"{stopped} at once; each {handover.noun} stays {handover.fate}, once its lease"
+            f" lapses (within {lease_s:g} s)"
+        )
+    if handed_back == 0:
+        return f"{stopped}; {handover.none}"
+    counted = (
+        f"its {handover.noun} stays"
+        if handed_back == 1
+        else f"its {handed_back} {handover.noun}s stay"
+    )
+    return f"{stopped}; {counted} {handover.fate}"
 
 
 def _without_password(url: str | None) -> str:

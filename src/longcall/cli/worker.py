@@ -33,20 +33,29 @@ from longcall.cli.common import (
     webhook_listen_option,
 )
 from longcall.cli.common import open_webhooks as _open_webhooks
-from longcall.cli.show import input_lines
+from longcall.cli.show import holder_id, input_lines
 from longcall.client import (
     CallOutcome,
     CallResult,
+    Client,
     default_ledger_url,
 )
 from longcall.client import Progress as CallProgress
 from longcall.core import State
 
 
-def worker_line(result: CallResult, previous: State | None, ledger_url: str | None) -> list[str]:
+def stamp_of(holder: str) -> str:
+    """What starts a worker's log line: the time, and its short lease holder id."""
+    return time.strftime("%H:%M:%S") + (f" [{holder}]" if holder else "")
+
+
+def worker_line(
+    result: CallResult, previous: State | None, ledger_url: str | None, holder: str = ""
+) -> list[str]:
     """The log lines of one change: one per state change, plus the question of a new
-    input round with its ready-to-paste answer."""
-    stamp = time.strftime("%H:%M:%S")
+    input round with its ready-to-paste answer. ``holder``: the worker's short id (what
+    ``longcall ops show`` names as the lease holder), after the time."""
+    stamp = stamp_of(holder)
     was = f"{previous.value} → " if previous is not None and previous is not result.state else ""
     detail = ""
     if result.record.is_terminal:
@@ -129,10 +138,16 @@ def worker(
       longcall worker --until-idle --quiet
     """
     console = err_console()
+    driver: list[Client] = []
+    """The worker's client, once made: its lease holder id tags every log line."""
+
+    def holder() -> str:
+        owner = driver[0].executor.owner if driver else None
+        return "" if owner is None else holder_id(owner)
 
     def log(result: CallResult, previous: State | None) -> None:
         if not quiet:
-            for line in worker_line(result, previous, ledger_url):
+            for line in worker_line(result, previous, ledger_url, holder()):
                 console.print(escape(line), soft_wrap=True)
 
     unreachable: set[str] = set()
@@ -140,7 +155,7 @@ def worker(
     def log_reachability(progress: CallProgress) -> None:
         """A server that stops answering (and answers again) is a line too: its
         operations wait without a state change, retried with backoff."""
-        node, stamp = progress.call_node_id, time.strftime("%H:%M:%S")
+        node, stamp = progress.call_node_id, stamp_of(holder())
         if progress.server_unreachable and node not in unreachable:
             unreachable.add(node)
             line = f"{stamp} {node} server unreachable, retrying: {progress.message or ''}"
@@ -160,7 +175,7 @@ def worker(
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
-        async with client_for(
+        client = client_for(
             ledger_url,
             create=True,
             connects=True,
@@ -172,7 +187,9 @@ def worker(
             disabled_protocols=disabled,
             lease_s=lease_s,
             versions=versions,
-        ) as client:
+        )
+        driver.append(client)
+        async with client:
             if metrics_port is not None:
                 client.executor.metrics.serve(metrics_port, host=metrics_host)
                 console.print(f"worker: metrics at {client.executor.metrics.url}")
@@ -183,7 +200,11 @@ def worker(
             if not quiet:
                 where = ledger_url or default_ledger_url()
                 console.print(
-                    escape(f"worker: driving the open operations of {where}"), soft_wrap=True
+                    escape(
+                        f"worker: driving the open operations of {where}"
+                        f" as [{holder()}] (lease holder {client.executor.owner})"
+                    ),
+                    soft_wrap=True,
                 )
             driving = asyncio.ensure_future(client.drive(until_idle=until_idle))
             stopping = asyncio.ensure_future(stop.wait())

@@ -345,6 +345,13 @@ def utc_now_iso() -> str:
     return f"{text}.{micros:06d}+00:00"
 
 
+def utc_iso(at: float) -> str:
+    """A wall-clock time (seconds since the epoch) as :func:`utc_now_iso` writes it, so
+    that it compares as text with the stamps of rows (a ``created_…_utc`` bound)."""
+    seconds, micros = divmod(round(at * 1_000_000), 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}+00:00"
+
+
 class Ledger(abc.ABC):
     """The durable store of operations, receipts, results and the ready outbox."""
 

@@ -32,6 +32,7 @@ from starlette.types import ASGIApp
 
 from longcall.runtime.listen import listening_socket
 from longcall.runtime.metrics import http_url
+from longcall.runtime.stopping import StoppingServer
 from longcall.server import legacy, modern
 from longcall.server.auth import Authenticator, BearerAuth, token_principal
 from longcall.server.errors import (
@@ -257,12 +258,13 @@ class LongcallServer:
         stopped with the server. ``sock``, a socket already listening (from
         :func:`listening_socket`, say, to learn the port 0 chose), replaces host and port
         and is closed with the server."""
-        config = uvicorn_config(self.asgi_app(), self.options, timeout_graceful_shutdown=2)
+        config = uvicorn_config(self.asgi_app(), self.options)
         try:
             with sock if sock is not None else listening_socket(host, port) as listener:
                 if metrics_port is not None and self.metrics.port is None:
                     self.metrics.serve(metrics_port, host=metrics_host)
-                await uvicorn.Server(config).serve(sockets=[listener])
+                # A signal stops it without waiting on open streams (StoppingServer).
+                await StoppingServer(config).serve(sockets=[listener])
         finally:
             self.metrics.close()
 
