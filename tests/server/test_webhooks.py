@@ -258,6 +258,36 @@ async def test_claims_attempts_and_replays_in_the_store(store_url: str) -> None:
         store.close()
 
 
+async def test_an_attempt_overtaken_by_a_replay_keeps_the_replays_outcome(store_url: str) -> None:
+    """A replay while an attempt is in flight makes the delivery pending again; claimed
+    again by the same sender, only the newer claim's outcome is stored, and the old
+    attempt's report is refused whatever it says."""
+    store = open_store(store_url)
+    try:
+        now = time.time()
+        endpoint = await store.register_endpoint(
+            principal="p", url="https://a.example/hook", keys=["whsec_" + "A" * 32],
+            statuses=None, now=now, max_per_principal=4,
+        )  # fmt: skip
+        await store.create(new_task("t1", created_at=now), owner="a", lease_until=now + 10)
+        [(sent, _)] = await store.claim_deliveries("s1", now=now, until=now + 20, limit=10)
+        first, last = sent.delivery_id, sent.delivery_id
+        replay = store.replay_deliveries
+        assert await replay("p", endpoint.endpoint_id, first=first, last=last, now=now + 1)
+        [(again, _)] = await store.claim_deliveries("s1", now=now + 1, until=now + 21, limit=10)
+        assert not await store.record_attempt(  # the attempt sent before the replay
+            sent, owner="s1", now=now + 2, outcome=Outcome.DELIVERED, http_status=200,
+            state=DeliveryState.DELIVERED, next_attempt_at=None,
+        )  # fmt: skip
+        assert await store.record_attempt(
+            again, owner="s1", now=now + 3, outcome=Outcome.HTTP_5XX, http_status=503,
+            state=DeliveryState.PENDING, next_attempt_at=now + 8,
+        )  # fmt: skip
+        assert await store.next_delivery_due(now + 3) == now + 8
+    finally:
+        store.close()
+
+
 # ---- the sender over real HTTP ---------------------------------------------------------------
 
 
@@ -578,6 +608,11 @@ async def test_replay_sends_again_each_freshly_signed(hook_server: HookServer) -
         made = await hook_server.endpoint(hooks.url)
         await hook_server.run_task()
         first = await hooks.wait_for(lambda got: len(got) == 2)
+        # Received is not yet recorded: a replay of an attempt still in flight would
+        # send it once more (harmless, and not what this test counts).
+        await hook_server.attempts.wait_for(
+            lambda seen: sum(a.state is DeliveryState.DELIVERED for a in seen) == 2
+        )
         hook_server.server.manager.clock = lambda: time.time() + 30  # a later attempt
         hook_server.server.webhooks.sender.clock = hook_server.server.manager.clock  # type: ignore[union-attr]
         listed = await hook_server.deliveries()

@@ -12,6 +12,7 @@ deliveries, and replays. Must not: send anything, sign anything, read a clock.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import secrets
 from collections.abc import Callable, Sequence
@@ -251,7 +252,8 @@ class OutboxQueries:
                         (owner, until, delivery.delivery_id, PENDING, now),
                     )
                     if cursor.rowcount == 1:
-                        claimed.append((delivery, endpoint_from_row(row[width:])))
+                        held = dataclasses.replace(delivery, held_until=until)
+                        claimed.append((held, endpoint_from_row(row[width:])))
             return claimed
 
         return await self._run(write)
@@ -295,8 +297,10 @@ class OutboxQueries:
         disable_reason: str | None = None,
         throttled_until: float | None = None,
     ) -> bool:
-        """Store one attempt's outcome (only while ``owner`` still holds the delivery), and
-        what it means for the endpoint: disabled (410), or throttled until a time."""
+        """Store one attempt's outcome (only while ``owner`` still holds the delivery under
+        the claim it was sent under: a replay meanwhile made it pending again, and that
+        newer attempt's outcome is the one to keep), and what it means for the endpoint:
+        disabled (410), or throttled until a time."""
 
         def write(conn: Any) -> bool:
             with self._transaction(conn):
@@ -305,7 +309,7 @@ class OutboxQueries:
                     "UPDATE webhook_deliveries SET state = ?, attempts = attempts + 1,"
                     " next_attempt_at = ?, last_attempt_at = ?, last_outcome = ?,"
                     " last_http_status = ?, delivered_at = ?, owner = NULL, lease_until = NULL"
-                    " WHERE delivery_id = ? AND owner = ? AND state = ?",
+                    " WHERE delivery_id = ? AND owner = ? AND state = ? AND lease_until = ?",
                     (
                         state.value,
                         next_attempt_at,
@@ -316,6 +320,7 @@ class OutboxQueries:
                         delivery.delivery_id,
                         owner,
                         PENDING,
+                        delivery.held_until,
                     ),
                 )
                 if cursor.rowcount != 1:

@@ -107,6 +107,10 @@ class Delivery:
     last_outcome: Outcome | None = None
     last_http_status: int | None = None
     delivered_at: float | None = None
+    held_until: float | None = None
+    """The lease of the claim this copy was taken under (None: not claimed). An attempt's
+    outcome is stored only while that claim stands: a replay or another claimer meanwhile
+    makes it a stale copy, whose outcome must not overwrite the newer one's."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
