@@ -14,8 +14,9 @@ $(STAMP): pyproject.toml
 
 dev: $(STAMP)
 
-# Peers we did not write (the official MCP TypeScript SDK and conformance suite), with
-# Node 22 from the npm package `node`; the interop tests need them.
+# Peers we did not write (the official MCP TypeScript SDK 1.x and 2.x with ext-tasks, the
+# MCP Inspector, the conformance suite), with Node 22 from the npm package `node`; the
+# interop, gateway and FastMCP tests need them.
 INTEROP_STAMP := interop/node_modules/.installed
 $(INTEROP_STAMP): interop/package.json interop/package-lock.json
 	cd interop && npm ci --no-audit --no-fund

@@ -7,7 +7,8 @@ durable), and on fastmcp-tasks with Redis at 127.0.0.1:6379 (skipped, said so, w
 Redis answers). The client, concurrency and alternating short rounds are
 ``bench_server``'s, so load drift hits every side alike; fastmcp-tasks' worker is tuned
 as there (pickup interval 1 ms, concurrency = the client's). Target: LongcallTasks /
-each fastmcp-tasks backend >= 1.0.
+each fastmcp-tasks backend >= 1.0. Each server's CPU per task over the measured rounds
+is printed too: on a machine other work loads, it is steadier than tasks/s.
 """
 
 from __future__ import annotations
@@ -111,19 +112,22 @@ def run() -> None:
         if redis_reason is None:
             backends.append("redis")
         servers = {name: start(name, store) for name in backends}
+        cpu: dict[str, float] = {}
         try:
-            rates = asyncio.run(compare(servers))
+            rates = asyncio.run(compare(servers, cpu))
         finally:
             for _, process in servers.values():
                 stop_server(process)
     ours = rates["longcall"]
-    print(f"FastMCP + LongcallTasks (SQLite file, synchronous=FULL): {ours:8.1f} tasks/s")
-    print(f"FastMCP + fastmcp-tasks (memory://):                   {rates['memory']:8.1f} tasks/s")
-    if "redis" in rates:
-        print(
-            f"FastMCP + fastmcp-tasks (Redis 127.0.0.1:6379):        {rates['redis']:8.1f} tasks/s"
-        )
-    else:
+    labels = {
+        "longcall": "FastMCP + LongcallTasks (SQLite file, synchronous=FULL)",
+        "memory": "FastMCP + fastmcp-tasks (memory://)",
+        "redis": "FastMCP + fastmcp-tasks (Redis 127.0.0.1:6379)",
+    }
+    for name, rate in rates.items():
+        spent = f", server CPU {cpu[name] * 1000:5.2f} ms/task" if name in cpu else ""
+        print(f"{labels[name] + ':':56} {rate:8.1f} tasks/s{spent}")
+    if "redis" not in rates:
         print(f"FastMCP + fastmcp-tasks (Redis): not measured ({redis_reason})")
     setup = f"{CONCURRENCY} clients, {ROUNDS} alternating rounds, {RUN_S:g} s per server"
     print(

@@ -10,7 +10,9 @@ same poll pause, the same concurrency) drives them from this process.
    interval (``minimum_check_interval``, 50 ms by default) is set to 1 ms — as low as
    ours, where a task starts in the process that created it with no pickup poll at all —
    and its worker concurrency to the client's, so it never queues work ours would run.
-   Target: ours / peer >= 2.0 while durable.
+   During each side's round the other server process is paused (SIGSTOP): a worker
+   polling every millisecond is not idle, and would take CPU from the side being
+   measured. Target: ours / peer >= 2.0 while durable.
 2. Several processes on one PostgreSQL store (D1): one ``longcall.server`` process, then
    three on a fresh schema behind a round-robin of their URLs, each task leased to the
    process that created it. Reported as tasks/s and the three/one ratio; on a machine
@@ -22,12 +24,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import itertools
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -216,8 +221,14 @@ def stop_server(process: subprocess.Popen[bytes]) -> None:
         process.wait(timeout=10)
 
 
-async def compare(servers: dict[str, tuple[int, subprocess.Popen[bytes]]]) -> dict[str, float]:
-    """Alternate short rounds between the servers (same client) so load drift hits both alike."""
+async def compare(
+    servers: dict[str, tuple[int, subprocess.Popen[bytes]]],
+    cpu_per_task_s: dict[str, float] | None = None,
+) -> dict[str, float]:
+    """Alternate short rounds between the servers (same client) so load drift hits both
+    alike; tasks/s of each. ``cpu_per_task_s``, when given, is filled with each server
+    process's CPU seconds per task over the measured rounds (Linux): on a machine other
+    work loads, what a server spends per task is steadier than how many it completes."""
     limits = httpx.Limits(
         max_connections=CONCURRENCY * 2, max_keepalive_connections=CONCURRENCY * 2
     )
@@ -230,12 +241,48 @@ async def compare(servers: dict[str, tuple[int, subprocess.Popen[bytes]]]) -> di
         for name, driver in drivers.items():
             await driver.wait_ready(servers[name][1])
             await driver.warm_up()
+        cpu_before = {name: process_cpu_s(process) for name, (_, process) in servers.items()}
         for _ in range(ROUNDS):
             for name, driver in drivers.items():
-                done, elapsed = await driver.completed_within(RUN_S / ROUNDS)
+                with only_running(servers, name):
+                    done, elapsed = await driver.completed_within(RUN_S / ROUNDS)
                 totals[name][0] += done
                 totals[name][1] += elapsed
+    if cpu_per_task_s is not None:
+        for name, (_, process) in servers.items():
+            before, after, done = cpu_before[name], process_cpu_s(process), totals[name][0]
+            if before is not None and after is not None and done:
+                cpu_per_task_s[name] = (after - before) / done
     return {name: done / elapsed for name, (done, elapsed) in totals.items()}
+
+
+@contextlib.contextmanager
+def only_running(
+    servers: dict[str, tuple[int, subprocess.Popen[bytes]]], name: str
+) -> Iterator[None]:
+    """Every server but ``name`` paused (SIGSTOP) for a round, resumed after it. A server
+    that is not being measured is not idle: a task queue polling every millisecond takes
+    CPU from the one that is, on a machine with few cores. Each round has no request in
+    flight at its end, so nothing is paused mid-request."""
+    paused = [process for other, (_, process) in servers.items() if other != name]
+    for process in paused:
+        process.send_signal(signal.SIGSTOP)
+    try:
+        yield
+    finally:
+        for process in paused:
+            process.send_signal(signal.SIGCONT)
+
+
+def process_cpu_s(process: subprocess.Popen[bytes]) -> float | None:
+    """CPU seconds (user and system) a child process has used so far; None where
+    ``/proc`` does not say (not Linux)."""
+    try:
+        with open(f"/proc/{process.pid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def pg_rate(urls: list[str], processes: list[subprocess.Popen[bytes]]) -> float:

@@ -4,6 +4,9 @@
 //   node gateway-host.mjs plain URL TOOL ARGS_JSON SHORT_TIMEOUT_S
 //       task-unaware: the call once with a short timeout (it times out), the retry with
 //       the SDK's default request timeout (60 s), then what `next` names until the result.
+//   node gateway-host.mjs once URL TOOL ARGS_JSON
+//       task-unaware: the call once with the SDK's default request timeout, then what
+//       `next` names until the result; a refused call is printed as {error}.
 //   node gateway-host.mjs tasks URL TOOL ARGS_JSON TIMEOUT_S
 //       task-aware: client.experimental.tasks.callToolStream with a task (2025-11-25);
 //       it answers a form (elicitation) by accepting it with {approved: true}.
@@ -15,7 +18,7 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { ElicitRequestSchema } from '@modelcontextprotocol/sdk/types.js';
 
 const FOLLOW_MAX = 40;
-const MAX_LIFETIME_MS = 120_000;
+const MAX_LIFETIME_MS = 600_000;
 setTimeout(() => { emit({ error: 'lifetime over' }); process.exit(3); }, MAX_LIFETIME_MS).unref();
 
 const [mode, url, tool, rawArgs, seconds] = process.argv.slice(2);
@@ -51,8 +54,27 @@ async function plain() {
     await impatient.close();
     const client = await connect();
     const began = Date.now();
-    let answer = await client.callTool({ name: tool, arguments: args });
+    const answer = await client.callTool({ name: tool, arguments: args });
     emit({ attempt: 2, early: answer, took_s: (Date.now() - began) / 1000 });
+    return await followNext(client, answer);
+}
+
+async function once() {
+    const client = await connect();
+    let answer;
+    try {
+        answer = await client.callTool({ name: tool, arguments: args });
+    } catch (error) {
+        emit({ error: String(error) });
+        await client.close();
+        return 1;
+    }
+    emit({ attempt: 1, early: answer });
+    return await followNext(client, answer);
+}
+
+async function followNext(client, first) {
+    let answer = first;
     for (let i = 0; i < FOLLOW_MAX; i++) {
         const next = answer.structuredContent?.next;
         if (!next) {
@@ -84,5 +106,5 @@ async function tasks() {
     return 1;
 }
 
-const code = await (mode === 'tasks' ? tasks() : plain());
+const code = await ({ tasks, once, plain }[mode])();
 process.exit(code);

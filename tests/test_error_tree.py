@@ -25,6 +25,7 @@ INTERNAL_SIGNALS = {
     "longcall.adapters.aip151.mapping.MalformedOperation",
     "longcall.adapters.sse.LineTooLong",
     "longcall.server.front._NotFinite",
+    "longcall.server.webhooks.routes.ApiFailure",
     # A control-flow signal (a BaseException, like CancelledError): a tool that asks for
     # input leaves its body through it; the task manager catches it.
     "longcall.server.inputs.InputNeeded",

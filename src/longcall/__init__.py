@@ -9,9 +9,12 @@ bottom, then ``ledger`` and ``adapters``, then ``runtime``, then ``client`` / ``
 ``sim``, then ``testing``, then ``cli``.
 """
 
-from __future__ import annotations
-
-from typing import TYPE_CHECKING, Any
+# Nothing is imported here at run time (not even ``__future__``): the ``longcall``
+# command loads this package before its entry can catch Ctrl-C (longcall.entry), so
+# loading it must take no time.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from typing import Any
 
 __version__ = "0.1.0"
 
@@ -90,7 +93,7 @@ if TYPE_CHECKING:
     )
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> "Any":
     module = _PUBLIC.get(name)
     if module is None:
         raise AttributeError(f"module 'longcall' has no attribute {name!r}")

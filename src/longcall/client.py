@@ -221,22 +221,29 @@ ChangeCallback = Callable[[CallResult, State | None], Awaitable[None] | None]
 
 def outcome_of(record: OperationRecord) -> CallOutcome:
     """The one-word outcome of a stored record."""
-    if record.state is State.CANCELLED_ACCEPTED or record.result_kind is ResultKind.CANCELLED:
-        return CallOutcome.CANCELLED if record.is_terminal else CallOutcome.PENDING
-    if record.state is State.ACCEPTED:
-        if record.result_kind is ResultKind.PROTOCOL_ERROR:
-            return CallOutcome.PROTOCOL_ERROR
-        if (
-            record.result_kind is ResultKind.VALUE
-            and record.server_status is ServerStatus.COMPLETED
-        ):
-            return CallOutcome.OK
-        return CallOutcome.TOOL_ERROR
+    if record.is_terminal:
+        return accepted_outcome(record.state, record.result_kind, record.server_status)
+    if record.result_kind is ResultKind.CANCELLED:
+        return CallOutcome.PENDING
     if record.state is State.RECONCILIATION_REQUIRED:
         return CallOutcome.NEEDS_PERSON
     if record.state is State.INPUT_REQUIRED and record.input_keys_pending:
         return CallOutcome.NEEDS_PERSON
     return CallOutcome.PENDING
+
+
+def accepted_outcome(
+    state: State, result_kind: ResultKind | None, server_status: ServerStatus | None
+) -> CallOutcome:
+    """The outcome of an accepted operation, from the three fields that decide it (a
+    reader of many accepted rows need not decode whole records)."""
+    if state is State.CANCELLED_ACCEPTED or result_kind is ResultKind.CANCELLED:
+        return CallOutcome.CANCELLED
+    if result_kind is ResultKind.PROTOCOL_ERROR:
+        return CallOutcome.PROTOCOL_ERROR
+    if result_kind is ResultKind.VALUE and server_status is ServerStatus.COMPLETED:
+        return CallOutcome.OK
+    return CallOutcome.TOOL_ERROR
 
 
 def result_of(ledger: Ledger, record: OperationRecord) -> CallResult:
@@ -462,20 +469,33 @@ class Client:
     def webhook_receiver(self) -> WebhookReceiver:
         """The receiver of signed webhook deliveries for this client's operations: each
         verified one only wakes the poll of the operation it names (never an outcome).
-        Mount ``receiver.asgi_app()`` (``POST /webhooks``) or call ``receiver.handle(
-        headers, body)`` from your own framework. MissingCredential without a key."""
+        Mount ``receiver.asgi_app()`` (``POST /webhooks`` with the default keys, and
+        ``POST /webhooks/NAME`` for each server with its own ``webhook`` keys in the
+        servers file) or call ``receiver.handle(headers, body[, NAME])`` from your own
+        framework. MissingCredential without any key."""
         if self._webhook_receiver is None:
             from longcall.adapters.webhooks import Verifier, parse_keys
             from longcall.runtime.webhooks import WebhookReceiver
 
+            tolerance = self._webhook_tolerance_s
             text = self._webhook_secret or os.environ.get(WEBHOOK_SECRET_ENV, "")
-            if not text.strip():
-                raise MissingCredential(
-                    f"a webhook receiver needs a key: pass webhook_secret or set "
-                    f"${WEBHOOK_SECRET_ENV} (whsec_… or whpk_…)"
+            # A server with its own key(s) in the servers file: /webhooks/NAME.
+            per_server = {
+                server.name: (
+                    server.url,
+                    Verifier(parse_keys(server.webhook_keys()), tolerance_s=tolerance),
                 )
-            verifier = Verifier(parse_keys(text), tolerance_s=self._webhook_tolerance_s)
-            self._webhook_receiver = WebhookReceiver(self.executor, verifier)
+                for server in self.servers.servers.values()
+                if server.has_webhook_keys
+            }
+            if not text.strip() and not per_server:
+                raise MissingCredential(
+                    f"a webhook receiver needs a key: pass webhook_secret, set "
+                    f"${WEBHOOK_SECRET_ENV} (whsec_… or whpk_…), or give a server a webhook"
+                    " key in the servers file"
+                )
+            verifier = Verifier(parse_keys(text), tolerance_s=tolerance) if text.strip() else None
+            self._webhook_receiver = WebhookReceiver(self.executor, verifier, servers=per_server)
         return self._webhook_receiver
 
     async def serve_webhooks(self, host: str, port: int) -> None:
@@ -1312,6 +1332,7 @@ __all__ = [
     "ServerUnreachable",
     "SyncClient",
     "SyncClientInLoop",
+    "accepted_outcome",
     "default_ledger_url",
     "fraction_of",
     "outcome_of",

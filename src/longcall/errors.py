@@ -167,8 +167,8 @@ class InvalidWebhookKey(UsageError):
 
 
 class WebhookRejected(UsageError):
-    """A webhook delivery that does not verify. The receiver answers it with a 4xx and
-    changes nothing; ``status`` is that answer."""
+    """A webhook delivery that does not verify. The receiver answers it with a 4xx (a
+    duplicate: 200) and changes nothing; ``status`` is that answer."""
 
     status = 400
 
@@ -196,9 +196,12 @@ class WebhookFromFuture(WebhookRejected):
 
 
 class WebhookDuplicate(WebhookRejected):
-    """A webhook-id this receiver already took within the tolerance window."""
+    """A webhook-id this receiver already took within the tolerance window. Verified, so
+    from the sender: answered 200 (a Standard Webhooks sender whose first 2xx was lost
+    retries the same id until it gets a 2xx, and would otherwise retry to exhaustion or
+    disable the endpoint), and, like every rejection, it changes nothing."""
 
-    status = 409
+    status = 200
 
 
 class HandleRefused(UsageError):

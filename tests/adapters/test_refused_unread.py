@@ -37,6 +37,9 @@ def plain(status: int, text: str = "no") -> HttpReply:
         # A 400 about the session or the framing: not proof that these bytes never fit.
         (rpc_error(400, -32600, "Bad Request: no valid session"), FailureKind.BAD_REQUEST,
          e.RequestFailed),
+        # The reference server's answer to an upload cut in transit: resent whole, it passes.
+        (rpc_error(400, -32600, "the request body ended early"), FailureKind.BAD_REQUEST,
+         e.RequestFailed),
         (plain(400), FailureKind.BAD_REQUEST, e.RequestFailed),
         (plain(401), FailureKind.UNAUTHORIZED, e.RequestFailed),
         (plain(429), FailureKind.RATE_LIMITED, e.RequestFailed),

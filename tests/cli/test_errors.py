@@ -85,8 +85,8 @@ def test_a_ledger_in_a_missing_directory(tmp_path: Path) -> None:
 
 
 def test_read_only_commands_never_create_a_ledger(tmp_path: Path) -> None:
-    """ops list/show/result/wait/answer/cancel and rollout status/shadow-report on a
-    ledger that does not exist leave none."""
+    """ops list/show/result/wait/answer/cancel and rollout shadow-report on a ledger that
+    does not exist say so and leave none."""
     url = f"sqlite:///{tmp_path / 'ledger.db'}"
     for args in (
         ("ops", "list"),
@@ -95,12 +95,30 @@ def test_read_only_commands_never_create_a_ledger(tmp_path: Path) -> None:
         ("ops", "wait", "n"),
         ("ops", "cancel", "n"),
         ("ops", "answer", "n", "approved=true"),
-        ("rollout", "status"),
         ("rollout", "shadow-report"),
     ):
         code, _, err = run(*args, "--ledger", url)
         assert code == ExitCode.ERROR, args
         assert_one_line(err, "no ledger at")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_rollout_status_before_any_ledger_shows_what_this_build_runs(tmp_path: Path) -> None:
+    """No ledger yet: rollout status says no plan is set and names the adapter versions
+    this build carries (exit 0; --json: an empty plan), and makes no ledger."""
+    from longcall.adapters.routing import carried_versions
+
+    url = f"sqlite:///{tmp_path / 'ledger.db'}"
+    code, out, err = run("rollout", "status", "--ledger", url)
+    assert code == ExitCode.OK, err
+    assert out.startswith(f"no plan is set: no ledger at {tmp_path / 'ledger.db'}")
+    carried = out.splitlines()[-1]
+    assert carried.startswith("this build runs: ")
+    for protocol, version in carried_versions():
+        if not protocol.endswith("/sync"):
+            assert f"{protocol} {version}" in carried
+    code, out, err = run("rollout", "status", "--json", "--ledger", url)
+    assert (code, json.loads(out)) == (ExitCode.OK, []), err
     assert list(tmp_path.iterdir()) == []
 
 
@@ -456,9 +474,10 @@ def test_a_plan_set_on_a_fresh_machine_makes_the_default_ledger(tmp_path: Path) 
     """With neither --ledger nor $LONGCALL_LEDGER, rollout finds the ledger as call does:
     a change makes the data-directory file (and its directory), a read does not."""
     env = {"XDG_DATA_HOME": str(tmp_path / "data"), "LONGCALL_LEDGER": ""}
-    code, _, err = run("rollout", "status", env=env)
-    assert code == ExitCode.ERROR
-    assert_one_line(err, "no ledger at")
+    code, out, err = run("rollout", "status", env=env)
+    assert code == ExitCode.OK, err
+    assert "no plan is set: no ledger at" in out
+    assert not (tmp_path / "data").exists()
     code, _, err = run("rollout", "set", "2026-07-28", "1", "enabled", env=env)
     assert code == 0, err
     assert (tmp_path / "data" / "longcall" / "ledger.db").is_file()

@@ -8,14 +8,16 @@ from __future__ import annotations
 import asyncio
 import importlib.abc
 import json
+import re
 import signal
 import sys
 from collections.abc import AsyncIterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.cli.test_flows import CLI_TIMEOUT_S, Cli, Watched
+from tests.cli.test_flows import CLI_TIMEOUT_S, Cli, Watched, line_matching
 from tests.e2e.conftest import serve
 
 from longcall.cli.common import ExitCode
@@ -301,6 +303,136 @@ async def test_tools_lists_names_task_support_and_arguments(cli: tuple[Cli, Hold
     assert code == ExitCode.REFUSED
     assert "did you mean 'approve'?" in err
     assert layer.counts.get("tools/call", 0) == 0
+
+
+async def test_tools_of_the_apify_style_facade_are_listed_through_mcp(
+    cli: tuple[Cli, Holding],
+) -> None:
+    """``longcall tools URL/apify/mcp`` with no --protocol: the facade's tools and its
+    helpers, listed through MCP, and a note on how a call to one goes; nothing called."""
+    runner, layer = cli
+    apify = runner.url.removesuffix("/mcp") + "/apify/mcp"
+    code, out, err = await runner.run("tools", apify, "--json")
+    assert code == ExitCode.OK, err
+    names = {t["name"] for t in json.loads(out)}
+    assert {"longcall--crawl", "get-actor-run", "get-dataset-items"} <= names
+    code, out, err = await runner.run("tools", apify)
+    assert code == ExitCode.OK, err
+    assert "get-actor-run" in out
+    assert "follows that run to its end" in err
+    code, _, err = await runner.run("tools", apify, "longcall--crwl")
+    assert code == ExitCode.REFUSED
+    assert "did you mean 'longcall--crawl'" in err
+    assert layer.counts.get("tools/call", 0) == 0
+
+
+async def test_tools_of_an_aip151_endpoint(cli: tuple[Cli, Holding]) -> None:
+    """``longcall tools URL/v1``: the tools the facade lists at GET /v1/tools, each a
+    long-running operation; an AIP-151 endpoint without that listing is refused in one
+    line saying it lists no tools and where its methods are instead."""
+    runner, _ = cli
+    aip151 = runner.url.removesuffix("/mcp") + "/v1"
+    code, out, err = await runner.run("tools", aip151, "--json")
+    assert code == ExitCode.OK, err
+    listed = {t["name"]: t for t in json.loads(out)}
+    assert {"sleep_report", "crawl", "approve", "fail"} <= set(listed)
+    assert {t["taskSupport"] for t in listed.values()} == {"required"}
+    assert listed["approve"]["inputSchema"]["required"] == ["change"]
+    elsewhere = runner.url.removesuffix("/mcp") + "/elsewhere/v1"
+    code, out, err = await runner.run("tools", elsewhere)
+    assert code == ExitCode.REFUSED, err
+    assert out == ""
+    assert err.count("\n") == 1, err
+    assert "lists no tools: AIP-151 has no tool list" in err
+    assert "its methods are in its API documentation" in err
+    assert "Traceback" not in err
+
+
+# --- also: ops list filters, who holds a lease, a worker's id -------------------------
+
+
+async def test_ops_list_filters_by_tool_server_and_age_and_limits_with_a_note(
+    cli: tuple[Cli, Holding],
+) -> None:
+    """``ops list`` with --tool, --server, --older-than/--newer-than and --limit: each
+    filter selects what it says; a limit keeps the newest and says how many more."""
+    runner, _ = cli
+    for node, tool, args in (
+        ("c1", "crawl", {"pages": 0, "items_per_page": 1}),
+        ("s1", "sleep_report", {"seconds": 600, "rows": 1}),
+        ("c2", "crawl", {"pages": 0, "items_per_page": 2}),
+    ):
+        code, _, err = await runner.call(tool, args, node)
+        assert code in (ExitCode.OK, ExitCode.PENDING), err
+
+    async def listed(*filters: str) -> list[str]:
+        code, rows, err = await runner.ops("list", "--json", *filters)
+        assert code == ExitCode.OK, err
+        return [row["call_node_id"] for row in rows]
+
+    assert await listed() == ["c1", "s1", "c2"]
+    assert await listed("--tool", "crawl") == ["c1", "c2"]
+    assert await listed("--server", runner.url, "--tool", "sleep_report") == ["s1"]
+    assert await listed("--server", runner.url + "/other") == []
+    assert await listed("--newer-than", "1d") == ["c1", "s1", "c2"]
+    assert await listed("--older-than", "1d") == []
+    assert await listed("--older-than", "0s") == ["c1", "s1", "c2"]
+    code, rows, err = await runner.ops("list", "--json", "--limit", "2")
+    assert [row["call_node_id"] for row in rows] == ["s1", "c2"]
+    assert "2 of 3 operations shown, the newest; 1 more" in err
+    code, out, err = await runner.ops("list", "--limit", "1", "--tool", "crawl")
+    assert code == ExitCode.OK, err
+    assert [line.split()[0] for line in out.splitlines()[1:-1]] == ["c2"]
+    assert (
+        out.splitlines()[-1]
+        == "1 of 2 operations shown, the newest; 1 more: a higher --limit, or a filter"
+    )
+    code, out, err = await runner.ops("list", "--limit", "2", "--tool", "crawl")
+    assert out.splitlines()[-1] == "2 operation(s)"
+    code, _, err = await runner.ops("list", "--older-than", "2x")
+    assert code == ExitCode.USAGE
+    assert "'2x' is not an age" in err
+
+
+async def test_ops_show_names_the_worker_that_holds_the_lease_as_its_log_lines_do(
+    cli: tuple[Cli, Holding],
+) -> None:
+    """A worker's log lines carry its short id; ``ops show`` names the same holder (its
+    id and the ledger's owner), until when it holds the lease, and the next poll."""
+    runner, _ = cli
+    code, _, err = await runner.call("sleep_report", {"seconds": 600, "rows": 1}, "s1")
+    assert code in (ExitCode.OK, ExitCode.PENDING), err
+    code, view, err = await runner.ops("show", "s1", "--json")
+    assert view["lease"] is None  # nobody drives it yet
+    worker = await runner.start("worker", "--ledger", runner.ledger)
+    assert worker.stderr is not None
+    seen: list[str] = []
+    try:
+        async with asyncio.timeout(CLI_TIMEOUT_S):
+            started = await line_matching(worker.stderr, r"worker: driving", seen)
+            found = re.search(r"as \[(\w+)\] \(lease holder (\S+)\)", started)
+            assert found, started
+            short, owner = found.groups()
+            await line_matching(worker.stderr, rf"^\d\d:\d\d:\d\d \[{short}\] s1 working", seen)
+        code, view, err = await runner.ops("show", "s1", "--json")
+        assert code == ExitCode.OK, err
+        lease = view["lease"]
+        assert (lease["owner"], lease["id"], lease["kind"], lease["live"]) == (
+            owner,
+            short,
+            "worker",
+            True,
+        )
+        assert owner.rpartition(":")[2].startswith(short)
+        assert datetime.fromisoformat(lease["until_utc"]).tzinfo is not None
+        assert datetime.fromisoformat(view["next_poll_at_utc"]).tzinfo is not None
+        code, out, err = await runner.ops("show", "s1")
+        assert f"worker {short} ({owner}) until" in " ".join(out.split())
+        assert "next poll" in out
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        async with asyncio.timeout(CLI_TIMEOUT_S):
+            await worker.communicate()
 
 
 # --- also: the result alone, for pipes ------------------------------------------------

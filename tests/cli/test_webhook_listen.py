@@ -66,7 +66,8 @@ async def test_the_worker_serves_the_receiver_with_the_key_from_the_environment(
             async with httpx.AsyncClient(timeout=10) as http:
                 assert (await http.post(url, headers=headers, content=body)).status_code == 202
                 assert (await http.post(url, headers=forged, content=body)).status_code == 401
-                assert (await http.post(url, headers=headers, content=body)).status_code == 409
+                # The same id again: 200 (the sender may retry a lost 2xx), nothing woken.
+                assert (await http.post(url, headers=headers, content=body)).status_code == 200
     finally:
         if worker.returncode is None:
             worker.send_signal(signal.SIGTERM)
@@ -93,3 +94,68 @@ async def test_the_worker_refuses_to_start_without_a_usable_key_or_address(
     assert says in err.decode()
     if secret is not None and secret != KEY.encoded():
         assert secret.removeprefix("whsec_") not in err.decode()
+
+
+async def test_call_wait_serves_the_receiver_while_it_waits(tmp_path: Path) -> None:
+    """``longcall call --wait --webhook-listen``: while the call waits, its receiver
+    answers a signed delivery 202 and a forged one 401; the call ends accepted."""
+    store = f"sqlite:///{tmp_path / 'tasks.db'}"
+    env = env_for(tmp_path, KEY.encoded())
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "longcall", "serve", "--store", store, "--port", "0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, env=env,
+    )  # fmt: skip
+    assert server.stdout is not None
+    call = None
+    try:
+        async with asyncio.timeout(TIMEOUT_S):
+            line = (await server.stdout.readline()).decode()
+        found = re.search(r"serving MCP at (http://\S+/mcp)", line)
+        assert found, line
+        call = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "longcall", "call", found.group(1), "sleep_report",
+            "--args", '{"seconds": 3, "rows": 1}', "--wait", "--quiet",
+            "--ledger", f"sqlite:///{tmp_path / 'ledger.db'}",
+            "--webhook-listen", "127.0.0.1:0",
+            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        )  # fmt: skip
+        assert call.stderr is not None
+        async with asyncio.timeout(TIMEOUT_S):
+            while True:
+                text = (await call.stderr.readline()).decode()
+                assert text, "the call ended before serving webhooks"
+                served = re.search(r"webhooks at (http://\S+/webhooks)", text)
+                if served:
+                    break
+        body = json.dumps({"type": "task.status", "data": {"taskId": "t-1"}}).encode()
+        now = int(time.time())
+        signed = sign([KEY], msg_id="evt_call", timestamp=now, body=body)
+        forged = sign([new_hmac_key(b"\x02" * 32)], msg_id="evt_f", timestamp=now, body=body)
+        async with httpx.AsyncClient(timeout=10) as http:
+            assert (
+                await http.post(served.group(1), headers=signed, content=body)
+            ).status_code == 202
+            assert (
+                await http.post(served.group(1), headers=forged, content=body)
+            ).status_code == 401
+        async with asyncio.timeout(TIMEOUT_S):
+            await call.communicate()
+        assert call.returncode == ExitCode.OK
+    finally:
+        for process in (call, server):
+            if process is not None and process.returncode is None:
+                process.kill()
+                await process.wait()
+
+
+async def test_call_webhook_listen_needs_wait(tmp_path: Path) -> None:
+    call = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "longcall", "call", "http://127.0.0.1:9/mcp", "echo",
+        "--webhook-listen", "127.0.0.1:0",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=env_for(tmp_path, KEY.encoded()),
+    )  # fmt: skip
+    async with asyncio.timeout(TIMEOUT_S):
+        _out, err = await call.communicate()
+    assert call.returncode == 2
+    assert "--wait" in err.decode()

@@ -10,6 +10,7 @@ from typing import Any
 
 import anyio
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.e2e.conftest import serve
 
 from longcall import CallOutcome, Client, State
@@ -21,7 +22,7 @@ from longcall.server import ServerOptions, build_reference_server
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-BOUND_S = 60.0
+BOUND_S = LOADED_MACHINE_S
 BODY_LIMIT = 4096
 
 

@@ -50,3 +50,65 @@ async def test_keys_from_the_environment_rotate_and_verify(
         other = new_hmac_key(b"\x07" * 32)
         wrong = sign([other], msg_id="c", timestamp=now, body=BODY)
         assert receiver.handle(wrong, BODY)[0] == 401
+
+
+async def test_each_server_of_the_servers_file_has_its_own_keys(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A server with ``webhook = { secret_env = … }`` is taken at /webhooks/NAME with its
+    key alone: another server's key is refused there, and without a default key the
+    bare path takes nothing."""
+    from longcall.adapters.servers import load_servers
+
+    other = new_hmac_key(b"\x06" * 32)
+    monkeypatch.delenv("LONGCALL_WEBHOOK_SECRET", raising=False)
+    monkeypatch.setenv("A_HOOK_KEY", KEY.encoded())
+    (tmp_path / "b.key").write_text(other.encoded() + "\n")
+    toml = tmp_path / "servers.toml"
+    toml.write_text(
+        '[servers.a]\nurl = "http://a.example/mcp"\nwebhook = { secret_env = "A_HOOK_KEY" }\n'
+        f'[servers.b]\nurl = "http://b.example/mcp"\n'
+        f'webhook = {{ secret_file = "{tmp_path / "b.key"}" }}\n'
+    )
+    servers = load_servers(toml)
+    as_json = tmp_path / "servers.json"
+    as_json.write_text(
+        json.dumps(
+            {
+                "mcpServers": {
+                    "a": {"url": "http://a.example/mcp", "webhook": {"secret_env": "A_HOOK_KEY"}}
+                }
+            }
+        )
+    )
+    assert load_servers(as_json).servers["a"].webhook_keys() == KEY.encoded()
+    async with Client(f"sqlite:///{tmp_path / 'l.db'}", servers=servers) as client:
+        receiver = client.webhook_receiver()
+        now = int(time.time())
+        signed_a = sign([KEY], msg_id="evt_a", timestamp=now, body=BODY)
+        signed_b = sign([other], msg_id="evt_b", timestamp=now, body=BODY)
+        assert receiver.handle(signed_a, BODY, "a")[0] == 202
+        assert receiver.handle(signed_b, BODY, "b")[0] == 202
+        assert (
+            receiver.handle(sign([KEY], msg_id="evt_c", timestamp=now, body=BODY), BODY, "b")[0]
+            == 401
+        )
+        assert receiver.handle(signed_a, BODY, "nobody")[0] == 404
+        assert receiver.handle(signed_a, BODY)[0] == 404  # no default key
+
+
+def test_a_servers_file_webhook_entry_names_where_its_key_is_read(tmp_path: Path) -> None:
+    """Exactly one of secret_env, secret_file; never a key written in the file."""
+    from longcall.adapters.servers import load_servers
+    from longcall.errors import ConfigError
+
+    for table in (
+        '{ secret = "whsec_AAAA" }',
+        '{ secret_env = "A", secret_file = "b" }',
+        "{ }",
+        '"whsec_AAAA"',
+    ):
+        path = tmp_path / "servers.toml"
+        path.write_text(f'[servers.a]\nurl = "http://a.example/mcp"\nwebhook = {table}\n')
+        with pytest.raises(ConfigError, match="webhook"):
+            load_servers(path)

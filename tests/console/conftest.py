@@ -20,6 +20,7 @@ from typing import Any
 
 import pytest
 import uvicorn
+from tests.bounds import LOADED_MACHINE_S
 
 from longcall.console import Console, open_console
 
@@ -33,7 +34,7 @@ CHROMIUM_ARGS = [
     "--disable-sync",
     "--no-first-run",
 ]
-START_TIMEOUT_S = 30.0
+START_TIMEOUT_S = LOADED_MACHINE_S
 DOCS_SHOTS = Path(__file__).resolve().parents[2] / "docs" / "images" / "console"
 
 

@@ -19,13 +19,14 @@ from pathlib import Path
 from typing import IO, Any
 
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.console.conftest import Shots
 
 from longcall.ledger import SQLiteLedger
 
 pytestmark = pytest.mark.slow
 
-START_TIMEOUT_S = 90.0
+START_TIMEOUT_S = LOADED_MACHINE_S
 SETTLE_MS = 120_000
 
 

@@ -17,13 +17,19 @@ import httpx
 import pytest
 from click.testing import CliRunner
 from tests.console.conftest import Shots, running_console
+from tests.ledger.test_leases import claimed
 
 from longcall.cli.console import console as cli_console
 from longcall.console import Console
 from longcall.console.pages import utc_stamp
-from longcall.core import State
-from longcall.ledger import SQLiteLedger
-from longcall.testing.sample import HOSTILE, KINDS, fill
+from longcall.console.waiting import stamp
+from longcall.core import State, handle
+from longcall.core import events as e
+from longcall.core.retry import BreakerState
+from longcall.ledger import WORKER, BreakerRow, Fenced, SQLiteLedger
+from longcall.ledger.budget import grant_size_max
+from longcall.runtime.step import commit
+from longcall.testing.sample import HOSTILE, KINDS, fill, fill_many
 
 pytestmark = pytest.mark.slow
 
@@ -32,9 +38,16 @@ TERMINAL_KINDS = ("accepted_ok", "accepted_empty", "tool_error", "protocol_error
 OPEN_KINDS = [k for k in KINDS if k not in TERMINAL_KINDS]
 
 
+SERVER = "http://127.0.0.1:9/mcp"
+"""The server every operation of the sample names."""
+BUDGET_QPS = 5.0
+
+
 @pytest.fixture
 def ledger_path(tmp_path: Path) -> Path:
-    """A ledger with every sample kind, normal and hostile, one worker holding most."""
+    """A ledger with every sample kind, normal and hostile, one worker holding most; and
+    what workers leave beside them: a takeover with the stale holder's refused write, an
+    open breaker, a poll budget drawn on."""
     path = tmp_path / "ledger.db"
     now = time.time()
     two_hours_ago = utc_stamp(now - 7_200)  # the ledger's own stamps, as if then
@@ -42,7 +55,26 @@ def ledger_path(tmp_path: Path) -> Path:
         fill(ledger, now=now - 7_200, worker="worker-1")
     with SQLiteLedger(path) as ledger:
         fill(ledger, now=now - 60, prefix="evil-", hostile=True)
+        _take_over_with_a_refused_write(ledger, "evil-submitting", now=now)
+        ledger.put_breaker(
+            BreakerRow(server=SERVER, owner="worker-2", state=BreakerState.OPEN,
+                       open_until=now + 600.0, failures=5,
+                       last_error=f"poll: unavailable — 503 {HOSTILE}")
+        )  # fmt: skip
+        ledger.take_poll_slots(SERVER, now=now, count=3, qps_max=BUDGET_QPS)
     return path
+
+
+def _take_over_with_a_refused_write(ledger: SQLiteLedger, node: str, *, now: float) -> None:
+    """worker-0 claims ``node`` and its lease lapses; worker-2 takes it over (epoch 2);
+    worker-0 then writes what it decided before, and the ledger refuses it."""
+    ledger.register_worker("worker-0", kind=WORKER, now=now - 100.0, lease_s=10.0)
+    (held,) = ledger.claim("worker-0", now=now - 100.0, limit=1, decide=claimed, nodes=[node])
+    ledger.register_worker("worker-2", kind=WORKER, now=now, lease_s=86_400.0)
+    ledger.claim("worker-2", now=now, limit=1, decide=claimed, nodes=[node])
+    lost = handle(held.record, e.SubmitOutcomeLost(reason="timeout"), now=now - 50.0, jitter=0.5)
+    with pytest.raises(Fenced):
+        commit(ledger, held.record, lost, event="SubmitOutcomeLost", owner="worker-0")
 
 
 @pytest.fixture
@@ -77,21 +109,41 @@ def column(tab: Any, index: int) -> list[str]:
     ]
 
 
+def figure(tab: Any, name: str) -> str:
+    """The text of one health figure on the home page."""
+    term = tab.locator("#health dt", has_text=name)
+    return str(term.locator("xpath=following-sibling::dd[1]").inner_text()).strip()
+
+
 def test_home_puts_what_needs_a_person_first(page: Any, console: Console, shots: Shots) -> None:
-    """Home: the input requests and the reconciliation queue first, counts per state,
-    the health figures; the list is one link away."""
+    """Home: the input requests, the reconciliation queue and the open breakers first,
+    counts per state, the health figures as the sample makes them; the list is one link
+    away."""
     needs = page.locator("#needs")
     assert "Input requests (2)" in needs.inner_text()
     assert needs.locator("a.node", has_text="input_required").count() == 2
     assert "Reconciliation queue" in needs.inner_text()
-    assert "Servers failing requests" in needs.inner_text()
+    assert "Servers whose requests fail now" in needs.inner_text()
+    breakers = needs.locator("table.breakers-open tbody tr")
+    assert "Open circuit breakers (1)" in needs.inner_text()
+    assert breakers.count() == 1
+    (row,) = breakers.all_inner_texts()
+    assert SERVER in row
+    assert "worker-2" in row
+    assert re.search(r"open until .* \(in (9|10) min", row)
+    assert f"503 {HOSTILE}" in row
     states = page.locator("#states").inner_text()
     for state in State:
         assert state.value in states
-    health = page.locator("#health").inner_text()
-    assert "completion rate" in health
-    assert "4 of 8 accepted completed ok" in health
-    assert "outcome UNKNOWN" in health
+    assert figure(page, "completion rate").startswith("4 of 8 accepted completed ok")
+    assert "outcome UNKNOWN" in page.locator("#health").inner_text()
+    # Every accepted sample took seven steps of 1.5 s; its cancel was acknowledged one
+    # step after it was asked.
+    assert figure(page, "median duration") == "10.5 s"
+    assert figure(page, "median cancel latency") == "1.5 s"
+    assert figure(page, "recoveries") == "1"  # evil-submitting, taken over at epoch 2
+    # One failed poll within the hour (the evil retrying sample); the other is older.
+    assert figure(page, "retried requests per server") == f"{SERVER}: 1 retried, 0 given up"
     shots.take(page, "home")
     page.click("text=/All \\d+ operations/")
     assert page.url.endswith("/operations")
@@ -164,6 +216,52 @@ def test_every_open_operation_has_a_banner_and_a_timeline(
     assert "waiting for a person" in page.locator(".clocks").inner_text()
 
 
+def test_a_server_wait_tells_the_last_and_next_poll(
+    page: Any, console: Console, ledger_path: Path
+) -> None:
+    """An operation polling its server shows its last status, when the status was last
+    read (the last poll's answer) and when the next poll is due."""
+    page.goto(f"{base(console)}/op/working")
+    banner = page.locator("#banner").inner_text()
+    with SQLiteLedger(ledger_path) as ledger:
+        record = ledger.get("working")
+        last_poll = [h for h in ledger.history("working") if h.event == "WorkingObserved"][-1]
+    assert "last status: working — working at the server" in banner
+    assert f"last status read at {stamp(last_poll.at)}" in banner
+    assert f"{record.poll_count} poll(s) so far" in banner
+    assert f"next poll at {stamp(record.next_poll_at)}" in banner
+    assert "circuit breaker" not in banner  # its holder, worker-1, has none open
+
+
+def test_an_open_breaker_and_a_refused_write_are_shown(
+    page: Any, console: Console, shots: Shots
+) -> None:
+    """An operation held by a worker whose breaker for its server is open says so in its
+    banner (until when, the last error, as text); its timeline shows the takeover with
+    each holder's epoch and the stale holder's refused write in its place."""
+    page.goto(f"{base(console)}/op/evil-submitting")
+    banner = page.locator("#banner")
+    assert banner.get_attribute("data-reason") == "server"
+    text = banner.inner_text()
+    assert "its circuit breaker is open" in text
+    assert "circuit breaker of worker-2 for this server: open until" in text
+    assert f"last error: poll: unavailable — 503 {HOSTILE}" in text
+    assert page.evaluate("window.__pwned") is None
+    rows = [
+        [c.strip() for c in r.split("\t")]
+        for r in page.locator("#timeline tbody tr").all_inner_texts()
+    ]
+    claims = [(r[3], r[4]) for r in rows if r[1] == "ExecutionClaimed"]
+    assert claims == [("worker-0", "1"), ("worker-2", "2")]
+    (refused,) = page.locator("#timeline tr.refused").all_inner_texts()
+    assert "SubmitOutcomeLost (not written)" in refused
+    assert "refused: another worker holds it at a newer epoch" in refused
+    assert "worker-0\t1" in refused
+    events = [r[1] for r in rows]
+    assert events.index("SubmitOutcomeLost (not written)") > events.index("ExecutionClaimed")
+    shots.take(page, "operation-refused-write")
+
+
 def test_receipts_keep_tool_and_protocol_errors_apart(
     page: Any, console: Console, shots: Shots
 ) -> None:
@@ -190,7 +288,8 @@ def test_hostile_status_messages_stay_text(page: Any, console: Console) -> None:
     are shown as their characters on every page, and never run; no page holds the
     token."""
     for path in ("/", "/operations", "/op/evil-working", "/op/evil-retrying",
-                 "/op/evil-tool_error", "/inbox", "/reconcile"):  # fmt: skip
+                 "/op/evil-tool_error", "/op/evil-submitting", "/inbox", "/reconcile",
+                 "/servers"):  # fmt: skip
         page.goto(base(console) + path)
         assert console.token not in page.content(), path  # no credential in a page
         assert page.evaluate("window.__pwned") is None, path
@@ -406,17 +505,91 @@ def test_a_wildcard_bind_answers_at_the_allowed_hosts_only(ledger_path: Path) ->
 
 
 def test_servers_and_workers_page(page: Any, console: Console, shots: Shots) -> None:
-    """Servers with their protocol versions and failing counts; workers with lease and
-    operations held; the rollout plan."""
+    """Servers with their protocol versions and failing counts; each server's poll cap
+    and the slots taken from it, and the workers' breakers; workers with lease,
+    operations held and their epochs; the rollout plan."""
     page.goto(f"{base(console)}/servers")
     servers = page.locator("#servers").inner_text()
     assert "2026-07-28" in servers
-    assert "http://127.0.0.1:9/mcp" in servers
-    workers = page.locator("#workers").inner_text()
-    assert "worker-1" in workers
-    assert "until" in workers
+    assert SERVER in servers
+    (budget,) = [
+        [c.strip() for c in row.split("\t")]
+        for row in page.locator("#budgets table.budgets tbody tr").all_inner_texts()
+    ]
+    assert budget[0] == SERVER
+    assert budget[1] == "5/s (at most 240 slots a minute)"  # a slot every 1.25 / 5 s
+    assert budget[3] == str(min(3, grant_size_max(BUDGET_QPS)))
+    assert budget[4].startswith("worker-2: open until")
+    assert f"503 {HOSTILE}" in budget[4]
+    workers = {
+        row.split("\t")[0].strip(): [c.strip() for c in row.split("\t")]
+        for row in page.locator("#workers tbody tr").all_inner_texts()
+    }
+    assert set(workers) == {"worker-0", "worker-1", "worker-2"}
+    assert workers["worker-1"][2].startswith("until")
+    assert workers["worker-0"][2].startswith("lapsed")
+    assert workers["worker-0"][5:] == ["0", "none"]  # its one operation was taken over
+    assert workers["worker-2"][5:] == ["1", "1, at epochs up to 2"]  # evil-submitting
+    assert workers["worker-1"][6] == "none"
     assert "Rollout plan" in page.locator("#plan").inner_text()
     shots.take(page, "servers")
+
+
+MANY = 240
+"""Operations of the paging test: four servers, 60 each, more than one page of each."""
+
+
+def test_the_server_filter_and_paging_in_the_browser(
+    browser: Any, tmp_path: Path, shots: Shots
+) -> None:
+    """Filtering by server (typed in the form) lists only that server's operations,
+    newest first, fifty a page; following "next page" to the end shows each exactly
+    once; "first page" goes back; a state filter narrows the same server further."""
+    path = tmp_path / "many.db"
+    with SQLiteLedger(path, synchronous="off") as ledger:
+        for _done in fill_many(ledger, MANY, now=time.time() - 600):
+            pass
+    server = "http://127.0.0.1:9001/mcp"
+    # fill_many's rule: operation i goes to port 9000 + i % 4, and is of KINDS[i % 16].
+    mine = [i for i in range(MANY) if i % 4 == 1]
+    expected = [f"bulk-{i:06d}-{KINDS[i % len(KINDS)]}" for i in reversed(mine)]
+    with running_console(f"sqlite:///{path}") as served:
+        context = browser.new_context(viewport={"width": 1360, "height": 900})
+        tab = context.new_page()
+        tab.set_default_timeout(WAIT_MS)
+        try:
+            tab.goto(served.url)
+            tab.click("text=/All \\d+ operations/")
+            tab.fill("#f-server", server)
+            tab.click("form.filters button")
+            tab.wait_for_url(re.compile(r"server=http"))
+            seen: list[str] = []
+            pages = 0
+            while True:
+                pages += 1
+                assert set(column(tab, 6)) == {server}
+                seen += column(tab, 1)
+                following = tab.locator("nav.pager a[rel=next]")
+                if following.count() == 0:
+                    break
+                if pages == 1:
+                    shots.take(tab, "operations-server-filter")
+                following.click()
+                tab.wait_for_url(re.compile(r"after=\d+"))
+            assert seen == expected
+            assert pages == 2
+            assert len(column(tab, 1)) == len(expected) - 50
+            tab.click("text=← first page")
+            tab.wait_for_url(lambda u: "after=" not in u)
+            assert column(tab, 1) == expected[:50]
+            tab.select_option("#f-state", "input_required")
+            tab.click("form.filters button")
+            tab.wait_for_url(re.compile(r"state=input_required"))
+            asking = [n for n in expected if n.endswith("-input_required")]
+            assert len(asking) == len(mine) // 4
+            assert column(tab, 1) == asking
+        finally:
+            context.close()
 
 
 @contextlib.contextmanager

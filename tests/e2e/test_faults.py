@@ -7,9 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
-from tests.e2e.conftest import Fault, FaultLayer, World, serve
+from tests.e2e.conftest import PHASE_TIMEOUT_S, Fault, FaultLayer, World, serve
 
 from longcall.core import ResultKind, State
+from longcall.core.retry import BreakerState, CircuitBreaker
 from longcall.ledger import SQLiteLedger
 from longcall.runtime.executor import Executor
 from longcall.server import build_reference_server
@@ -126,3 +127,44 @@ async def test_server_restart_mid_task(tmp_path: Path) -> None:
         assert len(ledger.receipts()) == 1
         assert first.counts.get("tools/call") == 1
         assert "tools/call" not in second.counts
+
+
+async def test_a_workers_breaker_is_kept_in_the_ledger_as_it_opens_and_closes(
+    tmp_path: Path,
+) -> None:
+    """503s on every poll open the worker's breaker for the server: the ledger keeps it
+    open, with its until-time and the failure; once the server answers again the trial
+    closes it and the ledger says so (X9, O2)."""
+    faults = FaultLayer(build_reference_server(store=f"sqlite:///{tmp_path / 't.db'}").asgi_app())
+    faults.faults.append(Fault(method="tasks/get", nth=tuple(range(1, 10_000)), status=503))
+    async with serve(faults) as url:
+        with SQLiteLedger(tmp_path / "ledger.db", synchronous="normal") as ledger:
+            executor = Executor(
+                ledger, refresh_interval_s=0.2, breaker=CircuitBreaker(failures_max=2, reset_s=1.0)
+            )
+            world = World(
+                url=url, faults=faults, ledger=ledger, executor=executor, task_store=tmp_path
+            )
+            try:
+                await world.call("n", "sleep_report", {"seconds": 0.2, "rows": 1})
+                stop = asyncio.Event()
+                runner = asyncio.create_task(executor.run(stop=stop))
+                try:
+                    async with asyncio.timeout(PHASE_TIMEOUT_S):
+                        await executor.wait_for("n", lambda r: r.failed_attempts >= 2)
+                    # Queued behind the reply that opened it, on the same ledger thread.
+                    (opened,) = await executor.on_ledger_thread(ledger.breakers)
+                    faults.faults.clear()
+                    async with asyncio.timeout(PHASE_TIMEOUT_S):
+                        await executor.wait_terminal("n")
+                    (closed,) = await executor.on_ledger_thread(ledger.breakers)
+                finally:
+                    stop.set()
+                    await runner
+            finally:
+                await executor.aclose()
+    assert (opened.server, opened.owner, opened.state) == (url, executor.owner, BreakerState.OPEN)
+    assert opened.open_until is not None
+    assert opened.failures >= 2
+    assert "poll: unavailable" in opened.last_error
+    assert (closed.state, closed.open_until, closed.failures) == (BreakerState.CLOSED, None, 0)

@@ -1,5 +1,6 @@
 """Fixtures of the gateway tests: an upstream whose tools finish when the test says, a
-gateway in front of it (both on 127.0.0.1), and a plain 2025-11-25 JSON-RPC host."""
+gateway in front of it (both on 127.0.0.1), a plain 2025-11-25 JSON-RPC host, and hosts
+in child processes (the Node ones on the interop Node of `make interop`)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,9 @@ import asyncio
 import collections
 import contextlib
 import itertools
+import json
+import re
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,15 +18,29 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
+from tests.interop.harness import (
+    inspector_argv,
+    inspector_env,
+    tasks_host_argv,
+)
 
 from longcall.adapters.servers import ServerConfig, ServersConfig
 from longcall.gateway import Gateway, GatewayOptions
-from longcall.server import LongcallServer, TaskContext, ToolProtocolError, running_server
+from longcall.server import (
+    Authenticator,
+    LongcallServer,
+    TaskContext,
+    ToolProtocolError,
+    running_server,
+    token_principal,
+)
 
 LEGACY = "2025-11-25"
+MODERN = "2026-07-28"
 WINDOW_S = 2.0
 """The early-return window of the tests (the default is 40 s)."""
-BOUND_S = 30.0
+BOUND_S = LOADED_MACHINE_S
 """The most any one awaited event may take on a loaded 2-core machine."""
 
 
@@ -49,10 +67,12 @@ class Upstream:
         self.gate(key).set()
 
 
-def upstream_server(upstream: Upstream, store: str) -> LongcallServer:
+def upstream_server(
+    upstream: Upstream, store: str, authenticator: Authenticator = token_principal
+) -> LongcallServer:
     """``longcall serve``'s library with tools a test controls: ``slow`` (tasks) and
     ``plain`` (no tasks) finish when released; ``quick``, ``empty``, ``big``, ``ask``."""
-    server = LongcallServer(store=store)
+    server = LongcallServer(store=store, authenticator=authenticator)
 
     @server.tool(task="optional")
     async def slow(ctx: TaskContext, key: str, n: int = 3) -> dict[str, Any]:
@@ -129,10 +149,11 @@ def servers_of(url: str) -> ServersConfig:
 
 @contextlib.asynccontextmanager
 async def gateway_at(
-    upstream_url: str, tmp_path: Path, **options: Any
+    upstream_url: str, tmp_path: Path, *, servers: ServersConfig | None = None, **options: Any
 ) -> AsyncIterator[tuple[Gateway, str]]:
+    """A gateway in front of ``upstream_url`` (or of ``servers``), served on 127.0.0.1."""
     gateway = Gateway(
-        servers=servers_of(upstream_url),
+        servers=servers or servers_of(upstream_url),
         ledger=f"sqlite:///{tmp_path / 'gateway.db'}",
         task_store=str(tmp_path / "gateway-tasks.db"),
         options=GatewayOptions(early_return_s=options.pop("window", WINDOW_S), **options),
@@ -145,6 +166,63 @@ async def gateway_at(
 async def gateway(upstream: Upstream, tmp_path: Path) -> AsyncIterator[tuple[Gateway, str]]:
     async with gateway_at(upstream.url, tmp_path) as pair:
         yield pair
+
+
+LONGCALL = Path(sys.executable).parent / "longcall"
+ANNOUNCED = re.compile(r"at (http://\S+/mcp)")
+PROCESS_START_S = 120.0
+"""A gateway process's start (imports, the ledger, listing the upstream): many seconds on
+a loaded 2-core machine."""
+
+
+def servers_file(tmp_path: Path, url: str) -> Path:
+    """A TOML servers file naming ``url`` as the upstream ``up``."""
+    path = tmp_path / "servers.toml"
+    path.write_text(f'[servers.up]\nurl = "{url}"\n')
+    return path
+
+
+def gateway_argv(tmp_path: Path, servers: Path, *more: str) -> list[str]:
+    """``longcall gateway`` on a ledger and task store in ``tmp_path``, the test window."""
+    return [
+        str(LONGCALL),
+        "gateway",
+        "--servers",
+        str(servers),
+        "--ledger",
+        f"sqlite:///{tmp_path / 'gateway.db'}",
+        "--task-store",
+        str(tmp_path / "gateway-tasks.db"),
+        "--early-return",
+        str(WINDOW_S),
+        "--lease-seconds",
+        "1",
+        *more,
+    ]
+
+
+@contextlib.asynccontextmanager
+async def gateway_process(
+    argv: list[str], *, log: Path | None = None, env: dict[str, str] | None = None
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """``longcall gateway --port 0`` in a child process; yields it and its /mcp URL. Its
+    log (stderr) goes to ``log`` when given."""
+    with contextlib.ExitStack() as files:
+        stderr = files.enter_context(log.open("wb")) if log else asyncio.subprocess.DEVNULL
+        process = await asyncio.create_subprocess_exec(
+            *argv, "--port", "0", stdout=asyncio.subprocess.PIPE, stderr=stderr, env=env
+        )
+    try:
+        assert process.stdout is not None
+        async with asyncio.timeout(PROCESS_START_S):
+            line = (await process.stdout.readline()).decode()
+        match = ANNOUNCED.search(line)
+        assert match, line
+        yield process, match.group(1)
+    finally:
+        if process.returncode is None:
+            process.kill()
+        await process.wait()
 
 
 class Host:
@@ -187,3 +265,68 @@ async def http() -> AsyncIterator[httpx.AsyncClient]:
 
 def text_of(result: dict[str, Any]) -> str:
     return "\n".join(b["text"] for b in result.get("content", []) if b.get("type") == "text")
+
+
+class HostProcess:
+    """A host in a child process, read line by line (one JSON event a line)."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+        self.events: list[dict[str, Any]] = []
+
+    async def until(self, key: str, bound_s: float = BOUND_S) -> dict[str, Any]:
+        """The first event with ``key`` (bounded; the host's output so far on failure)."""
+        assert self.process.stdout is not None
+        try:
+            async with asyncio.timeout(bound_s):
+                while True:
+                    for event in self.events:
+                        if key in event:
+                            return event
+                    line = await self.process.stdout.readline()
+                    if not line:
+                        break
+                    try:
+                        self.events.append(json.loads(line))
+                    except ValueError:  # a banner or a log line, kept for the failure
+                        self.events.append({"line": line.decode(errors="replace")})
+        except TimeoutError:
+            pass
+        stderr = b""
+        if (self.process.stderr is not None and not self.events) or key == "result":
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(2):
+                    await self.process.wait()
+        if self.process.stderr is not None and self.process.returncode is not None:
+            stderr = await self.process.stderr.read()
+        raise AssertionError(f"no {key!r} from the host: {self.events} {stderr[-3000:]!r}")
+
+    async def stop(self) -> None:
+        if self.process.returncode is None:
+            self.process.kill()
+        await self.process.wait()
+
+
+async def start_host(*argv: str | Path, env: dict[str, str] | None = None) -> HostProcess:
+    process = await asyncio.create_subprocess_exec(
+        *map(str, argv),
+        stdin=asyncio.subprocess.DEVNULL,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
+    )
+    return HostProcess(process)
+
+
+async def start_inspector(
+    url: str, era: str, tool: str, arguments: dict[str, Any], home: Path
+) -> HostProcess:
+    """The MCP Inspector CLI calling ``tool`` at ``url`` in protocol era ``era``."""
+    return await start_host(*inspector_argv(url, era, tool, arguments), env=inspector_env(home))
+
+
+async def start_tasks_host(
+    url: str, tool: str, arguments: dict[str, Any], *flags: str
+) -> HostProcess:
+    """``interop/tasks-host.mjs``: the TypeScript SDK 2.x client with ext-tasks."""
+    return await start_host(*tasks_host_argv(url, tool, arguments, *flags))

@@ -8,71 +8,31 @@ import asyncio
 import contextlib
 import json
 import os
-import re
 import signal
-import sys
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pytest
 
-from conftest import BOUND_S, WINDOW_S, Host, Upstream, gateway_at, text_of
+from conftest import (
+    BOUND_S,
+    PROCESS_START_S,
+    WINDOW_S,
+    Host,
+    Upstream,
+    gateway_argv,
+    gateway_at,
+    gateway_process,
+    servers_file,
+    text_of,
+)
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
-LONGCALL = Path(sys.executable).parent / "longcall"
-ANNOUNCED = re.compile(r"at (http://\S+/mcp)")
-PROCESS_START_S = 120.0
-"""A gateway process's start (imports, the ledger, listing the upstream): many seconds on
-a loaded 2-core machine."""
 STDIO_HOST_TIMEOUT_S = 120.0
 """langchain starts a gateway process per tool call: its start (imports: many seconds on
 a loaded machine) is inside the host's timeout."""
-
-
-def servers_file(tmp_path: Path, url: str) -> Path:
-    path = tmp_path / "servers.toml"
-    path.write_text(f'[servers.up]\nurl = "{url}"\n')
-    return path
-
-
-def gateway_argv(tmp_path: Path, servers: Path, *more: str) -> list[str]:
-    return [
-        str(LONGCALL),
-        "gateway",
-        "--servers",
-        str(servers),
-        "--ledger",
-        f"sqlite:///{tmp_path / 'gateway.db'}",
-        "--task-store",
-        str(tmp_path / "gateway-tasks.db"),
-        "--early-return",
-        str(WINDOW_S),
-        "--lease-seconds",
-        "1",
-        *more,
-    ]
-
-
-@contextlib.asynccontextmanager
-async def gateway_process(argv: list[str]) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
-    """``longcall gateway --port 0`` in a child process; yields it and its /mcp URL."""
-    process = await asyncio.create_subprocess_exec(
-        *argv, "--port", "0", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL
-    )
-    try:
-        assert process.stdout is not None
-        async with asyncio.timeout(PROCESS_START_S):
-            line = (await process.stdout.readline()).decode()
-        match = ANNOUNCED.search(line)
-        assert match, line
-        yield process, match.group(1)
-    finally:
-        if process.returncode is None:
-            process.kill()
-        await process.wait()
 
 
 async def until_result(host: Host, reply: dict[str, Any]) -> dict[str, Any]:

@@ -11,74 +11,25 @@ interop Node.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import socket
 import sys
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
+from tests.interop.harness import NODE, ROOT
 
-from conftest import BOUND_S, Host, Upstream, gateway_at, text_of
+from conftest import BOUND_S, Host, Upstream, gateway_at, start_host, text_of
 from longcall.gateway import Gateway
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
 HERE = Path(__file__).parent
-ROOT = HERE.parents[1]
 HOSTS_PYTHON = ROOT / "interop" / "hosts" / ".venv" / "bin" / "python"
-NODE = ROOT / "interop" / "node_modules" / ".bin" / "node"
 SHORT_TIMEOUT_S = 0.5
 TIMEOUT_S = 10.0
-
-
-class HostProcess:
-    """A host in a child process, read line by line (one JSON event a line)."""
-
-    def __init__(self, process: asyncio.subprocess.Process) -> None:
-        self.process = process
-        self.events: list[dict[str, Any]] = []
-
-    async def until(self, key: str, bound_s: float = BOUND_S) -> dict[str, Any]:
-        """The first event with ``key`` (bounded; the host's output so far on failure)."""
-        assert self.process.stdout is not None
-        try:
-            async with asyncio.timeout(bound_s):
-                while True:
-                    for event in self.events:
-                        if key in event:
-                            return event
-                    line = await self.process.stdout.readline()
-                    if not line:
-                        break
-                    self.events.append(json.loads(line))
-        except TimeoutError:
-            pass
-        stderr = b""
-        if (self.process.stderr is not None and not self.events) or key == "result":
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(2):
-                    await self.process.wait()
-        if self.process.stderr is not None and self.process.returncode is not None:
-            stderr = await self.process.stderr.read()
-        raise AssertionError(f"no {key!r} from the host: {self.events} {stderr[-3000:]!r}")
-
-    async def stop(self) -> None:
-        if self.process.returncode is None:
-            self.process.kill()
-        await self.process.wait()
-
-
-async def start_host(*argv: str | Path) -> HostProcess:
-    process = await asyncio.create_subprocess_exec(
-        *map(str, argv),
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    return HostProcess(process)
 
 
 def hosts_venv() -> Path:
@@ -219,7 +170,7 @@ async def test_an_mcp_1_30_upstream_plain_tool_is_served_durably(
     )
     try:
         assert process.stderr is not None
-        async with asyncio.timeout(BOUND_S):
+        async with asyncio.timeout(LOADED_MACHINE_S):  # imports the mcp 1.x SDK first
             while b"Uvicorn running on" not in await process.stderr.readline():
                 pass
         upstream_url = f"http://127.0.0.1:{port}/mcp"
@@ -239,3 +190,69 @@ async def test_an_mcp_1_30_upstream_plain_tool_is_served_durably(
             process.stdin.close()
         async with asyncio.timeout(BOUND_S):
             await process.wait()
+
+
+REAL_WINDOW_S = 40.0
+"""The gateway's default early-return window."""
+HOST_TIMEOUT_S = 60.0
+"""The usual request timeout of these hosts (the TypeScript SDK's default)."""
+TOOL_S = 75.0
+"""How long the upstream tool runs: past the window and past every host's timeout."""
+
+
+async def test_every_host_at_its_own_timeout_in_front_of_a_75_s_tool(
+    upstream: Upstream, tmp_path: Path
+) -> None:
+    """At the real numbers (a 75 s tool, 60 s host timeouts with one retry, the default
+    40 s window), all four hosts at once: each first try gets the early return before
+    its timeout, a retry attaches to the same call (and gets the result or the next
+    step, whichever its window meets), ``next`` leads to the result, and each call chain
+    ran the upstream once."""
+    if not NODE.exists():
+        pytest.fail(f"the interop peers are not installed ({NODE}): run `make interop`")
+    async with gateway_at(upstream.url, tmp_path, window=REAL_WINDOW_S) as (gw, url):
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        packages = ("langchain", "pydantic-ai", "openai-agents", "typescript")
+        # The upstream tool of each call runs TOOL_S from now: it ends then, not earlier.
+        for package in packages:
+            loop.call_at(started + TOOL_S, upstream.release, f"real-{package}")
+        hosts = {
+            package: await start_host(
+                hosts_venv(),
+                HERE / "hosts" / "py_host.py",
+                package,
+                url,
+                "slow",
+                json.dumps({"key": f"real-{package}", "n": 2}),
+                HOST_TIMEOUT_S,
+                HOST_TIMEOUT_S,
+            )
+            for package in ("langchain", "pydantic-ai", "openai-agents")
+        }
+        hosts["typescript"] = await start_host(
+            NODE, TS_HOST, "once", url, "slow", json.dumps({"key": "real-typescript", "n": 2})
+        )
+        try:
+            for package, host in hosts.items():
+                if package == "typescript":
+                    early = await host.until("early", bound_s=REAL_WINDOW_S + BOUND_S)
+                    assert early["early"]["structuredContent"]["state"] == "running"
+                    continue
+                # Answered before the host's 60 s while the tool runs 75 s: an early return.
+                first = await host.until("attempt", bound_s=REAL_WINDOW_S + BOUND_S)
+                assert not first["timed_out"], (package, first)
+            for package, host in hosts.items():
+                done = await host.until("result", bound_s=TOOL_S + BOUND_S)
+                assert "[0, 1]" in json.dumps(done["result"]) or "[0,1]" in json.dumps(
+                    done["result"]
+                ), (package, done)
+            took_s = loop.time() - started
+        finally:
+            for host in hosts.values():
+                await host.stop()
+        assert {package: upstream.runs[f"real-{package}"] for package in hosts} == dict.fromkeys(
+            hosts, 1
+        )
+        assert gw.metrics.retries_attached._value.get() >= 3
+    print(f"four hosts at their own timeouts: every result after {took_s:.0f} s, one run each")

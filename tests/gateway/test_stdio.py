@@ -8,13 +8,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 from longcall.gateway.stdio import StdioSession
 from longcall.server import LongcallServer
 
 pytestmark = pytest.mark.anyio
 
-BOUND_S = 30.0
+BOUND_S = LOADED_MACHINE_S
 
 
 class _Collecting:

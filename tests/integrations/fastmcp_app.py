@@ -1,6 +1,10 @@
 """A FastMCP app whose tasks run on ``LongcallTasks`` (the app a FastMCP user has, with
 the one-line swap), served as a child process:
-``python fastmcp_app.py STORE_URL PORT_FILE [--auth] [--lease-s N] [--ttl-s N] [--port N]``.
+``python fastmcp_app.py STORE_URL PORT_FILE [--auth] [--lease-s N] [--ttl-s N] [--port N]
+[--backend fastmcp-tasks]``.
+
+``--backend fastmcp-tasks`` serves the same tools on fastmcp-tasks' ``TasksExtension``
+(``memory://``, STORE_URL unused) instead: the parity peer, where it can be installed.
 
 It binds a free 127.0.0.1 port, writes the port to PORT_FILE once serving, and serves
 MCP at /mcp until stopped. ``--auth`` requires one of the bearer tokens in ``TOKENS``
@@ -40,12 +44,18 @@ TOKENS = {
 IDEMPOTENT = {"idempotentHint": True}
 
 
-def build(store: str, *, auth: bool, lease_s: float, ttl_s: float | None) -> FastMCP:
+def build(
+    store: str, *, auth: bool, lease_s: float, ttl_s: float | None, backend: str = "longcall"
+) -> FastMCP:
     """The app: the tools a FastMCP user writes, unchanged, plus the one extension line."""
     verifier = StaticTokenVerifier(tokens=TOKENS) if auth else None
     mcp = FastMCP("longcall-fastmcp-app", auth=verifier)
     options = ServerOptions(lease_s=lease_s)
-    if ttl_s is None:
+    if backend == "fastmcp-tasks":
+        from fastmcp_tasks import TasksExtension
+
+        mcp.add_extension(TasksExtension(url="memory://"))
+    elif ttl_s is None:
         mcp.add_extension(LongcallTasks(store=store, options=options))
     else:
         mcp.add_extension(LongcallTasks(store=store, ttl=timedelta(seconds=ttl_s), options=options))
@@ -203,8 +213,11 @@ def main() -> None:
     parser.add_argument("--lease-s", type=float, default=15.0)
     parser.add_argument("--ttl-s", type=float, default=None)
     parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--backend", choices=("longcall", "fastmcp-tasks"), default="longcall")
     args = parser.parse_args()
-    mcp = build(args.store, auth=args.auth, lease_s=args.lease_s, ttl_s=args.ttl_s)
+    mcp = build(
+        args.store, auth=args.auth, lease_s=args.lease_s, ttl_s=args.ttl_s, backend=args.backend
+    )
     serve(mcp, args.port_file, args.port)
 
 

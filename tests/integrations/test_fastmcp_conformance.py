@@ -20,13 +20,14 @@ import time
 from pathlib import Path
 
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.interop.harness import ROOT, node_env, node_or_fail, stop
 
 pytestmark = pytest.mark.slow
 
 CONFORMANCE = ROOT / "interop" / "node_modules" / ".bin" / "conformance"
 SCENARIO_LIMIT_S = 120.0
-START_LIMIT_S = 60.0
+START_LIMIT_S = LOADED_MACHINE_S
 EXPECTED = {
     "tasks-lifecycle": (9, 0),
     "tasks-capability-negotiation": (5, 0),

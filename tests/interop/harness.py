@@ -1,12 +1,13 @@
 """Processes of the interop suite: peers we did not write and the ``longcall`` CLI.
 
 Owns: where the Node 22 toolchain and the Python peers' venvs installed by ``make
-interop`` live, the TypeScript SDK task peer (``interop/task-peer.mjs``) and the Python
+interop`` live; the TypeScript SDK task peer (``interop/task-peer.mjs``) and the Python
 peers (``interop/py-*/peer.py``, each in its own venv) as bounded subprocesses whose
-stdout events are collected by a reader thread, and ``longcall`` invocations as separate
-processes on a
-temporary ledger named by ``LONGCALL_LEDGER``. Everything listens on 127.0.0.1 and every
-process is killed at teardown. Must not: decide anything a test asserts.
+stdout events are collected by a reader thread; the command lines of the task-aware
+Node hosts (the MCP Inspector CLI, ``interop/tasks-host.mjs``); the ``longcall serve``
+command; and ``longcall`` invocations as separate processes on a temporary ledger named
+by ``LONGCALL_LEDGER``. Everything listens on 127.0.0.1 and every process is killed at
+teardown. Must not: decide anything a test asserts.
 """
 
 from __future__ import annotations
@@ -14,6 +15,9 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import queue
+import re
+import sqlite3
 import subprocess
 import sys
 import threading
@@ -31,6 +35,11 @@ INTEROP = ROOT / "interop"
 NODE_BIN = INTEROP / "node_modules" / ".bin"
 NODE = NODE_BIN / "node"
 TASK_PEER = INTEROP / "task-peer.mjs"
+TASKS_HOST = INTEROP / "tasks-host.mjs"
+"""A task-aware host on the TypeScript SDK 2.x client and ext-tasks (both task versions)."""
+INSPECTOR = INTEROP / "node_modules/@modelcontextprotocol/inspector/clients/launcher/build/index.js"
+"""The MCP Inspector's launcher; ``--cli`` runs its command-line client."""
+LOOPBACK_ONLY = INTEROP / "loopback-only.mjs"
 
 START_LIMIT_S = LOADED_MACHINE_S
 PY_START_LIMIT_S = LOADED_MACHINE_S
@@ -71,6 +80,47 @@ def stop(process: subprocess.Popen[Any]) -> None:
     for stream in (process.stdin, process.stdout, process.stderr):
         if stream is not None:
             stream.close()
+
+
+def inspector_argv(url: str, era: str, tool: str, arguments: dict[str, Any]) -> list[str]:
+    """The MCP Inspector CLI calling ``tool`` at ``url`` in protocol era ``era``
+    (``legacy``: 2025-11-25, ``modern``: 2026-07-28); it prints one JSON line, the result
+    on stdout or the error on stderr."""
+    return [
+        str(node_or_fail()),
+        str(INSPECTOR),
+        "--cli",
+        url,
+        "--protocol-era",
+        era,
+        "--method",
+        "tools/call",
+        "--tool-name",
+        tool,
+        "--tool-args-json",
+        json.dumps(arguments),
+        "--format",
+        "json",
+    ]
+
+
+def inspector_env(home: Path) -> dict[str, str]:
+    """The Inspector's environment: its catalog and stored settings under ``home`` (never
+    the user's), and any Node server socket it might open (an OAuth callback) on
+    127.0.0.1."""
+    return {
+        **node_env(),
+        "HOME": str(home),
+        "MCP_CATALOG_PATH": str(home / "mcp.json"),
+        "MCP_CLIENT_CONFIG_PATH": str(home / "client.json"),
+        "NODE_OPTIONS": f"--import={LOOPBACK_ONLY}",
+    }
+
+
+def tasks_host_argv(url: str, tool: str, arguments: dict[str, Any], *flags: str) -> list[str]:
+    """``interop/tasks-host.mjs`` calling ``tool`` as a task (flags: ``--era``,
+    ``--answer``, ``--cancel-on``); it prints one JSON line per step."""
+    return [str(node_or_fail()), str(TASKS_HOST), url, tool, json.dumps(arguments), *flags]
 
 
 # --- the TypeScript SDK task peer ---------------------------------------------------------
@@ -238,6 +288,72 @@ def py_peer(tmp: Path, name: str, *flags: str) -> Iterator[TsPeer]:
     finally:
         stop(process)
         reader.join(STOP_LIMIT_S)
+
+
+# --- the `longcall serve` command ----------------------------------------------------
+
+SERVE_START_S = LOADED_MACHINE_S
+"""`longcall serve` imports the server library first: seconds on a loaded machine."""
+SERVING = re.compile(r"serving MCP at (http://\S+/mcp)")
+
+
+@dataclass(frozen=True)
+class Serve:
+    """A running `longcall serve` and its task store file."""
+
+    url: str
+    store: Path
+
+    @property
+    def apify_url(self) -> str:
+        return self.url.removesuffix("/mcp") + "/apify/mcp"
+
+    def tasks(self, tool: str, protocol: str) -> int:
+        """How many tasks of ``tool`` in ``protocol`` the server created."""
+        with sqlite3.connect(f"file:{self.store}?mode=ro", uri=True) as db:
+            row = db.execute(
+                "SELECT count(*) FROM tasks WHERE tool_name = ? AND protocol = ?",
+                (tool, protocol),
+            ).fetchone()
+        return int(row[0])
+
+
+def announced(process: subprocess.Popen[str], pattern: re.Pattern[str], limit_s: float) -> str:
+    """The first match of ``pattern`` in the process's stdout, read (bounded) on a thread."""
+    lines: queue.Queue[str] = queue.Queue()
+
+    def read() -> None:  # to the end: a pipe left unread would block the process
+        assert process.stdout is not None
+        for line in process.stdout:
+            lines.put(line)
+
+    threading.Thread(target=read, daemon=True).start()
+    while True:
+        try:
+            line = lines.get(timeout=limit_s)
+        except queue.Empty:
+            pytest.fail(f"the process never announced {pattern.pattern!r}")
+        found = pattern.search(line)
+        if found:
+            return found.group(1)
+
+
+@contextlib.contextmanager
+def serve_process(workdir: Path) -> Iterator[Serve]:
+    """The `longcall serve` command on a free 127.0.0.1 port and a task store in
+    ``workdir``; stopped at exit."""
+    store = workdir / "tasks.db"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "longcall", "serve", "--port", "0", "--store", f"sqlite:///{store}"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+    )
+    try:
+        yield Serve(url=announced(process, SERVING, SERVE_START_S), store=store)
+    finally:
+        stop(process)
 
 
 # --- the longcall CLI ---------------------------------------------------------------------

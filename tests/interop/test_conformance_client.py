@@ -22,8 +22,6 @@ import os
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,15 +32,14 @@ from tests.bounds import LOADED_MACHINE_S
 
 from .harness import INTEROP, node_env, node_or_fail
 
-# The ``verdicts`` fixture starts every selected case of this module at once: the module's
-# tests share it, so they run on one xdist worker (tests/conftest.py).
-pytestmark = [pytest.mark.slow, pytest.mark.xdist_group("conformance-client")]
+# Each case is a test of its own, so the suite's workers share them out: one worker
+# running them all (on a pool of its own) was the whole run's longest path.
+pytestmark = pytest.mark.slow
 
 SUITE = INTEROP / "node_modules" / "@modelcontextprotocol" / "conformance"
 WRAPPER = Path(__file__).with_name("conformance_client.py")
 LOOPBACK_ONLY = INTEROP / "loopback-only.mjs"
 REVISIONS = ("2025-11-25", "2026-07-28")
-WORKERS = 4
 STEP_LIMIT_S = LOADED_MACHINE_S
 """Each ``longcall call`` of a scenario; a call that completes takes about a second."""
 RUNNER_TIMEOUT_MS = int(2 * LOADED_MACHINE_S * 1000)
@@ -213,17 +210,14 @@ class Verdict:
         )
 
 
-def run_scenario(case: Case, out_dir: Path, base_env: dict[str, str]) -> Verdict:
-    """One ``conformance client`` run, bounded; its process group is killed past the limit.
-    It runs on a pool thread, so its environment is ``base_env``, copied on the test's own
-    thread: pytest rewrites ``os.environ`` (``PYTEST_CURRENT_TEST``) while a test runs, and
-    copying it here meanwhile fails with a KeyError."""
+def run_scenario(case: Case, out_dir: Path) -> Verdict:
+    """One ``conformance client`` run, bounded; its process group is killed past the limit."""
     node = node_or_fail()
     command = f"{sys.executable} {WRAPPER}"
     if " " in str(sys.executable) or " " in str(WRAPPER):
         pytest.fail(f"the suite splits its --command on spaces; a path has one: {command}")
     env = {
-        **base_env,
+        **node_env(),
         "NODE_OPTIONS": f"--import={LOOPBACK_ONLY}",
         "LONGCALL_CONFORMANCE_STEP_LIMIT_S": str(STEP_LIMIT_S),
     }
@@ -265,35 +259,10 @@ def run_scenario(case: Case, out_dir: Path, base_env: dict[str, str]) -> Verdict
     )
 
 
-def case_of(item: pytest.Item) -> Case | None:
-    callspec = getattr(item, "callspec", None)
-    case = callspec.params.get("case") if callspec is not None else None
-    return case if isinstance(case, Case) else None
-
-
-@pytest.fixture(scope="module")
-def verdicts(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[dict[str, Future[Verdict]]]:
-    """Every selected case, started at once on a small pool (they wait on each other's
-    servers' I/O, not on the CPU); each test waits for its own."""
-    selected = [
-        case
-        for item in request.session.items
-        if item.module is request.module and (case := case_of(item)) is not None
-    ]
-    base = tmp_path_factory.mktemp("conformance")
-    base_env = node_env()
-    with ThreadPoolExecutor(WORKERS) as pool:
-        yield {
-            case.id: pool.submit(run_scenario, case, base / f"{index:02d}", base_env)
-            for index, case in enumerate(selected)
-        }
-
-
 @pytest.mark.parametrize("case", CASES)
-def test_client_scenario(case: Case, verdicts: dict[str, Future[Verdict]]) -> None:
-    verdict = verdicts[case.id].result()
+def test_client_scenario(case: Case, tmp_path: Path) -> None:
+    """The suite's client scenario passes with ``longcall call`` as the client."""
+    verdict = run_scenario(case, tmp_path)
     assert verdict.checks, "the suite recorded no checks:\n" + verdict.explain()
     assert verdict.exit_code == 0, verdict.explain()
     assert not verdict.failing(), verdict.explain()

@@ -33,6 +33,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 from .harness import Caller, TsPeer, call_args, finish, py_peer, stop, view_of
 from .test_ts_sdk_peer import (
@@ -51,7 +52,7 @@ FASTMCP4 = "py-fastmcp4"
 STATEFUL = "stateful"
 STATELESS = "stateless"
 FLAGS = {STATEFUL: (), STATELESS: ("--stateless",)}
-KILL_LIMIT_S = 60.0
+KILL_LIMIT_S = LOADED_MACHINE_S
 """Bound on a worker's first poll: a worker process starts slowly on a loaded machine."""
 WORKER_LEASE_S = "1"
 """A killed worker's operations are taken over after 1 s, not the default 30 s."""

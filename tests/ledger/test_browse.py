@@ -132,3 +132,35 @@ def test_the_failing_flag_follows_each_write(ledger: Ledger) -> None:
     apply_event(ledger, record, e.WorkingObserved(status_message="back"), now=NOW + 60, jitter=0.5)
     assert retrying() == set()
     assert ledger.server_use()[0].failing == 0
+
+
+def test_input_requests_come_nearest_deadline_first(ledger: Ledger) -> None:
+    """Over every operation waiting for a person, the nearest deadline comes first,
+    whatever the creation order; without that order the oldest comes first."""
+    fill(ledger, now=NOW, prefix="late-")
+    fill(ledger, now=NOW - 1_000.0, prefix="soon-")  # created after, due before
+    query = OperationQuery(waiting="person", now=NOW, oldest_first=True, limit=10)
+    by_age = [row.record.call_node_id for row in ledger.browse(query)]
+    assert by_age == ["late-input_required", "soon-input_required"]
+    nearest = dataclasses.replace(query, nearest_input_deadline_first=True)
+    rows = ledger.browse(nearest)
+    assert [row.record.call_node_id for row in rows] == by_age[::-1]
+    deadlines = [row.record.input_deadline_at for row in rows]
+    assert deadlines == sorted(deadlines)  # type: ignore[type-var]
+    assert ledger.browse(dataclasses.replace(nearest, limit=1))[0].record.call_node_id == (
+        "soon-input_required"
+    )
+
+
+def test_failing_operations_are_counted_per_server_alone(ledger: Ledger) -> None:
+    """The failing count per server and version is the same read the server use makes."""
+    fill(ledger, now=NOW, server="http://a/mcp")
+    fill(ledger, now=NOW, prefix="b-", server="http://b/mcp")
+    assert ledger.failing_by_server() == {
+        ("http://a/mcp", "2026-07-28", "1"): 1,
+        ("http://b/mcp", "2026-07-28", "1"): 1,
+    }
+    assert {(u.server, u.failing) for u in ledger.server_use()} == {
+        ("http://a/mcp", 1),
+        ("http://b/mcp", 1),
+    }

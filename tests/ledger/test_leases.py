@@ -60,7 +60,8 @@ def test_claim_takes_unowned_and_raises_the_epoch(twins: tuple[Ledger, Ledger]) 
 
 
 def test_takeover_after_lapse_fences_the_stale_worker(twins: tuple[Ledger, Ledger]) -> None:
-    """After w1's lease lapsed w2 takes over; w1's update, acceptance and blob are refused."""
+    """After w1's lease lapsed w2 takes over; w1's update and blob are refused, and each
+    refusal is kept beside the timeline."""
     a, b = twins
     a.create(fresh())
     a.register_worker("w1", kind=WORKER, now=100.0, lease_s=LEASE_S)
@@ -73,12 +74,23 @@ def test_takeover_after_lapse_fences_the_stale_worker(twins: tuple[Ledger, Ledge
     taken = second.record
     assert (taken.execution_epoch, second.taken_from) == (2, "w1")
     # The stale worker wakes up and writes what it decided before the takeover.
+    history = b.history("node-1")
     stale = handle(working, e.WorkingObserved(status_message="x"), now=121.0, jitter=0.5)
     with pytest.raises(Fenced):
         commit(a, working, stale, event="WorkingObserved", owner="w1")
     with pytest.raises(Fenced):
         a.put_blob("node-1", "input:k", b"1", fence=Fence(owner="w1", execution_epoch=1))
     assert a.get("node-1") == taken
+    # Each refusal is kept beside the timeline (who, at which epoch), none in it.
+    assert b.history("node-1") == history
+    refused = b.refused_writes("node-1")
+    assert [(r.event, r.owner, r.execution_epoch, r.reason) for r in refused] == [
+        ("WorkingObserved", "w1", 1, "fenced"),
+        ("store input:k", "w1", 1, "fenced"),
+    ]
+    assert refused[0].expected_version == working.version
+    assert "epoch 2" in refused[0].detail
+    assert refused[0].at_utc >= history[-1].at_utc
     assert a.renew_worker("w1", now=121.0, lease_s=LEASE_S) is False
     assert a.held_versions("w1") == {}
     assert [h.owner for h in b.history("node-1")] == [None, "w1", "w1", "w2"]

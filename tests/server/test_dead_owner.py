@@ -1,10 +1,11 @@
 """A dead server process's running tasks are taken over at once, a live one's never (D1).
 
-On SQLite each server process holds a ``flock`` on a file beside the store, which the
+Each server process holds a ``flock`` on a file of its own (beside an SQLite store; in
+a private directory of this host named by the store's id for PostgreSQL), which the
 kernel drops when the process dies. The leases here are 300 s, longer than any wait of
-the test, so a takeover can only come from that proof, and the history row says so.
-PostgreSQL proves no death (a free advisory lock shows only that a session ended, which
-happens while its process lives): there a killed owner's tasks wait for their lease.
+the test, so a takeover can only come from that proof, and the history row says so. An
+owner this kernel cannot judge (another host's, or a file of another boot) waits for
+its lease.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from test_multi_process import Serve
 from conftest import ModernClient
 from longcall.server.store import SqliteTaskStore, open_store
 from longcall.server.store.base import DEAD_OWNER_NOTE
+from longcall.server.store.owners import boot_id
 
 pytestmark = [pytest.mark.anyio, pytest.mark.slow]
 
@@ -62,20 +64,17 @@ HOLDER = textwrap.dedent(
 ).replace("{lease}", str(LEASE_S))
 
 
-def _owner_id() -> str:
-    """An owner id of this host, as a server process names itself."""
-    return f"{socket.gethostname()}/{os.getpid() + 100000}/feedc0de"
-
-
-def _proves_deaths(store_url: str) -> bool:
-    """Whether this backend proves a dead owner dead (SQLite) or leaves it to leases."""
-    return store_url.startswith("sqlite")
+def _owner_id(host: str | None = None) -> str:
+    """An owner id of this host (or ``host``), as a server process names itself."""
+    return f"{host or socket.gethostname()}/{os.getpid() + 100000}/feedc0de"
 
 
 @contextlib.contextmanager
-def _holding(store_url: str, tasks: int = 1) -> Iterator[tuple[subprocess.Popen[str], str]]:
+def _holding(
+    store_url: str, tasks: int = 1, *, host: str | None = None
+) -> Iterator[tuple[subprocess.Popen[str], str]]:
     """A child process that holds its owner's lock and ``tasks`` leased tasks, until killed."""
-    owner = _owner_id()
+    owner = _owner_id(host)
     child = subprocess.Popen(
         [sys.executable, "-c", HOLDER, store_url, owner, str(tasks)],
         stdin=subprocess.PIPE,
@@ -104,8 +103,7 @@ async def test_a_live_owner_keeps_its_tasks_and_a_dead_one_loses_them_at_once(
     store_url: str, holder: tuple[subprocess.Popen[str], str]
 ) -> None:
     """While the holder lives, no claim takes its leased task; once it is SIGKILLed, the
-    next claim takes it, saying the owner's process is gone, long before its lease ends
-    (SQLite). PostgreSQL proves no death: the task waits for its lease, then is taken."""
+    next claim takes it, saying the owner's process is gone, long before its lease ends."""
     child, owner = holder
     store = open_store(store_url)
     try:
@@ -114,15 +112,46 @@ async def test_a_live_owner_keeps_its_tasks_and_a_dead_one_loses_them_at_once(
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=CHILD_LIMIT_S)
         now = time.time()
-        note = DEAD_OWNER_NOTE
-        if not _proves_deaths(store_url):
-            assert await store.claim_expired("probe", now=now, until=now + LEASE_S) == []
-            now, note = now + LEASE_S + 1, ""  # the lease has run out: it alone decides
         (claimed,) = await store.claim_expired("probe", now=now, until=now + LEASE_S)
         assert claimed.task_id == "t-held"
         assert claimed.execution_epoch == 2
         history = await store.history("t-held")
-        assert history[-1].reason == f"claimed by probe from {owner}{note}"
+        assert history[-1].reason == f"claimed by probe from {owner}{DEAD_OWNER_NOTE}"
+    finally:
+        store.close()
+
+
+async def test_an_owner_of_another_host_waits_for_its_lease(store_url: str) -> None:
+    """An owner whose id names another host is never judged by a lock of this kernel:
+    killed, its task is taken only once its lease has run out."""
+    store = open_store(store_url)
+    try:
+        with _holding(store_url, host="elsewhere") as (child, owner):
+            child.send_signal(signal.SIGKILL)
+            child.wait(timeout=CHILD_LIMIT_S)
+            now = time.time()
+            assert await store.claim_expired("probe", now=now, until=now + LEASE_S) == []
+            later = now + LEASE_S + 1
+            (claimed,) = await store.claim_expired("probe", now=later, until=later + LEASE_S)
+            history = await store.history(claimed.task_id)
+            assert history[-1].reason == f"claimed by probe from {owner}"
+    finally:
+        store.close()
+
+
+async def test_a_lock_file_of_another_boot_proves_nothing(store_url: str) -> None:
+    """A free lock file written under another boot id (another kernel sharing the
+    directory) proves nothing: the task waits for its lease."""
+    store = open_store(store_url)
+    try:
+        with _holding(store_url) as (child, owner):
+            child.send_signal(signal.SIGKILL)
+            child.wait(timeout=CHILD_LIMIT_S)
+            locks = store.owner_locks
+            assert locks is not None
+            locks.path_of(owner).write_text(f"{owner}\nanother-boot\n")
+            now = time.time()
+            assert await store.claim_expired("probe", now=now, until=now + LEASE_S) == []
     finally:
         store.close()
 
@@ -145,7 +174,8 @@ async def test_a_dead_owner_with_more_tasks_than_a_batch_loses_them_all_at_once(
                 batch = await store.claim_expired("probe", now=now, until=now + LEASE_S, limit=2)
                 assert len(batch) == expected
                 taken += [record.task_id for record in batch]
-                assert store.owner_lock_path(owner).exists() == (expected == 2)
+                assert store.owner_locks is not None
+                assert store.owner_locks.path_of(owner).exists() == (expected == 2)
             assert sorted(taken) == ["t-held", *(f"t-held-{n}" for n in range(1, 5))]
             for task_id in taken:
                 history = await store.history(task_id)
@@ -175,8 +205,6 @@ async def test_a_restarted_server_takes_a_killed_ones_tasks_over_at_once(
     same store: before it answers its first request it has claimed the task because
     the dead process's lock was free (the lease, 300 s, is far from over), and it runs
     the task again (the tool is idempotent)."""
-    if not _proves_deaths(store_url):
-        pytest.skip("PostgreSQL proves no death: the holder test shows the lease decides")
     first = Serve(store_url, tmp_path / "first.log", lease_s=LEASE_S)
     second: Serve | None = None
     try:
@@ -241,13 +269,16 @@ def test_a_lock_file_is_never_seen_free_while_its_process_lives(tmp_path: Path) 
     store = SqliteTaskStore(tmp_path / "s.db")
     owner = _owner_id()
     asyncio.run(store.hold_owner(owner))
-    path = store.owner_lock_path(owner)
-    assert path.read_text() == owner
-    assert [p.name for p in store.owners_dir.iterdir()] == [path.name]
+    locks = store.owner_locks
+    assert locks is not None
+    path = locks.path_of(owner)
+    assert path.read_text() == f"{owner}\n{boot_id()}\n"
+    assert [p.name for p in locks.directory.iterdir()] == [path.name]
     store.close()
     assert not path.exists()
     stale = tmp_path / "s.db-owners" / "0123.lock"
-    stale.write_text("gone/1/x")
+    stale.parent.mkdir(exist_ok=True)  # the last process's close removed it, empty
+    stale.write_text(f"gone/1/x\n{boot_id()}\n")
     again = SqliteTaskStore(tmp_path / "s.db")
     try:
         asyncio.run(again.hold_owner(_owner_id() + "2"))

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import anyio
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.e2e.conftest import serve
 
 from longcall import CallOutcome, Client
@@ -16,7 +17,7 @@ from longcall.server import LongcallServer, TaskContext
 
 pytestmark = pytest.mark.anyio
 
-BOUND_S = 60.0
+BOUND_S = LOADED_MACHINE_S
 
 
 async def test_a_plain_def_tool_runs_on_a_worker_thread(tmp_path: Path) -> None:

@@ -17,6 +17,8 @@ TOML::
     allowed_tools = ["report"]         # optional; other tools are refused
     headers = { "X-Tenant" = "acme" }  # values may use ${env:NAME}
     auth = { type = "bearer", token_env = "REPORTS_TOKEN" }  # or token_file = "..."
+    webhook = { secret_env = "REPORTS_WEBHOOK_SECRET" }  # or secret_file = "..."; its
+    # deliveries are taken at POST /webhooks/reports and wake only its operations
     # auth = { type = "oauth" }        # OAuth 2.1 through the official MCP SDK
 
     # OAuth with a client the authorization server registered beforehand (no dynamic
@@ -30,8 +32,8 @@ TOML::
     #          private_key_file = "~/.config/reports.pem", signing_algorithm = "ES256" }
 
 JSON (MCP hosts): ``{"mcpServers": {"reports": {"url": "…", "headers": {…}}}}`` (or
-``"servers"``); entries that start a local process (``command``) are skipped: longcall
-calls servers over HTTP only.
+``"servers"``; ``"webhook": {"secret_env": "…"}`` as in TOML); entries that start a
+local process (``command``) are skipped: longcall calls servers over HTTP only.
 
 Must not: log or put a secret in a message; read a secret before it is needed.
 """
@@ -140,6 +142,21 @@ class ServerConfig:
     allowed_tools: frozenset[str] | None = None
     oauth_client: OAuthClient | None = None
     """OAuth with a registered client; None: dynamic registration (``auth = "oauth"``)."""
+    webhook_secret_env: str | None = None
+    webhook_secret_file: str | None = None
+    """Where this server's webhook key(s) are read (whsec_… or whpk_…, several while
+    rotating): its deliveries are verified with them alone, at ``/webhooks/NAME``."""
+
+    @property
+    def has_webhook_keys(self) -> bool:
+        return self.webhook_secret_env is not None or self.webhook_secret_file is not None
+
+    def webhook_keys(self, environ: Mapping[str, str] | None = None) -> str:
+        """This server's webhook key text, read now (MissingCredential when absent)."""
+        env = os.environ if environ is None else environ
+        return _read_secret(
+            self.name, "webhook key", self.webhook_secret_env, self.webhook_secret_file, env
+        )
 
     def __repr__(self) -> str:  # never the header values: they may be secrets
         return f"ServerConfig(name={self.name!r}, url={self.url!r}, auth={self.auth!r})"
@@ -330,6 +347,7 @@ def _server(name: str, entry: Any, path: Path) -> ServerConfig:
     protocol = entry.get("protocol")
     if protocol is not None and not isinstance(protocol, str):
         raise ConfigError(f"{where}: protocol must be a string")
+    webhook_env, webhook_file = _webhook(entry.get("webhook"), where)
     return ServerConfig(
         name=name,
         url=url,
@@ -341,7 +359,29 @@ def _server(name: str, entry: Any, path: Path) -> ServerConfig:
         poll_qps_max=float(qps) if qps is not None else None,
         allowed_tools=frozenset(tools) if tools is not None else None,
         oauth_client=oauth_client,
+        webhook_secret_env=webhook_env,
+        webhook_secret_file=webhook_file,
     )
+
+
+def _webhook(table: Any, where: str) -> tuple[str | None, str | None]:
+    """``webhook = { secret_env = "NAME" }`` or ``{ secret_file = "PATH" }``: where the
+    server's webhook keys are read (never the key itself in the file)."""
+    if table is None:
+        return None, None
+    if not isinstance(table, dict):
+        raise ConfigError(f"{where}: webhook must be a table")
+    unknown = sorted(set(table) - {"secret_env", "secret_file"})
+    if unknown:
+        raise ConfigError(f"{where}: webhook takes no {', '.join(unknown)} (a key is read"
+                          " from secret_env or secret_file, never written here)")  # fmt: skip
+    env, file = table.get("secret_env"), table.get("secret_file")
+    if (env is None) == (file is None):
+        raise ConfigError(f"{where}: webhook needs exactly one of secret_env, secret_file")
+    for value in (env, file):
+        if value is not None and (not isinstance(value, str) or not value.strip()):
+            raise ConfigError(f"{where}: webhook.secret_env/secret_file must be a non-empty string")
+    return env, file
 
 
 def _oauth_client(auth: Mapping[str, Any], where: str) -> OAuthClient | None:

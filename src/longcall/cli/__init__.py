@@ -22,11 +22,13 @@ from longcall.cli import call, console, demo, gateway, ops, rollout, serve, sim,
 from longcall.cli.common import (
     EXIT_CODES_HELP,
     RESUME_KEY,
+    STOPPED_KEY,
     UNRECORDED_KEY,
     ExitCode,
     describe_error,
     exit_code_of,
 )
+from longcall.entry import BEFORE_THE_COMMAND
 
 DEBUG_ENV = "LONGCALL_DEBUG"
 DRIVE_CALLS = ("call", "ops")
@@ -41,6 +43,22 @@ class LongcallGroup(click.Group):
         # row, JSON body or terminal can hold: one usage error here, for every command.
         ctx.meta[_NOT_TEXT] = next((a for a in args if _has_surrogate(a)), None)
         return super().parse_args(ctx, args)
+
+    def make_context(
+        self,
+        info_name: str | None,
+        args: list[str],
+        parent: click.Context | None = None,
+        **extra: Any,
+    ) -> click.Context:
+        # Ctrl-C while the command line is read: nothing ran yet (click would say
+        # "Aborted!" and exit 1).
+        try:
+            return super().make_context(info_name, args, parent, **extra)
+        except KeyboardInterrupt:
+            click.echo("", err=True)
+            click.echo(f"longcall: {BEFORE_THE_COMMAND}", err=True)
+            raise click.exceptions.Exit(int(ExitCode.INTERRUPTED)) from None
 
     def invoke(self, ctx: click.Context) -> Any:
         bad = ctx.meta.get(_NOT_TEXT)
@@ -86,7 +104,8 @@ def _escaped(text: str) -> bool:
 def interrupted_line(ctx: click.Context) -> str:
     """What Ctrl-C stopped, as the ledger has it: a call node never recorded was never
     sent; a recorded one goes on (and the line says how to resume it); a worker's
-    operations go on with the next worker; anything else stopped here."""
+    operations go on with the next worker; a server says what it stopped and what its
+    store keeps; anything else stopped here."""
     command = ctx.invoked_subcommand
     if command == "worker":
         restart = _meta(ctx, RESUME_KEY)
@@ -95,7 +114,10 @@ def interrupted_line(ctx: click.Context) -> str:
             " the next worker on this ledger carries them on"
             + (f" (restart it with: {restart})" if restart else "")
         )
-    if command not in DRIVE_CALLS:  # a server, the simulator, a plan change
+    stopped = _meta(ctx, STOPPED_KEY)
+    if stopped is not None:  # a server, once it has stopped
+        return str(stopped())
+    if command not in DRIVE_CALLS:  # the simulator, a plan change
         return "interrupted"
     unrecorded = _meta(ctx, UNRECORDED_KEY)
     if unrecorded is not None and unrecorded():

@@ -21,6 +21,7 @@ from longcall.cli.common import (
     json_option,
     ledger_option,
     ledger_shown,
+    open_webhooks,
     outcome_exit,
     parse_fields,
     parse_json,
@@ -32,6 +33,8 @@ from longcall.cli.common import (
     servers_option,
     shell_quote,
     unrecorded_check,
+    webhook_address,
+    webhook_listen_option,
 )
 from longcall.cli.show import ProgressView, ask_a_person, print_result, say_replayed
 from longcall.client import (
@@ -92,6 +95,7 @@ from longcall.errors import (
     help="With --wait, answer the tool's form: FIELD=VALUE per field, e.g. approved=true"
     " (repeatable).",
 )
+@webhook_listen_option
 @servers_option
 @click.pass_context
 def call(
@@ -110,6 +114,7 @@ def call(
     budget_s: float | None,
     qps: float,
     answers: tuple[str, ...],
+    webhook_listen: str | None,
     servers_path: Path | None,
 ) -> None:
     """Call TOOL at SERVER durably (a URL, or a name from the servers file); with --wait,
@@ -135,9 +140,13 @@ def call(
       longcall call http://127.0.0.1:8765/mcp crawl --args '{"pages": 1, "items_per_page": 2}' \\
           --wait --result | jq .items
       longcall call reports sleep_report --servers servers.toml --wait   # a configured name
+      longcall call reports report --wait --webhook-listen 0.0.0.0:8080  # polls sooner
     """
     if result_only and not wait:
         raise click.UsageError("--result prints a settled call's result: use it with --wait")
+    if webhook_listen is not None and not wait:
+        raise click.UsageError("--webhook-listen speeds up waiting: use it with --wait")
+    webhook_at = webhook_address(webhook_listen) if webhook_listen is not None else None
     arguments = parse_json(read_argument_text(args_json, "--args"), "--args")
     if not isinstance(arguments, dict):
         raise click.BadParameter("must be a JSON object", param_hint="--args")
@@ -175,6 +184,10 @@ def call(
             on_progress=view.update,
             on_input=ask_a_person(view, ledger_url, fields, refuse) if wait or fields else None,
         ) as client:
+            receiving = None
+            if webhook_at is not None:
+                # Keys and socket first: a missing key or a taken port ends the command now.
+                receiving = asyncio.ensure_future(open_webhooks(client, *webhook_at))
             with view:
                 calling = asyncio.ensure_future(
                     client.call(
@@ -197,6 +210,9 @@ def call(
                     if not calling.done():
                         calling.cancel()
                         await asyncio.gather(calling, return_exceptions=True)
+                    if receiving is not None:
+                        receiving.cancel()
+                        await asyncio.gather(receiving, return_exceptions=True)
                 if refused.done():
                     return refused.result()
                 return calling.result()

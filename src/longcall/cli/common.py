@@ -15,7 +15,7 @@ import math
 import os
 import re
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -106,6 +106,9 @@ EXIT_OF_OUTCOME = {
 
 RESUME_KEY = "longcall.resume"
 """Where a command leaves its how-to-resume line for the Ctrl-C handler (ctx.meta)."""
+STOPPED_KEY = "longcall.stopped"
+"""Where a server command leaves what its Ctrl-C line says (ctx.meta): a callable, called
+once the server has stopped, so that the line can say what the stop handed back."""
 UNRECORDED_KEY = "longcall.unrecorded"
 """Where a command that records a call leaves a check for the Ctrl-C handler: true
 while the ledger holds no record of it (then nothing was sent)."""
@@ -269,6 +272,23 @@ class FiniteFloatRange(click.FloatRange):
         return number
 
 
+class Age(click.ParamType):  # type: ignore[type-arg]  # generic in click 8.2+, not in 8.1
+    """An age such as ``90s``, ``10m``, ``2h``, ``1d`` or ``1h30m``, as seconds."""
+
+    name = "age"
+    UNIT_S = {"s": 1, "m": 60, "h": 3_600, "d": 86_400, "w": 604_800}
+    PART = re.compile(r"(\d+(?:\.\d+)?)([smhdw])")
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        if isinstance(value, float):
+            return value
+        text = str(value).strip().lower()
+        parts = self.PART.findall(text)
+        if not text or "".join(number + unit for number, unit in parts) != text:
+            self.fail(f"{value!r} is not an age (examples: 90s, 10m, 2h, 1d, 1h30m)", param, ctx)
+        return float(sum(float(number) * self.UNIT_S[unit] for number, unit in parts))
+
+
 json_option = click.option("--json", "as_json", is_flag=True, help="Print JSON for machines.")
 quiet_option = click.option("--quiet", "-q", is_flag=True, help="No progress or log lines.")
 qps_option = click.option(
@@ -392,3 +412,40 @@ def outcome_exit(result: CallResult) -> ExitCode:
 def run_async(main: Callable[[], Any]) -> Any:
     """Run a coroutine function; Ctrl-C reaches the caller as KeyboardInterrupt."""
     return asyncio.run(main())
+
+
+# ---- the webhook receiver (worker, call --wait) ----------------------------------------------
+
+
+def webhook_listen_option(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--webhook-listen HOST:PORT``: serve the webhook receiver beside the command."""
+    return click.option(
+        "--webhook-listen",
+        "webhook_listen",
+        metavar="HOST:PORT",
+        help="Also take signed webhook deliveries as POST /webhooks there (and POST "
+        "/webhooks/NAME for a server with its own webhook key in the servers file); each "
+        "verified one only makes the operation it names poll sooner. Default key(s) from "
+        "$LONGCALL_WEBHOOK_SECRET.",
+    )(command)
+
+
+def webhook_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` of ``--webhook-listen`` (``[::1]:8080`` for IPv6), or a usage error."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise click.BadParameter(f"expected HOST:PORT, got {text!r}", param_hint="--webhook-listen")
+    return host, int(port)
+
+
+def open_webhooks(client: Client, host: str, port: int) -> Coroutine[Any, Any, None]:
+    """The webhook receiver's keys read and its socket bound now (so a missing key or a
+    taken port is the command's error at start), and its serving, to be scheduled."""
+    from longcall.runtime.webhooks import listen_socket, serve
+
+    receiver = client.webhook_receiver()
+    sock = listen_socket(host, port)
+    bound = sock.getsockname()
+    shown = f"[{host.strip('[]')}]" if ":" in host else host
+    err_console().print(f"webhooks at http://{shown}:{bound[1]}/webhooks")
+    return serve(receiver, sock)

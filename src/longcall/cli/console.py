@@ -8,13 +8,12 @@ hold any page or rule of the console (``longcall.console`` does).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import ipaddress
 import sys
 
 import click
 
-from longcall.cli.common import ledger_option
+from longcall.cli.common import STOPPED_KEY, ledger_option
 
 
 def _loopback(host: str) -> bool:
@@ -74,7 +73,7 @@ def console(ledger_url: str | None, port: int, host: str, allowed_hosts: tuple[s
     operation and what it waits on, and the answer, cancel and reconcile actions.
 
     The first line printed is the address to open, with its token; anyone with that
-    address can act on the ledger as you. Stop it with Ctrl-C.
+    address can act on the ledger as you. Stop it with Ctrl-C (exit 130).
 
     \b
     Examples:
@@ -92,5 +91,8 @@ def console(ledger_url: str | None, port: int, host: str, allowed_hosts: tuple[s
     sys.stdout.flush()  # the first line, at once: a script waits for it through a pipe
     if not _loopback(host):
         click.echo(_beyond_loopback(host, server.origins), err=True)
-    with contextlib.suppress(KeyboardInterrupt):
-        asyncio.run(serve(server, sock))
+    address = server.url.partition("?")[0]  # its token was printed once, above
+    click.get_current_context().meta[STOPPED_KEY] = lambda: (
+        f"stopped the console at {address}; the ledger is as it was"
+    )
+    asyncio.run(serve(server, sock))

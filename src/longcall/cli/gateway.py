@@ -21,13 +21,22 @@ import click
 
 from longcall.cli.common import (
     LONGEST_LEASE_S,
+    STOPPED_KEY,
     FiniteFloatRange,
     ledger_option,
     metrics_options,
     servers_from,
     servers_option,
 )
+from longcall.cli.serve import Handover, stopped_line
 from longcall.errors import LongcallError, MetricsPortUnavailable
+
+HOST_CALLS_CARRIED_ON = Handover(
+    noun="host call in flight",
+    none="no host call was in flight",
+    fate="in its task store and ledger, for the next gateway on them (or one sharing them)"
+    " to carry on; the upstream calls go on meanwhile",
+)
 
 HOST_CHOICES = ("claude-desktop", "cursor", "vscode")
 LONGEST_WINDOW_S = 3_600.0
@@ -233,6 +242,12 @@ async def _serve(
         if sock is None:
             await serve_stdio(gateway.server)
         else:
+            click.get_current_context().meta[STOPPED_KEY] = lambda: stopped_line(
+                f"stopped the gateway at {where}",
+                gateway.server.manager.handed_back,
+                lease_s,
+                HOST_CALLS_CARRIED_ON,
+            )
             await gateway.server.serve(sock=sock)
 
 

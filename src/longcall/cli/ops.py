@@ -6,10 +6,13 @@ result, cancel, answer, reconcile. Must not: write the ledger by any other path.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import click
 from rich.markup import escape
@@ -18,6 +21,7 @@ from rich.table import Table
 from longcall.cli.common import (
     LONGEST_WAIT_S,
     RESUME_KEY,
+    Age,
     ExitCode,
     FiniteFloatRange,
     client_for,
@@ -37,20 +41,30 @@ from longcall.cli.common import (
     servers_option,
     shell_quote,
 )
-from longcall.cli.show import OUTCOME_STYLE, ProgressView, ask_a_person, outcome_text, print_result
+from longcall.cli.show import (
+    OUTCOME_STYLE,
+    ProgressView,
+    ask_a_person,
+    holder_id,
+    outcome_text,
+    print_result,
+    when,
+)
 from longcall.client import (
     LEDGER_ENV,
     CallResult,
     default_ledger_path,
     default_ledger_url,
+    result_of,
 )
-from longcall.core import State
+from longcall.core import OperationRecord, State
 from longcall.core.events import Resolution
 from longcall.errors import (
     InvalidAnswer,
     NotWaitingForInput,
 )
-from longcall.ledger import HistoryRow
+from longcall.ledger import HistoryRow, Ledger, ListedOperation, OperationQuery
+from longcall.ledger.base import utc_iso
 
 
 @click.group()
@@ -101,6 +115,10 @@ def _plain_note(result: CallResult) -> str:
     return "" if result.record.is_terminal else result.status_message or ""
 
 
+LIST_LIMIT_MAX = 10_000
+"""The most ``ops list --limit`` shows (one read of the ledger)."""
+
+
 @ops.command("list")
 @ledger_option
 @click.option(
@@ -110,19 +128,69 @@ def _plain_note(result: CallResult) -> str:
     type=click.Choice([s.value for s in State]),
     help="Only operations in this state (repeatable).",
 )
+@click.option("--tool", default=None, help="Only calls of this tool.")
+@click.option(
+    "--server", default=None, metavar="URL", help="Only calls to this server (its URL as recorded)."
+)
+@click.option(
+    "--older-than",
+    "older_than_s",
+    type=Age(),
+    default=None,
+    help="Only operations created longer ago than this (10m, 2h, 1d, 1h30m).",
+)
+@click.option(
+    "--newer-than",
+    "newer_than_s",
+    type=Age(),
+    default=None,
+    help="Only operations created within this long (10m, 2h, 1d, 1h30m).",
+)
+@click.option(
+    "--limit",
+    type=click.IntRange(1, LIST_LIMIT_MAX),
+    default=None,
+    help="At most this many, the newest (still listed oldest first); a note says how"
+    " many more there are.",
+)
 @json_option
-def ops_list(ledger_url: str | None, states: tuple[str, ...], as_json: bool) -> None:
-    """List the operations of the ledger, oldest first.
+def ops_list(
+    ledger_url: str | None,
+    states: tuple[str, ...],
+    tool: str | None,
+    server: str | None,
+    older_than_s: float | None,
+    newer_than_s: float | None,
+    limit: int | None,
+    as_json: bool,
+) -> None:
+    """List the operations of the ledger, oldest first; every filter given must hold.
 
     \b
     Examples:
       longcall ops list
       longcall ops list --state input_required --state reconciliation_required
+      longcall ops list --tool crawl --newer-than 2h --limit 20
+      longcall ops list --server http://127.0.0.1:8765/mcp --older-than 1d --json
     """
+    now = time.time()
+    query = OperationQuery(
+        states=tuple(State(s) for s in states),
+        tool=tool,
+        server=server,
+        created_after_utc=None if newer_than_s is None else utc_iso(now - newer_than_s),
+        created_before_utc=None if older_than_s is None else utc_iso(now - older_than_s),
+        now=now,
+    )
     with on_the_ledger(ledger_url) as client:
-        results = client.results(*(State(s) for s in states))
+        listed = _listed(client.ledger, query, limit)
+        results = [result_of(client.ledger, row.record) for row in listed]
+        total = client.ledger.count(query) if limit is not None else len(results)
+    more = total - len(results)
     if as_json:
         click.echo(json.dumps([r.to_json() for r in results], indent=2, sort_keys=True))
+        if more:
+            click.echo(f"longcall: {_more_note(len(results), total)}", err=True)
         return
     # One line per operation, never cut or folded (a terminal wraps a long line, and a
     # node id stays whole to copy): node, outcome (coloured), state, tool, note.
@@ -134,16 +202,41 @@ def ops_list(ledger_url: str | None, states: tuple[str, ...], as_json: bool) -> 
         "[bold]" + "  ".join(h.ljust(w) for h, w in zip(header, widths, strict=True)) + "  NOTE[/]",
         soft_wrap=True,
     )
-    for node, outcome, state, tool, note in rows:
+    for node, outcome, state, tool_name, note in rows:
         cells = [
             escape(node.ljust(widths[0])),
             f"[{OUTCOME_STYLE[outcome]}]{outcome.value.ljust(widths[1])}[/]",
             state.ljust(widths[2]),
-            escape(tool.ljust(widths[3])),
+            escape(tool_name.ljust(widths[3])),
             escape(note),
         ]
         console.print("  ".join(cells).rstrip(), soft_wrap=True)
-    console.print(f"{len(rows)} operation(s)", style="dim", soft_wrap=True)
+    footer = _more_note(len(rows), total) if more else f"{len(rows)} operation(s)"
+    console.print(escape(footer), style="dim", soft_wrap=True)
+
+
+def _listed(ledger: Ledger, query: OperationQuery, limit: int | None) -> list[ListedOperation]:
+    """The operations ``query`` selects, oldest first: with ``limit``, only the newest
+    that many; without, every one (read a page at a time)."""
+    if limit is not None:
+        newest = ledger.browse(dataclasses.replace(query, limit=limit))
+        return newest[::-1]
+    rows: list[ListedOperation] = []
+    while True:
+        after = rows[-1].seq if rows else None
+        page = ledger.browse(
+            dataclasses.replace(query, oldest_first=True, after_seq=after, limit=LIST_LIMIT_MAX)
+        )
+        rows += page
+        if len(page) < LIST_LIMIT_MAX:
+            return rows
+
+
+def _more_note(shown: int, total: int) -> str:
+    return (
+        f"{shown} of {total} operations shown, the newest; {total - shown} more:"
+        " a higher --limit, or a filter"
+    )
 
 
 TIMELINE_LIMIT = 20
@@ -182,12 +275,17 @@ def ops_show(node: str, ledger_url: str | None, limit: int, as_json: bool) -> No
       longcall ops show gate
       longcall ops show gate --limit 0 --json
     """
+    now = time.time()
     with on_the_ledger(ledger_url) as client:
         result = client.result(node)
         history = client.history(node)
+        lease = _lease_of(client.ledger, result.record)
+    next_poll = _next_poll_at(result.record)
     if as_json:
         rows = history if limit == 0 else history[-limit:]
         view = result.to_json()
+        view["lease"] = None if lease is None else lease.to_json(now)
+        view["next_poll_at_utc"] = None if next_poll is None else utc_iso(next_poll)
         view["history"] = [
             {"version": h.version, "state": h.state.value, "event": h.event, "at_utc": h.at_utc}
             for h in rows
@@ -195,7 +293,12 @@ def ops_show(node: str, ledger_url: str | None, limit: int, as_json: bool) -> No
         view["history_total"] = len(history)
         click.echo(json.dumps(view, indent=2, sort_keys=True))
         return
-    print_result(result, as_json=False, ledger_url=ledger_url)
+    print_result(
+        result,
+        as_json=False,
+        ledger_url=ledger_url,
+        more=_driving_rows(result.record, lease, next_poll, now),
+    )
     folded = [(h, h, 1) for h in history] if limit == 0 else collapsed(history)
     shown = folded if limit == 0 else folded[-limit:]
     table = Table(title="timeline", title_justify="left")
@@ -211,6 +314,79 @@ def ops_show(node: str, ledger_url: str | None, limit: int, as_json: bool) -> No
         at = first.at_utc if count == 1 else f"{first.at_utc} … {last.at_utc}"
         table.add_row(version, event, first.state.value, at)
     out_console().print(table)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Lease:
+    """Who holds an operation's lease (a worker, or a client waiting on its own call)."""
+
+    owner: str
+    """The holder's id as the ledger records it."""
+    kind: str | None
+    """``worker`` or ``client``; None when the holder is no longer registered."""
+    until: float | None
+    """When its lease lapses unless renewed (None: no longer registered)."""
+
+    def live(self, now: float) -> bool:
+        return self.until is not None and self.until > now
+
+    def to_json(self, now: float) -> dict[str, Any]:
+        return {
+            "owner": self.owner,
+            "id": holder_id(self.owner),
+            "kind": self.kind,
+            "until_utc": None if self.until is None else utc_iso(self.until),
+            "live": self.live(now),
+        }
+
+    def row(self, now: float) -> str:
+        who = f"{self.kind or 'holder'} {holder_id(self.owner)} ({self.owner})"
+        if self.until is None:
+            return f"{who}, no longer registered: a running worker takes it over"
+        if self.live(now):
+            return f"{who} until {when(self.until, now)}"
+        return f"{who}, lapsed {when(self.until, now)}: a running worker takes it over"
+
+
+def _lease_of(ledger: Ledger, record: OperationRecord) -> Lease | None:
+    """The lease of an open operation, read as the console reads it; None when nobody
+    holds it."""
+    rows = ledger.browse(OperationQuery(search=record.call_node_id, limit=5))
+    owner = next((r.owner for r in rows if r.record.call_node_id == record.call_node_id), None)
+    if owner is None or record.is_terminal:
+        return None
+    holder = next((w for w in ledger.workers() if w.owner == owner), None)
+    return Lease(
+        owner=owner,
+        kind=None if holder is None else holder.kind,
+        until=None if holder is None else holder.lease_until,
+    )
+
+
+def _next_poll_at(record: OperationRecord) -> float | None:
+    """When a driver next asks the server (a poll, a retry, a fetch); None when nothing
+    is asked until a person or an operator acts, or ever again."""
+    for_a_person = record.state is State.INPUT_REQUIRED and bool(record.input_keys_pending)
+    if record.is_terminal or record.state is State.RECONCILIATION_REQUIRED or for_a_person:
+        return None
+    return record.next_poll_at
+
+
+def _driving_rows(
+    record: OperationRecord, lease: Lease | None, next_poll: float | None, now: float
+) -> list[tuple[str, str]]:
+    """The rows of ``ops show`` that say who drives the operation and when it next acts."""
+    if record.is_terminal:
+        return []
+    rows = [("lease", NOBODY if lease is None else lease.row(now))]
+    if next_poll is not None:
+        driven = lease is not None and lease.live(now)
+        due = when(next_poll, now)
+        rows.append(("next poll", due if driven else f"{due}, once a worker holds it"))
+    return rows
+
+
+NOBODY = "nobody holds it: a running `longcall worker` on this ledger claims it"
 
 
 @ops.command("wait")

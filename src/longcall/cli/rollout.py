@@ -28,7 +28,7 @@ from longcall.cli.common import (
     ledger_option,
 )
 from longcall.core.keys import first_unprintable
-from longcall.errors import LongcallError
+from longcall.errors import LedgerMissing, LongcallError
 from longcall.ledger import ADAPTER_STATES, AdapterPlan, Ledger
 
 
@@ -70,19 +70,22 @@ def _ledger(url: str | None, *, create: bool = False) -> Iterator[Ledger]:
 @json_option
 def rollout_status(ledger_url: str | None, as_json: bool) -> None:
     """Show the plan, how many open operations each adapter version drives, and the
-    adapter versions this build runs.
+    adapter versions this build runs (before any ledger exists too: no plan is set).
 
     \b
     Example:
       longcall rollout status --json
     """
-    with _ledger(ledger_url) as ledger:
-        plan = ledger.rollout_plan()
-        open_by_version: dict[tuple[str, str], int] = {}
-        for record in ledger.list_by_state():
-            if not record.is_terminal:
-                key = (record.protocol, record.adapter_version)
-                open_by_version[key] = open_by_version.get(key, 0) + 1
+    try:
+        plan, open_by_version = _plan_and_open_operations(ledger_url)
+    except LedgerMissing as missing:
+        # Nothing recorded yet: no plan either, and reading never makes a ledger.
+        if as_json:
+            click.echo("[]")
+            return
+        click.echo(f"no plan is set: {missing}; every adapter version this build runs is used")
+        click.echo(_build_runs())
+        return
     rows: list[dict[str, Any]] = [
         {
             "protocol": p.protocol,
@@ -115,11 +118,34 @@ def rollout_status(ledger_url: str | None, as_json: bool) -> None:
             str(row["open_operations"]),
             row["note"],
         )
-    Console().print(table)
-    carried = ", ".join(f"{p} {v}" for p, v in sorted(_carried()) if not p.endswith("/sync"))
-    click.echo(f"this build runs: {carried} (and plain MCP tools calls)")
+    if rows:
+        Console().print(table)
+    else:
+        click.echo("no plan is set: every adapter version this build runs is used")
+    click.echo(_build_runs())
     if any(row["state"] == "shadow" for row in rows):
         click.echo("how the shadow calls compare: longcall rollout shadow-report")
+
+
+def _plan_and_open_operations(
+    ledger_url: str | None,
+) -> tuple[list[AdapterPlan], dict[tuple[str, str], int]]:
+    """The ledger's plan and its open operations by (protocol, adapter version);
+    LedgerMissing when there is no ledger yet."""
+    with _ledger(ledger_url) as ledger:
+        plan = ledger.rollout_plan()
+        open_by_version: dict[tuple[str, str], int] = {}
+        for record in ledger.list_by_state():
+            if not record.is_terminal:
+                key = (record.protocol, record.adapter_version)
+                open_by_version[key] = open_by_version.get(key, 0) + 1
+    return list(plan), open_by_version
+
+
+def _build_runs() -> str:
+    """The line naming the (protocol, adapter version) pairs this build carries."""
+    carried = ", ".join(f"{p} {v}" for p, v in sorted(_carried()) if not p.endswith("/sync"))
+    return f"this build runs: {carried} (and plain MCP tools calls)"
 
 
 def _write(ledger_url: str | None, plan: AdapterPlan, *, other_builds: bool = False) -> None:

@@ -7,15 +7,25 @@ failed start prints. Must not: hold protocol logic (the server library does).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import sys
 from collections.abc import Iterable
+from typing import TYPE_CHECKING
 from urllib.parse import urlsplit, urlunsplit
 
 import click
 
-from longcall.cli.common import LONGEST_LEASE_S, FiniteFloatRange, metrics_options
+from longcall.cli.common import (
+    LONGEST_LEASE_S,
+    STOPPED_KEY,
+    FiniteFloatRange,
+    metrics_options,
+)
 from longcall.errors import LongcallError, MetricsPortUnavailable
+
+if TYPE_CHECKING:
+    from longcall.server.webhooks.model import WebhookOptions
 
 
 @click.command()
@@ -58,6 +68,54 @@ from longcall.errors import LongcallError, MetricsPortUnavailable
     help="Tasks one caller may hold open at once; past it a new task is refused (429)"
     " until some end.",
 )
+@click.option(
+    "--webhooks",
+    is_flag=True,
+    help="Serve the webhook API (/webhooks/endpoints, /webhooks/deliveries, replay) and"
+    " send each registered endpoint its principal's task status changes, signed.",
+)
+@click.option(
+    "--webhook-allow-loopback",
+    is_flag=True,
+    help="Also deliver to loopback addresses (development and tests; implies --webhooks).",
+)
+@click.option(
+    "--webhook-allow-private",
+    is_flag=True,
+    help="Also deliver to private addresses (RFC 1918, ULA, shared; implies --webhooks)."
+    " Link-local (cloud metadata) addresses stay refused.",
+)
+@click.option(
+    "--webhook-allow-network",
+    "webhook_networks",
+    multiple=True,
+    metavar="CIDR",
+    help="Also deliver to addresses in this network (repeat; implies --webhooks).",
+)
+@click.option(
+    "--webhook-timeout",
+    "webhook_timeout_s",
+    default=15.0,
+    show_default=True,
+    type=FiniteFloatRange(min=0.1, max=300),
+    help="Seconds one delivery attempt may take (connect, send, read the answer's head).",
+)
+@click.option(
+    "--webhook-retry-base",
+    "webhook_retry_base_s",
+    default=5.0,
+    show_default=True,
+    type=FiniteFloatRange(min=0.01, max=3600),
+    help="The first retry's ceiling in seconds; doubled per attempt (full jitter).",
+)
+@click.option(
+    "--webhook-retry-max",
+    "webhook_retry_max_s",
+    default=3600.0,
+    show_default=True,
+    type=FiniteFloatRange(min=0.01, max=86400),
+    help="The longest wait between two attempts of one delivery, in seconds.",
+)
 @metrics_options
 def serve(
     store_url: str | None,
@@ -68,6 +126,13 @@ def serve(
     allowed_host: tuple[str, ...],
     stateful: bool,
     max_open_tasks: int,
+    webhooks: bool,
+    webhook_allow_loopback: bool,
+    webhook_allow_private: bool,
+    webhook_networks: tuple[str, ...],
+    webhook_timeout_s: float,
+    webhook_retry_base_s: float,
+    webhook_retry_max_s: float,
     metrics_port: int | None,
     metrics_host: str,
 ) -> None:
@@ -79,7 +144,18 @@ def serve(
       longcall serve --port 8765
       longcall serve --store sqlite:///tasks.db --host 0.0.0.0 --allowed-host tools.example
       longcall serve --metrics-port 9464
+      longcall serve --webhooks --webhook-allow-loopback   # webhooks to a local receiver
     """
+    webhook_options = None
+    if webhooks or webhook_allow_loopback or webhook_allow_private or webhook_networks:
+        webhook_options = _webhook_options(
+            allow_loopback=webhook_allow_loopback,
+            allow_private=webhook_allow_private,
+            networks=webhook_networks,
+            timeout_s=webhook_timeout_s,
+            retry_base_s=webhook_retry_base_s,
+            retry_max_s=webhook_retry_max_s,
+        )
     try:
         run_reference_server(
             store_url=store_url,
@@ -92,6 +168,7 @@ def serve(
             metrics_port=metrics_port,
             metrics_host=metrics_host,
             max_open_tasks=max_open_tasks,
+            webhooks=webhook_options,
         )
     except (MetricsPortUnavailable, OSError) as exc:
         raise click.ClickException(start_failure(exc, host, port)) from None
@@ -109,6 +186,7 @@ def run_reference_server(
     metrics_port: int | None,
     metrics_host: str,
     max_open_tasks: int,
+    webhooks: WebhookOptions | None = None,
 ) -> None:
     """Serve the reference tools at ``http://HOST:PORT/mcp`` until interrupted; with
     ``metrics_port`` (0: a free one) Prometheus text too, announced on stderr.
@@ -131,13 +209,17 @@ def run_reference_server(
         stateful=stateful,
         max_open_tasks_per_principal=max_open_tasks,
     )
-    server = build_reference_server(store=store_url, options=options)
+    server = build_reference_server(store=store_url, options=options, webhooks=webhooks)
     # Bound before the announcement, so that it names the port (0 picks a free one).
     sock = listening_socket(host, port)
+    url = http_url(host, sock.getsockname()[1], MCP_PATH)
     print(
-        f"longcall: serving MCP at {http_url(host, sock.getsockname()[1], MCP_PATH)}"
+        f"longcall: serving MCP at {url}"
         f" (task store {server.store.store_id}: {_without_password(store_url)})",
         flush=True,
+    )
+    click.get_current_context().meta[STOPPED_KEY] = lambda: stopped_line(
+        f"stopped serving {url}", server.manager.handed_back, lease_s
     )
     try:
         if metrics_port is not None:
@@ -151,6 +233,71 @@ def run_reference_server(
     finally:
         sock.close()
         server.metrics.close()
+
+
+def _webhook_options(
+    *,
+    allow_loopback: bool,
+    allow_private: bool,
+    networks: tuple[str, ...],
+    timeout_s: float,
+    retry_base_s: float,
+    retry_max_s: float,
+) -> WebhookOptions:
+    from longcall.server.webhooks.model import AddressPolicy, RetryPolicy, WebhookOptions
+
+    try:
+        addresses = AddressPolicy.from_text(
+            allow_loopback=allow_loopback, allow_private=allow_private, networks=networks
+        )
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="--webhook-allow-network") from None
+    return WebhookOptions(
+        addresses=addresses,
+        attempt_timeout_s=timeout_s,
+        retry=RetryPolicy(base_delay_s=retry_base_s, max_delay_s=max(retry_base_s, retry_max_s)),
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Handover:
+    """What a task server's stop says of the tasks it hands back to its store."""
+
+    noun: str
+    """One of them, counted: "running task"."""
+    none: str
+    """When there were none."""
+    fate: str
+    """Where they stay and what becomes of them."""
+
+
+TASKS_TAKEN_OVER = Handover(
+    noun="running task",
+    none="no task was running",
+    fate="in the task store, for the next server on it (or one sharing it) to take over:"
+    " an idempotent tool runs again, any other ends failed",
+)
+
+
+def stopped_line(
+    stopped: str, handed_back: int | None, lease_s: float, handover: Handover = TASKS_TAKEN_OVER
+) -> str:
+    """What Ctrl-C on a task server says: what stopped, and what became of the tasks it
+    was running (``handed_back``: the leases its stop gave back; None: it stopped at
+    once, on a second Ctrl-C, or could not reach its store to give them back)."""
+    if handed_back is None:
+        return (
+            f"{stopped} at once; each {handover.noun} stays {handover.fate}, once its lease"
+            f" lapses (within {lease_s:g} s)"
+        )
+    if handed_back == 0:
+        return f"{stopped}; {handover.none}"
+    counted = (
+        f"its {handover.noun} stays"
+        if handed_back == 1
+        else f"its {handed_back} {handover.noun}s stay"
+    )
+    return f"{stopped}; {counted} {handover.fate}"
 
 
 def _without_password(url: str | None) -> str:

@@ -7,6 +7,7 @@ Must not: decide anything, or read the ledger itself (the client hands it what t
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -93,11 +94,37 @@ def next_step(result: CallResult, ledger_url: str | None) -> str | None:
     return None
 
 
+def holder_id(owner: str) -> str:
+    """A lease holder's short id, as a worker's log lines show it: the start of the
+    random part of the id the ledger records (``host:pid:random``), else the whole id."""
+    host_pid, _, random_part = owner.rpartition(":")
+    return random_part[:HOLDER_ID_CHARS] if host_pid and random_part else owner
+
+
+HOLDER_ID_CHARS = 8
+"""32 random bits: enough to tell a ledger's holders apart by eye."""
+
+
+def when(at: float, now: float) -> str:
+    """``17:03:10 UTC (in 12 s)`` or ``… (3 min ago)``: a time and how far it is."""
+    delta = at - now
+    seconds = abs(round(delta))
+    far = f"{seconds} s" if seconds < 120 else f"{seconds // 60} min"
+    clock = time.strftime("%H:%M:%S UTC", time.gmtime(at))
+    return f"{clock} (in {far})" if delta >= 0 else f"{clock} ({far} ago)"
+
+
 def print_result(
-    result: CallResult, *, as_json: bool, ledger_url: str | None, asked: bool = False
+    result: CallResult,
+    *,
+    as_json: bool,
+    ledger_url: str | None,
+    asked: bool = False,
+    more: Sequence[tuple[str, str]] = (),
 ) -> None:
     """A call node for people (a table on stdout, the next step on stderr) or machines;
-    ``asked``: its question was shown already (by the waiting command), not again."""
+    ``asked``: its question was shown already (by the waiting command), not again;
+    ``more``: further rows of the table (the JSON view carries them itself)."""
     if as_json:
         click.echo(json.dumps(result.to_json(), indent=2, sort_keys=True))
     else:
@@ -121,6 +148,7 @@ def print_result(
             ("reason", result.reason),
             ("result digest", result.receipt.result_digest if result.receipt else None),
             ("result", result.result),
+            *more,
         ]
         for name, value in rows:
             if value not in (None, "", [], ()):

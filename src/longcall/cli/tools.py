@@ -40,22 +40,28 @@ def tools(
 ) -> None:
     """List the tools SERVER offers (a URL, or a name from the servers file): their
     names, whether they run as tasks, and their arguments; with TOOL, its whole input
-    schema. Nothing is called or recorded.
+    schema. Nothing is called or recorded. An Apify-style server's tools are listed
+    through MCP; an AIP-151 server's at GET /v1/tools.
 
     \b
     Examples:
       longcall tools http://127.0.0.1:8765/mcp
       longcall tools http://127.0.0.1:8765/mcp sleep_report
       longcall tools http://127.0.0.1:8765/apify/mcp --json
+      longcall tools http://127.0.0.1:8765/v1
     """
-    servers_from(servers_path).resolve(url)
+    target = servers_from(servers_path).resolve(url)
+    apify_style = is_apify_style(target.url, protocol or target.protocol)
+    # An Apify-style endpoint is an MCP server: its tools are listed as any MCP
+    # server's (the version negotiated), though a call to one goes through its runs.
+    listing = "mcp" if apify_style else protocol
 
     async def main(scratch: str) -> list[dict[str, Any]]:
         # A throwaway ledger: the client needs one to drive, and nothing is recorded.
         async with client_for(
             f"sqlite:///{scratch}/ledger.db", create=True, connects=True, servers_path=servers_path
         ) as client:
-            return await client.tools(url, protocol=protocol)
+            return await client.tools(url, protocol=listing)
 
     with tempfile.TemporaryDirectory(prefix="longcall-tools-") as scratch:
         listed = run_async(lambda: main(scratch))
@@ -89,6 +95,24 @@ def tools(
             escape(first_line(entry.get("description"))),
         )
     out_console().print(table)
+    if apify_style:
+        click.echo(APIFY_NOTE, err=True)
+
+
+APIFY_NOTE = (
+    "An Apify-style server: its tools run no MCP tasks, but each Actor tool starts a run"
+    " and answers at once, and `longcall call` follows that run to its end (get-actor-run)."
+)
+
+
+def is_apify_style(url: str, protocol: str | None) -> bool:
+    """Whether a call to ``url`` would speak Apify-style: ``protocol`` says so, or none
+    is given and the URL's path does (as a call decides)."""
+    from longcall.adapters.routing import ALIASES, APIFY, protocol_of_url
+
+    if protocol:
+        return ALIASES.get(protocol.lower()) == APIFY
+    return protocol_of_url(url) == APIFY
 
 
 def arguments_of(schema: Any) -> str:

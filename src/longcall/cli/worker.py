@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
-from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any
 
 import click
 from rich.markup import escape
@@ -31,8 +29,11 @@ from longcall.cli.common import (
     quiet_option,
     run_async,
     servers_option,
+    webhook_address,
+    webhook_listen_option,
 )
-from longcall.cli.show import input_lines
+from longcall.cli.common import open_webhooks as _open_webhooks
+from longcall.cli.show import holder_id, input_lines
 from longcall.client import (
     CallOutcome,
     CallResult,
@@ -43,10 +44,18 @@ from longcall.client import Progress as CallProgress
 from longcall.core import State
 
 
-def worker_line(result: CallResult, previous: State | None, ledger_url: str | None) -> list[str]:
+def stamp_of(holder: str) -> str:
+    """What starts a worker's log line: the time, and its short lease holder id."""
+    return time.strftime("%H:%M:%S") + (f" [{holder}]" if holder else "")
+
+
+def worker_line(
+    result: CallResult, previous: State | None, ledger_url: str | None, holder: str = ""
+) -> list[str]:
     """The log lines of one change: one per state change, plus the question of a new
-    input round with its ready-to-paste answer."""
-    stamp = time.strftime("%H:%M:%S")
+    input round with its ready-to-paste answer. ``holder``: the worker's short id (what
+    ``longcall ops show`` names as the lease holder), after the time."""
+    stamp = stamp_of(holder)
     was = f"{previous.value} → " if previous is not None and previous is not result.state else ""
     detail = ""
     if result.record.is_terminal:
@@ -97,13 +106,7 @@ def worker_line(result: CallResult, previous: State | None, ledger_url: str | No
     "the versions this build's adapters bind, so that workers of two builds share one "
     "ledger. 'any': every version, whatever build bound it.",
 )
-@click.option(
-    "--webhook-listen",
-    "webhook_listen",
-    metavar="HOST:PORT",
-    help="Also take signed webhook deliveries as POST /webhooks there; each verified one "
-    "only makes the operation it names poll sooner. Key(s) from $LONGCALL_WEBHOOK_SECRET.",
-)
+@webhook_listen_option
 @quiet_option
 @servers_option
 @click.pass_context
@@ -135,10 +138,16 @@ def worker(
       longcall worker --until-idle --quiet
     """
     console = err_console()
+    driver: list[Client] = []
+    """The worker's client, once made: its lease holder id tags every log line."""
+
+    def holder() -> str:
+        owner = driver[0].executor.owner if driver else None
+        return "" if owner is None else holder_id(owner)
 
     def log(result: CallResult, previous: State | None) -> None:
         if not quiet:
-            for line in worker_line(result, previous, ledger_url):
+            for line in worker_line(result, previous, ledger_url, holder()):
                 console.print(escape(line), soft_wrap=True)
 
     unreachable: set[str] = set()
@@ -146,7 +155,7 @@ def worker(
     def log_reachability(progress: CallProgress) -> None:
         """A server that stops answering (and answers again) is a line too: its
         operations wait without a state change, retried with backoff."""
-        node, stamp = progress.call_node_id, time.strftime("%H:%M:%S")
+        node, stamp = progress.call_node_id, stamp_of(holder())
         if progress.server_unreachable and node not in unreachable:
             unreachable.add(node)
             line = f"{stamp} {node} server unreachable, retrying: {progress.message or ''}"
@@ -160,13 +169,13 @@ def worker(
 
     ctx.meta[RESUME_KEY] = f"longcall worker{ledger_shown(ledger_url)}"
     versions = _versions_run(runs)
-    webhook_at = _host_port(webhook_listen) if webhook_listen is not None else None
+    webhook_at = webhook_address(webhook_listen) if webhook_listen is not None else None
 
     async def main() -> list[CallResult]:
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, stop.set)
-        async with client_for(
+        client = client_for(
             ledger_url,
             create=True,
             connects=True,
@@ -178,7 +187,9 @@ def worker(
             disabled_protocols=disabled,
             lease_s=lease_s,
             versions=versions,
-        ) as client:
+        )
+        driver.append(client)
+        async with client:
             if metrics_port is not None:
                 client.executor.metrics.serve(metrics_port, host=metrics_host)
                 console.print(f"worker: metrics at {client.executor.metrics.url}")
@@ -189,7 +200,11 @@ def worker(
             if not quiet:
                 where = ledger_url or default_ledger_url()
                 console.print(
-                    escape(f"worker: driving the open operations of {where}"), soft_wrap=True
+                    escape(
+                        f"worker: driving the open operations of {where}"
+                        f" as [{holder()}] (lease holder {client.executor.owner})"
+                    ),
+                    soft_wrap=True,
                 )
             driving = asyncio.ensure_future(client.drive(until_idle=until_idle))
             stopping = asyncio.ensure_future(stop.wait())
@@ -210,30 +225,6 @@ def worker(
         console.print(f"worker: stopped; {len(waiting)} operation(s) wait for a person")
     if until_idle and waiting:
         raise click.exceptions.Exit(int(ExitCode.NEEDS_PERSON))
-
-
-def _open_webhooks(client: Client, host: str, port: int) -> Coroutine[Any, Any, None]:
-    """The webhook receiver's key read and its socket bound now (so a missing key or a
-    taken port is the worker's error at start), and its serving, to be scheduled."""
-    from longcall.runtime.webhooks import listen_socket, serve
-
-    receiver = client.webhook_receiver()
-    sock = listen_socket(host, port)
-    bound = sock.getsockname()
-    err_console().print(f"worker: webhooks at http://{_shown_host(host)}:{bound[1]}/webhooks")
-    return serve(receiver, sock)
-
-
-def _shown_host(host: str) -> str:
-    return f"[{host.strip('[]')}]" if ":" in host else host
-
-
-def _host_port(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` of ``--webhook-listen`` (``[::1]:8080`` for IPv6), or a usage error."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
-        raise click.BadParameter(f"expected HOST:PORT, got {text!r}", param_hint="--webhook-listen")
-    return host, int(port)
 
 
 def _versions_run(runs: tuple[str, ...]) -> frozenset[tuple[str, str]] | None:

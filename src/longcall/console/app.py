@@ -483,12 +483,11 @@ async def serve(console: Console, sock: socket.socket) -> None:
     """Serve ``console`` on ``sock`` until cancelled (or a signal stops uvicorn)."""
     import uvicorn
 
-    config = uvicorn.Config(
-        console.app, log_level="warning", lifespan="off", access_log=False,
-        timeout_graceful_shutdown=2,
-    )  # fmt: skip
+    from longcall.runtime.stopping import StoppingServer
+
+    config = uvicorn.Config(console.app, log_level="warning", lifespan="off", access_log=False)
     try:
-        await uvicorn.Server(config).serve(sockets=[sock])
+        await StoppingServer(config).serve(sockets=[sock])
     finally:
         sock.close()
         console.close()

@@ -22,26 +22,45 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from longcall.client import CallOutcome, outcome_of
+from longcall.client import CallOutcome, accepted_outcome, outcome_of
 from longcall.console.html import Child, Html, el, join, node_url, url
-from longcall.console.waiting import Waiting, clocks, duration, resolutions, timeline, waiting_on
-from longcall.core import TERMINAL_STATES, OperationRecord, ResultKind, ServerStatus, State
+from longcall.console.waiting import (
+    Fold,
+    Waiting,
+    breaker_until,
+    clocks,
+    duration,
+    relative,
+    resolutions,
+    stamp,
+    timeline,
+    waiting_on,
+)
+from longcall.core import OperationRecord, ResultKind, ServerStatus, State
 from longcall.core.events import Resolution
+from longcall.core.retry import BreakerState
 from longcall.ledger import (
     WAITING_REASONS,
+    BreakerRow,
     HistoryRow,
+    Holding,
     Ledger,
     ListedOperation,
     OperationQuery,
+    PollBudgetRow,
+    RefusedWrite,
     WorkerRow,
 )
+from longcall.ledger.budget import slots_per_minute_max
 from longcall.runtime.inputs import InputQuestion, InputRequest, pending_request
 
 PAGE_SIZE = 50
 RESULT_PAGE_LINES = 200
 HEALTH_WINDOW = 300
-"""The health figures are over the last this many accepted operations: each is a record
-to decode at every home page (the worker's own median is over 1,000, in memory)."""
+"""The health figures are over the last this many accepted operations: each one's few
+fields are read at every home page (the worker's own median is over 1,000, in memory)."""
+RETRY_WINDOW_S = 3600.0
+"""The retried requests per server are counted over this last stretch of history."""
 QUEUE_LIMIT = 200
 """Rows of the inbox and the reconciliation queue read per page (oldest first)."""
 AGES = {"": "any age", "lt1h": "newer than 1 h", "lt24h": "newer than 24 h",
@@ -74,12 +93,6 @@ class View:
 # --- small pieces --------------------------------------------------------------------
 
 
-def stamp(at: float | None) -> str:
-    if at is None:
-        return "—"
-    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
-
-
 def utc_stamp(at: float) -> str:
     """A time as the ledger stamps its rows (text that sorts as time does)."""
     return datetime.fromtimestamp(at, UTC).isoformat(timespec="microseconds")
@@ -91,13 +104,6 @@ def stamp_seconds(text: str) -> float | None:
         return datetime.fromisoformat(text).timestamp()
     except ValueError:
         return None
-
-
-def relative(at: float | None, now: float) -> str:
-    if at is None:
-        return "—"
-    delta = at - now
-    return f"in {duration(delta)}" if delta >= 0 else f"{duration(-delta)} ago"
 
 
 def node_link(node: str) -> Html:
@@ -183,6 +189,7 @@ def home(ledger: Ledger, view: View) -> Html:
         el("h2", "Needs you"),
         _inbox_summary(ledger, view),
         _queue_summary(ledger, view),
+        _open_breakers(ledger, view),
         _failing_servers(ledger),
         id="needs",
         data_live=True,
@@ -202,7 +209,13 @@ def home(ledger: Ledger, view: View) -> Html:
     body = [
         needs,
         states,
-        el("section", el("h2", "Health"), _health(ledger, counts), id="health", data_live=True),
+        el(
+            "section",
+            el("h2", "Health"),
+            _health(ledger, counts, view.now),
+            id="health",
+            data_live=True,
+        ),
         cli(
             "longcall ops list --state input_required --state reconciliation_required"
             + view.cli_ledger
@@ -252,32 +265,63 @@ def _queue_summary(ledger: Ledger, view: View) -> Html:
     )
 
 
-def _failing_servers(ledger: Ledger) -> Html:
-    failing = [use for use in ledger.server_use() if use.failing]
-    if not failing:
-        return el("p", "No server is failing requests now.", class_="quiet")
-    rows = [(u.server, f"{u.protocol} / {u.adapter_version}", u.failing, u.open) for u in failing]
+def live_owners(ledger: Ledger, now: float) -> set[str]:
+    """The lease holders whose lease runs at ``now``."""
+    return {w.owner for w in ledger.workers() if w.lease_until > now}
+
+
+def open_breakers(ledger: Ledger, now: float) -> list[BreakerRow]:
+    """The open breakers of holders whose lease runs: theirs hold requests back."""
+    live = live_owners(ledger, now)
+    return [b for b in ledger.breakers() if b.state is BreakerState.OPEN and b.owner in live]
+
+
+def _open_breakers(ledger: Ledger, view: View) -> Html:
+    found = open_breakers(ledger, view.now)
+    if not found:
+        return el("p", "No worker's circuit breaker is open.", class_="quiet")
+    rows = [
+        (b.server, b.owner, breaker_until(b, view.now), b.failures, b.last_error or "—")
+        for b in found
+    ]
     return el(
         "div",
-        el("h3", "Servers failing requests (a worker's circuit breaker opens on these)"),
-        table(("server", "protocol / adapter", "retrying", "open"), rows, class_="failing"),
+        el("h3", el("a", f"Open circuit breakers ({len(found)})", href="/servers")),
+        table(
+            ("server", "worker", "state", "failures in a row", "last error"),
+            rows,
+            class_="breakers-open",
+        ),
     )
 
 
-def _health(ledger: Ledger, counts: Mapping[State, int]) -> Html:
-    recent = [
-        i.record
-        for i in ledger.browse(OperationQuery(states=tuple(TERMINAL_STATES), limit=HEALTH_WINDOW))
-    ]
+def _failing_servers(ledger: Ledger) -> Html:
+    failing = sorted(ledger.failing_by_server().items())
+    if not failing:
+        return el("p", "No open operation's last request failed.", class_="quiet")
+    rows = [(server, f"{protocol} / {version}", n) for (server, protocol, version), n in failing]
+    return el(
+        "div",
+        el("h3", "Servers whose requests fail now (open operations whose last request failed)"),
+        table(("server", "protocol / adapter", "retrying now"), rows, class_="failing"),
+    )
+
+
+def _health(ledger: Ledger, counts: Mapping[State, int], now: float) -> Html:
+    recent = ledger.recent_accepted(limit=HEALTH_WINDOW)
     accepted = [r for r in recent if r.state is State.ACCEPTED]
-    ok = sum(1 for r in accepted if outcome_of(r) is CallOutcome.OK)
+    ok = sum(
+        1
+        for r in accepted
+        if accepted_outcome(r.state, r.result_kind, r.server_status) is CallOutcome.OK
+    )
     durations = [r.updated_at - r.created_at for r in recent]
     cancels = [
         r.cancel_acknowledged_at - r.cancel_requested_at
         for r in recent
         if r.cancel_acknowledged_at is not None and r.cancel_requested_at is not None
     ]
-    retrying = [(u.server, u.failing) for u in ledger.server_use() if u.open]
+    retries = ledger.retries_by_server(since_utc=utc_stamp(now - RETRY_WINDOW_S))
     recoveries = ledger.count(OperationQuery(min_epoch=2))
     unknown = counts.get(State.SUBMISSION_UNKNOWN, 0) + counts.get(State.RECONCILIATION_REQUIRED, 0)
     figures: list[tuple[str, Child]] = [
@@ -289,8 +333,13 @@ def _health(ledger: Ledger, counts: Mapping[State, int]) -> Html:
         ),
         ("median duration", duration(statistics.median(durations)) if durations else "—"),
         (
-            "retrying now, per server",
-            join(el("div", f"{s}: {n}") for s, n in retrying) if retrying else "no open operation",
+            f"retried requests per server (last {duration(RETRY_WINDOW_S)})",
+            join(
+                el("div", f"{r.server}: {r.retried} retried, {r.given_up} given up", class_="retry")
+                for r in retries
+            )
+            if retries
+            else "no request failed",
         ),
         ("recoveries (claimed again after a worker stopped)", recoveries),
         ("outcome UNKNOWN (submission unknown + reconciliation)", unknown),
@@ -298,8 +347,9 @@ def _health(ledger: Ledger, counts: Mapping[State, int]) -> Html:
     ]
     note = el(
         "p",
-        f"Over the last {len(recent)} accepted operations (at most {HEALTH_WINDOW}). A worker's"
-        " own counters and breaker states are on its /metrics endpoint.",
+        f"Completion, durations and cancel latency are over the last {len(recent)} accepted"
+        f" operations (at most {HEALTH_WINDOW}); retried requests are read from the"
+        " operations' history. A worker's own counters are on its /metrics endpoint.",
         class_="quiet",
     )
     return join(
@@ -310,22 +360,17 @@ def _health(ledger: Ledger, counts: Mapping[State, int]) -> Html:
 def _waiting_for_people(
     ledger: Ledger, now: float, *, limit: int = QUEUE_LIMIT
 ) -> tuple[list[tuple[InputRequest, float]], int]:
-    """The first ``limit`` pending input requests, nearest deadline first, then oldest
-    first, and how many wait (among the oldest ``QUEUE_LIMIT``). Only the requests shown
-    have their questions read."""
-    rows = ledger.browse(
-        OperationQuery(waiting="person", now=now, oldest_first=True, limit=QUEUE_LIMIT)
-    )
-    records = sorted(
-        (row.record for row in rows),
-        key=lambda r: (r.input_deadline_at is None, r.input_deadline_at or 0.0, r.created_at),
-    )
+    """The first ``limit`` pending input requests, nearest deadline first (none last),
+    then oldest first, ordered by the ledger over every one that waits; and how many
+    wait. Only the requests shown are read and have their questions read."""
+    query = OperationQuery(waiting="person", now=now, oldest_first=True, limit=limit)
+    rows = ledger.browse(dataclasses.replace(query, nearest_input_deadline_first=True))
     found: list[tuple[InputRequest, float]] = []
-    for record in records[:limit]:
-        request = pending_request(ledger, record)
+    for row in rows:
+        request = pending_request(ledger, row.record)
         if request is not None:
-            found.append((request, record.created_at))
-    return found, len(records)
+            found.append((request, row.record.created_at))
+    return found, ledger.count(query)
 
 
 # --- operations list -------------------------------------------------------------------
@@ -504,9 +549,14 @@ def operation(ledger: Ledger, view: View, node: str, *, result_page: int) -> Htm
     counts = ledger.count_by_state()
     record = ledger.get(node)
     history = ledger.history(node)
-    live = {w.owner for w in ledger.workers() if w.lease_until > view.now}
+    live = live_owners(ledger, view.now)
     owner = _owner_of(ledger, record)
-    waiting = waiting_on(record, owner=owner, live_owners=live, now=view.now)
+    breaker = next(
+        (b for b in ledger.breakers() if (b.server, b.owner) == (record.server, owner)), None
+    )
+    waiting = waiting_on(
+        record, owner=owner, live_owners=live, now=view.now, history=history, breaker=breaker
+    )
     body: list[Child] = [
         el(
             "section",
@@ -517,7 +567,13 @@ def operation(ledger: Ledger, view: View, node: str, *, result_page: int) -> Htm
         ),
         _identity(record, owner),
         _actions(ledger, record, view),
-        el("section", el("h2", "Timeline"), _timeline(history), id="timeline", data_live=True),
+        el(
+            "section",
+            el("h2", "Timeline"),
+            _timeline(history, ledger.refused_writes(node)),
+            id="timeline",
+            data_live=True,
+        ),
         _receipt(ledger, record, view, result_page),
         cli(f"longcall ops show {quoted(node)} --limit 0{view.cli_ledger}"),
     ]
@@ -621,18 +677,48 @@ def _actions(ledger: Ledger, record: OperationRecord, view: View) -> Html:
     return el("section", el("h2", "Actions"), parts, id="actions")
 
 
-def _timeline(history: Sequence[HistoryRow]) -> Html:
-    rows = []
-    for fold in timeline(history):
-        first, last = fold.first, fold.last
-        versions = str(first.version) if fold.count == 1 else f"{first.version}–{last.version}"
-        event = first.event if fold.count == 1 else f"{first.event} ×{fold.count}"
-        at = first.at_utc if fold.count == 1 else f"{first.at_utc} … {last.at_utc}"
-        rows.append((versions, event, state_badge(first.state), first.owner or "operator/caller",
-                     first.execution_epoch, at))  # fmt: skip
-    return table(
-        ("v", "event", "state", "written by", "epoch", "at (UTC)"), rows, class_="timeline"
+def _timeline(history: Sequence[HistoryRow], refused: Sequence[RefusedWrite]) -> Html:
+    rows = [
+        _fold_row(entry) if isinstance(entry, Fold) else _refusal_row(entry)
+        for entry in timeline(history, refused)
+    ]
+    head = ("v", "event", "state", "written by", "epoch", "at (UTC)")
+    return el(
+        "table",
+        el("thead", el("tr", [el("th", h) for h in head])),
+        el("tbody", rows),
+        class_="timeline",
     )
+
+
+def _fold_row(fold: Fold) -> Html:
+    first, last = fold.first, fold.last
+    versions = str(first.version) if fold.count == 1 else f"{first.version}–{last.version}"
+    event = first.event if fold.count == 1 else f"{first.event} ×{fold.count}"
+    at = first.at_utc if fold.count == 1 else f"{first.at_utc} … {last.at_utc}"
+    cells = (versions, event, state_badge(first.state), first.owner or "operator/caller",
+             first.execution_epoch, at)  # fmt: skip
+    return el("tr", [el("td", c) for c in cells])
+
+
+REFUSAL_WORDS = {
+    "fenced": "refused: another worker holds it at a newer epoch",
+    "version_conflict": "refused: the row had moved past the version it was drawn from",
+}
+
+
+def _refusal_row(refusal: RefusedWrite) -> Html:
+    drawn = "—" if refusal.expected_version is None else f"from v{refusal.expected_version}"
+    cells = (
+        drawn,
+        f"{refusal.event} (not written)",
+        el("span", REFUSAL_WORDS.get(refusal.reason, refusal.reason), class_="refusal",
+           title=refusal.detail),
+        refusal.owner or "operator/caller",
+        refusal.execution_epoch,
+        refusal.at_utc,
+    )  # fmt: skip
+    return el("tr", [el("td", c) for c in cells], class_="refused")
 
 
 TOOL_ERROR_TEXT = (
@@ -969,8 +1055,8 @@ def servers(ledger: Ledger, view: View) -> Html:
         (u.server, u.protocol or "—", u.adapter_version or "—", u.operations, u.open, u.failing)
         for u in ledger.server_use()
     ]
-    workers = ledger.workers()
-    worker_rows = [_worker_row(ledger, w, view.now) for w in workers]
+    holdings = {h.owner: h for h in ledger.holdings()}
+    worker_rows = [_worker_row(w, holdings.get(w.owner), view.now) for w in ledger.workers()]
     plan_rows = [
         (
             p.protocol,
@@ -998,24 +1084,30 @@ def servers(ledger: Ledger, view: View) -> Html:
                 use_rows,
                 class_="servers",
             ),
-            el(
-                "p",
-                "Each worker polls a server at most --qps times a second (20 by default; a"
-                " servers file sets it per server), one budget shared through the ledger."
-                " Its circuit breaker and poll rate are on its /metrics endpoint.",
-                class_="quiet",
-            ),
             id="servers",
             data_live=True,
         ),
         el(
             "section",
+            el("h2", "Poll budgets and circuit breakers"),
+            _budgets_and_breakers(ledger, view.now),
+            el(
+                "p",
+                "Every worker draws its polls of a server from one budget in the ledger, at"
+                " most its --qps a second (20 by default; a servers file sets it per server)."
+                " The cap shown is the one the last grant was taken at; slots are what the"
+                " workers took from the budget, an upper bound on the polls sent (a slot a"
+                " worker could not use in time is dropped). Each worker keeps a circuit"
+                " breaker per server and records it here when it opens or closes.",
+                class_="quiet",
+            ),
+            id="budgets",
+            data_live=True,
+        ),
+        el(
+            "section",
             el("h2", "Workers and leases"),
-            table(
-                ("holder", "kind", "lease", "renewed", "started", "operations held"),
-                worker_rows,
-                class_="workers",
-            )
+            table(WORKER_HEAD, worker_rows, class_="workers")
             if worker_rows
             else el("p", "No worker is registered.", class_="quiet"),
             id="workers",
@@ -1042,16 +1134,72 @@ def servers(ledger: Ledger, view: View) -> Html:
     return layout("Servers & workers", view, body, counts=counts)
 
 
-def _worker_row(ledger: Ledger, worker: WorkerRow, now: float) -> list[Child]:
+WORKER_HEAD = ("holder", "kind", "lease", "renewed", "started", "operations held",
+               "held at epoch 2 or more (taken over)")  # fmt: skip
+
+
+def _worker_row(worker: WorkerRow, holding: Holding | None, now: float) -> list[Child]:
     live = worker.lease_until > now
     lease = (
         f"until {stamp(worker.lease_until)}"
         if live
         else f"lapsed {relative(worker.lease_until, now)}"
     )
-    held = len(ledger.held_versions(worker.owner))
+    held = holding.operations if holding else 0
+    if holding is None or holding.epoch_max is None:
+        epochs = "none"
+    else:
+        epochs = f"{holding.taken_over}, at epochs up to {holding.epoch_max}"
     return [worker.owner, worker.kind, el("span", lease, class_="live-lease" if live else "lapsed"),
-            worker.renewed_at_utc, worker.started_at_utc, held]  # fmt: skip
+            worker.renewed_at_utc, worker.started_at_utc, held, epochs]  # fmt: skip
+
+
+def _budgets_and_breakers(ledger: Ledger, now: float) -> Html:
+    budgets = {b.server: b for b in ledger.poll_budgets()}
+    live = live_owners(ledger, now)
+    breakers: dict[str, list[BreakerRow]] = {}
+    for breaker in ledger.breakers():
+        breakers.setdefault(breaker.server, []).append(breaker)
+    names = sorted({*(u.server for u in ledger.server_use()), *budgets, *breakers})
+    if not names:
+        return el("p", "No server yet.", class_="quiet")
+    rows = [
+        (
+            name,
+            *_budget_cells(budgets.get(name), now),
+            join(_breaker_line(b, live, now) for b in breakers.get(name, []))
+            or "none recorded (closed)",
+        )
+        for name in names
+    ]
+    return table(
+        ("server", "poll cap", "slots taken, last whole minute", "this minute", "circuit breakers"),
+        rows,
+        class_="budgets",
+    )
+
+
+def _budget_cells(budget: PollBudgetRow | None, now: float) -> tuple[Child, Child, Child]:
+    if budget is None or budget.qps_max is None:
+        return "no shared budget drawn yet", "—", "—"
+    last, this = budget.use.seen_at(now)
+    per_minute = slots_per_minute_max(budget.qps_max)
+    cap = f"{budget.qps_max:g}/s (at most {per_minute:.0f} slots a minute)"
+    used = f"{last} ({100 * last / per_minute:.0f} % of the cap)"
+    return cap, used, this
+
+
+def _breaker_line(breaker: BreakerRow, live: set[str], now: float) -> Html:
+    if breaker.state is BreakerState.OPEN:
+        text = (
+            f"{breaker.owner}: {breaker_until(breaker, now)}, {breaker.failures} failures in a"
+            f" row; last error: {breaker.last_error or 'unknown'}"
+        )
+    else:
+        text = f"{breaker.owner}: {breaker.state.value} since {breaker.changed_at_utc}"
+    if breaker.owner not in live:
+        text += " (its lease has lapsed)"
+    return el("div", text, class_=f"breaker b-{breaker.state.value}")
 
 
 def refused(title: str, message: str) -> Html:

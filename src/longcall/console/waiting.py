@@ -2,25 +2,42 @@
 may do with it — decided from stored rows alone.
 
 Owns: :func:`waiting_on` (the banner of every non-terminal state: the same first-match
-rule as the ledger's ``waiting`` filter, :data:`~longcall.ledger.WAITING_REASONS`),
-:func:`clocks` (working time apart from time spent waiting for a person or an
-operator), :func:`timeline` (history with repeated rows folded), and
-:func:`resolutions` (the reconciliations the evidence allows, the checks the client
-makes before it writes one). Must not: read a clock (``now`` is given), touch the
-ledger, or render HTML.
+rule as the ledger's ``waiting`` filter, :data:`~longcall.ledger.WAITING_REASONS`, told
+in full: the last status read and the next, the holder's circuit breaker when it is
+open), :func:`clocks` (working time apart from time spent waiting for a person or an
+operator), :func:`timeline` (history with repeated rows folded, and the refused stale
+writes in their place), :func:`resolutions` (the reconciliations the evidence allows,
+the checks the client makes before it writes one), and how times read (:func:`stamp`,
+:func:`relative`, :func:`duration`). Must not: read a clock (``now`` is given), touch
+the ledger, or render HTML.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Collection, Sequence
+from datetime import UTC, datetime
 
 from longcall.core import OperationRecord, State
 from longcall.core.events import Resolution
-from longcall.ledger import HistoryRow
+from longcall.core.retry import BreakerState
+from longcall.core.states import NOT_POLLING_STATES
+from longcall.ledger import BreakerRow, HistoryRow, RefusedWrite
 
 PERSON_STATES = frozenset({State.INPUT_REQUIRED, State.RECONCILIATION_REQUIRED})
 """Time in these states is time waiting for a person, not work."""
+STATUS_READS = frozenset(
+    {
+        "SubmitAcknowledged",
+        "SubmissionFound",
+        "WorkingObserved",
+        "InputRequestObserved",
+        "TerminalObserved",
+        "OperationNotFound",
+    }
+)
+"""History events written when the server's answer told the operation's status: the
+last of them is when its status was last read (a poll, or the create's answer)."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,9 +53,17 @@ class Waiting:
 
 
 def waiting_on(
-    record: OperationRecord, *, owner: str | None, live_owners: Collection[str], now: float
+    record: OperationRecord,
+    *,
+    owner: str | None,
+    live_owners: Collection[str],
+    now: float,
+    history: Sequence[HistoryRow] = (),
+    breaker: BreakerRow | None = None,
 ) -> Waiting:
-    """What ``record`` waits on now (the ledger's rule, first match wins)."""
+    """What ``record`` waits on now (the ledger's rule, first match wins). ``history``
+    tells when the status was last read; ``breaker`` is the holder's breaker for the
+    record's server, if one is kept: an open one holds every request to that server."""
     if record.is_terminal:
         return Waiting(reason="nothing", headline="nothing: the outcome is accepted")
     if record.state is State.RECONCILIATION_REQUIRED:
@@ -66,22 +91,85 @@ def waiting_on(
             ),
         )
     lease = f"held by {owner} at execution epoch {record.execution_epoch}"
+    open_breaker = _open_breaker(breaker, record.server, owner)
+    until = _later(record.next_poll_at, open_breaker.open_until if open_breaker else None)
+    cut_off = _breaker_line(open_breaker, now) if open_breaker else None
     if record.failed_attempts > 0:
         return Waiting(
             reason="backoff",
-            headline=f"a retry: the last request failed ({record.failed_attempts} in a row)",
-            details=(f"last error: {record.last_error or 'unknown'}", lease),
-            until=record.next_poll_at,
+            headline=f"a retry: the last request failed ({record.failed_attempts} in a row)"
+            + (" and the server's circuit breaker is open" if cut_off else ""),
+            details=_present(f"last error: {record.last_error or 'unknown'}", cut_off, lease),
+            until=until,
         )
     return Waiting(
         reason="server",
-        headline=_server_headline(record),
-        details=(
+        headline=_server_headline(record)
+        + (" — its circuit breaker is open, no request leaves before then" if cut_off else ""),
+        details=_present(
             _last_status(record),
-            f"polls so far: {record.poll_count}",
+            _last_read(history, record, now),
+            _next_request(record, now),
+            cut_off,
             lease,
         ),
-        until=record.next_poll_at,
+        until=until,
+    )
+
+
+def _next_request(record: OperationRecord, now: float) -> str:
+    """When the next request is due: a poll where the state polls, else the create, the
+    lookup or the fetch the state names."""
+    what = "request" if record.state in NOT_POLLING_STATES else "poll"
+    if record.next_poll_at is None:
+        return f"no {what} planned"
+    return f"next {what} at {stamp(record.next_poll_at)} ({relative(record.next_poll_at, now)})"
+
+
+def _present(*lines: str | None) -> tuple[str, ...]:
+    return tuple(line for line in lines if line)
+
+
+def _later(first: float | None, second: float | None) -> float | None:
+    present = [t for t in (first, second) if t is not None]
+    return max(present) if present else None
+
+
+def _open_breaker(breaker: BreakerRow | None, server: str, owner: str) -> BreakerRow | None:
+    """The holder's breaker for ``server`` if it is open (None otherwise)."""
+    if breaker is None or (breaker.server, breaker.owner) != (server, owner):
+        return None
+    return breaker if breaker.state is BreakerState.OPEN else None
+
+
+def _breaker_line(breaker: BreakerRow, now: float) -> str:
+    return (
+        f"circuit breaker of {breaker.owner} for this server: {breaker_until(breaker, now)},"
+        f" after {breaker.failures} failures in a row; last error:"
+        f" {breaker.last_error or 'unknown'}"
+    )
+
+
+def breaker_until(breaker: BreakerRow, now: float) -> str:
+    """How long an open breaker holds requests back, or that its trial is due."""
+    until = breaker.open_until
+    if until is None or until > now:
+        return f"open until {stamp(until)} ({relative(until, now)})"
+    return f"open; its trial request was due at {stamp(until)} ({relative(until, now)})"
+
+
+def last_status_read(history: Sequence[HistoryRow]) -> HistoryRow | None:
+    """The history row written when the server's answer last told the status."""
+    return next((row for row in reversed(history) if row.event in STATUS_READS), None)
+
+
+def _last_read(history: Sequence[HistoryRow], record: OperationRecord, now: float) -> str:
+    row = last_status_read(history)
+    if row is None:
+        return "no status read yet"
+    return (
+        f"last status read at {stamp(row.at)} ({relative(row.at, now)}),"
+        f" {record.poll_count} poll(s) so far"
     )
 
 
@@ -123,7 +211,8 @@ def clocks(history: Sequence[HistoryRow], *, now: float) -> Clocks:
     """Working time and waiting-for-a-person time, from each version's state until the
     next version (the last until ``now``, or until its acceptance)."""
     working = waiting = 0.0
-    for row, following in zip(history, [*history[1:], None], strict=True):
+    following_rows: list[HistoryRow | None] = [*history[1:], None] if history else []
+    for row, following in zip(history, following_rows, strict=True):
         if row.state in (State.ACCEPTED, State.CANCELLED_ACCEPTED):
             break
         end = following.at if following is not None else now
@@ -135,9 +224,25 @@ def clocks(history: Sequence[HistoryRow], *, now: float) -> Clocks:
     return Clocks(working_s=working, waiting_s=waiting)
 
 
+def stamp(at: float | None) -> str:
+    """A moment as the pages show it (UTC, to the second)."""
+    if at is None:
+        return "—"
+    return datetime.fromtimestamp(at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def relative(at: float | None, now: float) -> str:
+    """``in 3.0 s`` or ``2 min 05 s ago``."""
+    if at is None:
+        return "—"
+    delta = at - now
+    return f"in {duration(delta)}" if delta >= 0 else f"{duration(-delta)} ago"
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Fold:
-    """One timeline row: a run of history rows with the same event and state."""
+    """One timeline row: a run of history rows with the same event and state, written
+    by the same holder at the same epoch."""
 
     first: HistoryRow
     last: HistoryRow
@@ -148,15 +253,27 @@ class Fold:
         return self.first.event == "ExecutionClaimed"
 
 
-def timeline(history: Sequence[HistoryRow]) -> list[Fold]:
-    """History with runs of the same (event, state) folded (repeated polls)."""
-    folds: list[Fold] = []
+def timeline(
+    history: Sequence[HistoryRow], refused: Sequence[RefusedWrite] = ()
+) -> list[Fold | RefusedWrite]:
+    """History with runs of the same event and state by the same writer at the same
+    epoch folded (repeated polls), and each refused write in its place by the ledger's
+    stamps (a refusal ends a run, as a change of holder or epoch does)."""
+    entries: list[Fold | RefusedWrite] = []
+    waiting = sorted(refused, key=lambda r: r.at_utc)
     for row in history:
-        if folds and (folds[-1].first.event, folds[-1].first.state) == (row.event, row.state):
-            folds[-1] = dataclasses.replace(folds[-1], last=row, count=folds[-1].count + 1)
+        while waiting and waiting[0].at_utc < row.at_utc:
+            entries.append(waiting.pop(0))
+        last = entries[-1] if entries else None
+        if isinstance(last, Fold) and _run_key(last.first) == _run_key(row):
+            entries[-1] = dataclasses.replace(last, last=row, count=last.count + 1)
         else:
-            folds.append(Fold(first=row, last=row, count=1))
-    return folds
+            entries.append(Fold(first=row, last=row, count=1))
+    return entries + waiting
+
+
+def _run_key(row: HistoryRow) -> tuple[str, State, str | None, int]:
+    return row.event, row.state, row.owner, row.execution_epoch
 
 
 def resolutions(record: OperationRecord, *, now: float) -> tuple[Resolution, ...]:

@@ -71,6 +71,7 @@ from longcall.gateway.replies import (
     cancel_reply,
     outcome_reply,
     refused_text,
+    result_body,
     state_word,
     status_reply,
 )
@@ -486,8 +487,7 @@ class Gateway:
         if not result.record.is_terminal:
             return self._status_of(canonical, result)
         if result.outcome not in (CallOutcome.PROTOCOL_ERROR, CallOutcome.CANCELLED):
-            body = result.result if isinstance(result.result, Mapping) else {}
-            pages = page_count(body, self.options.page_chars) if body else 1
+            pages = page_count(result_body(result), self.options.page_chars)
             if not 1 <= page <= pages:
                 raise ToolError(f"Page {page} does not exist: the result has {pages} page(s).")
         return await self._deliver(canonical, result, page=page)

@@ -14,12 +14,16 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from longcall.adapters.aip151.mapping import PROTOCOL as AIP151
+from longcall.adapters.apify.mapping import PROTOCOL as APIFY
 from longcall.client import CallOutcome, CallResult
 from longcall.core import State
+from longcall.core.machine import EMPTY_RESULT_WARNING
 from longcall.gateway.pages import ZERO_ITEMS_WARNING, page_count, page_of, zero_items
 from longcall.runtime.inputs import InputQuestion
 from longcall.runtime.step import CancelOutcome
 from longcall.server.errors import ToolProtocolError
+from longcall.server.wire import RELATED_TASK_META_KEY
 
 STATUS_TOOL = "longcall_status"
 RESULT_TOOL = "longcall_result"
@@ -128,11 +132,12 @@ def outcome_reply(handle: str, result: CallResult, *, page: int, page_chars: int
     if result.outcome is CallOutcome.CANCELLED:
         text = cancelled_text(handle, result)
         return {"content": [{"type": "text", "text": text}], "isError": True}
-    body = result.result if isinstance(result.result, Mapping) else _as_result(result.result)
+    body = result_body(result)
     pages = page_count(body, page_chars)
     reply = page_of(body, page, page_chars)
     notes: list[str] = []
-    if result.outcome is CallOutcome.OK and zero_items(body):
+    empty = zero_items(body) or EMPTY_RESULT_WARNING in result.warnings
+    if result.outcome is CallOutcome.OK and empty:
         notes.append(ZERO_ITEMS_WARNING)
     if pages > 1:
         structured: dict[str, Any] = {"handle": handle, "page": page, "pages": pages}
@@ -153,6 +158,33 @@ def outcome_reply(handle: str, result: CallResult, *, page: int, page_chars: int
 
 def _texts(lines: Sequence[str]) -> list[dict[str, Any]]:
     return [{"type": "text", "text": line} for line in lines]
+
+
+NOT_TOOL_RESULTS = (APIFY, AIP151)
+"""Protocols whose accepted result is their own value (an Apify-style run with its
+dataset items, an AIP-151 ``response``), not an MCP ``CallToolResult``."""
+
+
+def result_body(result: CallResult) -> dict[str, Any]:
+    """An accepted result as the ``CallToolResult`` a host is given: an MCP upstream's
+    as it sent it, another protocol's value as structured content and its JSON text."""
+    if result.protocol not in NOT_TOOL_RESULTS and isinstance(result.result, Mapping):
+        return _tool_result(result.result)
+    return _as_result(result.result)
+
+
+def _tool_result(upstream: Mapping[str, Any]) -> dict[str, Any]:
+    """An upstream's ``CallToolResult`` as the gateway returns it: ``isError`` said
+    (SDKs leave it out when false, and the server library takes a dict without it for
+    a value to wrap), and without the related-task ``_meta`` naming the upstream's own
+    task (a host's task is the gateway's, never the upstream's)."""
+    body: dict[str, Any] = {"content": [], **upstream, "isError": bool(upstream.get("isError"))}
+    meta = body.pop("_meta", None)
+    if isinstance(meta, Mapping):
+        kept = {key: value for key, value in meta.items() if key != RELATED_TASK_META_KEY}
+        if kept:
+            body["_meta"] = kept
+    return body
 
 
 def _as_result(value: Any) -> dict[str, Any]:

@@ -19,11 +19,13 @@ from typing import Any
 from longcall.core import (
     TERMINAL_STATES,
     OperationRecord,
+    ResultKind,
     ServerStatus,
     State,
     TerminalReceipt,
 )
 from longcall.core.keys import digest_bytes
+from longcall.core.retry import BreakerState
 from longcall.errors import (
     AcceptanceMismatch,
     DigestMismatch,
@@ -31,9 +33,12 @@ from longcall.errors import (
     LocalProtocolError,
     VersionConflict,
 )
-from longcall.ledger.budget import PollGrant
+from longcall.ledger.budget import BudgetUse, PollGrant
 
 _STATES_WITH_OBSERVED_TERMINAL = (State.TERMINAL_OBSERVED, State.FETCHING_RESULT)
+REFUSALS_KEPT_PER_NODE = 50
+"""Refused writes kept per call node: the first ones tell the story; a stale worker
+that kept trying must not grow the ledger without bound."""
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -187,11 +192,21 @@ class OperationQuery:
     """When leases are judged (``waiting="worker"``)."""
     after_seq: int | None = None
     oldest_first: bool = False
+    nearest_input_deadline_first: bool = False
+    """With ``waiting="person"``: order by the input round's deadline (none last), then
+    by creation (the inbox's order), read as one page (no ``after_seq``)."""
     limit: int = 50
 
     def __post_init__(self) -> None:
         if self.waiting is not None and self.waiting not in WAITING_REASONS:
             raise ValueError(f"waiting must be one of {WAITING_REASONS}, not {self.waiting!r}")
+        if self.nearest_input_deadline_first and (
+            self.waiting != "person" or self.after_seq is not None
+        ):
+            raise ValueError(
+                "nearest_input_deadline_first orders one page of the operations waiting"
+                " for a person (waiting='person', no after_seq)"
+            )
         if not 1 <= self.limit <= 10_000:
             raise ValueError(f"limit must be in [1, 10000], not {self.limit!r}")
 
@@ -220,6 +235,94 @@ class ServerUse:
     """Open operations whose last request to the server failed."""
 
 
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BreakerRow:
+    """One lease holder's circuit breaker for one server, as it last opened or closed
+    (X9): each worker keeps its own breakers in memory and writes this row when one
+    changes, so an operator can see them."""
+
+    server: str
+    owner: str
+    state: BreakerState
+    open_until: float | None
+    """When the open breaker lets a trial request through (the worker's clock)."""
+    failures: int
+    """Failed requests in a row to this server when it changed."""
+    last_error: str = ""
+    changed_at_utc: str = ""
+
+
+REFUSAL_REASONS = ("fenced", "version_conflict")
+"""Why the ledger refused a write: another holder or a newer execution epoch holds the
+row (D1), or the row moved past the version the write was drawn from (L4)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class RefusedWrite:
+    """A write the ledger refused as stale, kept beside the timeline: the write itself
+    left nothing (its transaction was rolled back); this row says it was tried."""
+
+    call_node_id: str
+    event: str
+    owner: str | None
+    """The writer (None: an unowned write, an operator's or a caller's)."""
+    execution_epoch: int
+    """The epoch the writer held the operation at."""
+    expected_version: int | None
+    reason: str
+    """One of :data:`REFUSAL_REASONS`."""
+    detail: str
+    at_utc: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class PollBudgetRow:
+    """One server's shared poll budget (X3): the cap of its last grant and its use."""
+
+    server: str
+    qps_max: float | None
+    """The cap the last grant was taken at (None: granted before the ledger kept it)."""
+    use: BudgetUse
+    granted_at_utc: str
+    """When the last grant was taken ('' before the ledger kept it)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Holding:
+    """The open operations one lease holder holds, and those it holds at an execution
+    epoch of 2 or more (taken over from a holder whose lease lapsed, or rebound)."""
+
+    owner: str
+    operations: int
+    taken_over: int = 0
+    epoch_max: int | None = None
+    """The highest epoch among those taken over (None: none is)."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class AcceptedFigures:
+    """What the health figures read of one accepted operation, not its whole record."""
+
+    state: State
+    result_kind: ResultKind | None
+    server_status: ServerStatus | None
+    created_at: float
+    updated_at: float
+    cancel_requested_at: float | None
+    cancel_acknowledged_at: float | None
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class ServerRetries:
+    """Failed requests to one server since a moment, from the operations' history."""
+
+    server: str
+    retried: int
+    """Failed requests that were retried (the operation stayed open)."""
+    given_up: int
+    """Failed requests that were not retried (not retryable, or retries exhausted)."""
+
+
 ClaimDecision = Callable[[OperationRecord], OperationRecord]
 """Given a stored open record, the record a claim writes (same identity, version + 1,
 a higher execution epoch): the engine runs the core machine here."""
@@ -240,6 +343,13 @@ def utc_now_iso() -> str:
         text = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
         _SECOND_STAMP = (seconds, text)
     return f"{text}.{micros:06d}+00:00"
+
+
+def utc_iso(at: float) -> str:
+    """A wall-clock time (seconds since the epoch) as :func:`utc_now_iso` writes it, so
+    that it compares as text with the stamps of rows (a ``created_…_utc`` bound)."""
+    seconds, micros = divmod(round(at * 1_000_000), 1_000_000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{micros:06d}+00:00"
 
 
 class Ledger(abc.ABC):
@@ -463,6 +573,18 @@ class Ledger(abc.ABC):
         """Take up to ``count`` send slots from the server's one poll budget, shared
         by every worker of this ledger (X3; :mod:`longcall.ledger.budget`)."""
 
+    @abc.abstractmethod
+    def put_breaker(self, row: BreakerRow) -> None:
+        """Keep the state of one holder's breaker for one server (insert or replace)."""
+
+    @abc.abstractmethod
+    def breakers(self) -> list[BreakerRow]:
+        """Every kept breaker of a registered holder, by server then holder."""
+
+    @abc.abstractmethod
+    def poll_budgets(self) -> list[PollBudgetRow]:
+        """Every server's shared poll budget, by server."""
+
     # --- rollout (R1-R3, P6) -------------------------------------------------------
 
     @abc.abstractmethod
@@ -517,6 +639,31 @@ class Ledger(abc.ABC):
     @abc.abstractmethod
     def server_use(self) -> list[ServerUse]:
         """Operations per (server, protocol, adapter version), by server."""
+
+    @abc.abstractmethod
+    def failing_by_server(self) -> dict[tuple[str, str, str], int]:
+        """Open operations whose last request failed, per (server, protocol, adapter
+        version) that has any: a read of those few rows alone."""
+
+    @abc.abstractmethod
+    def recent_accepted(self, *, limit: int) -> list[AcceptedFigures]:
+        """The health figures' fields of the last ``limit`` accepted operations (by
+        creation, newest first)."""
+
+    @abc.abstractmethod
+    def holdings(self) -> list[Holding]:
+        """Per lease holder, the open operations it holds and those taken over, by
+        holder: two reads by index (the holders' and the second claims')."""
+
+    @abc.abstractmethod
+    def retries_by_server(self, *, since_utc: str) -> list[ServerRetries]:
+        """Failed requests per server written since ``since_utc`` (a ledger stamp), by
+        server: retried, or given up on."""
+
+    @abc.abstractmethod
+    def refused_writes(self, call_node_id: str) -> list[RefusedWrite]:
+        """The writes of a call node the ledger refused as stale, oldest first (at most
+        :data:`REFUSALS_KEPT_PER_NODE`)."""
 
     @abc.abstractmethod
     def close(self) -> None:

@@ -18,6 +18,9 @@ below). The moments are the workers' own clocks: workers whose clocks disagree b
 ``d`` seconds can exceed the cap by ``d * qps_max`` polls in a window (the
 simulator's clock-skew worlds measure this).
 
+The same row counts the slots granted per whole minute (:class:`BudgetUse`), so an
+operator sees the cap beside its recent use (the console's servers page).
+
 This module is pure (no clock, no I/O): the SQL backends run :func:`grant_slots`
 inside a transaction on the server's row, and an engine without a shared ledger runs
 it on its own in-memory value. It must not import anything above ``longcall.core``.
@@ -77,3 +80,42 @@ def grant_slots(
     first = now if next_free_at is None else max(now, next_free_at)
     grant = PollGrant(server=server, first_at=first, spacing_s=spacing, count=count)
     return grant, first + count * spacing
+
+
+USE_MINUTE_S = 60.0
+"""The budget's use is counted per whole minute of the granting workers' clocks."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class BudgetUse:
+    """Send slots granted from one server's budget in the minute ``minute`` (whole
+    minutes since the epoch) and in the minute before it."""
+
+    minute: int = 0
+    this_minute: int = 0
+    last_minute: int = 0
+
+    def add(self, slots: int, *, now: float) -> BudgetUse:
+        """The use after ``slots`` more were granted at ``now``. A grant stamped before
+        ``minute`` (a worker whose clock is behind) counts in the current minute: the
+        counts never go back in time."""
+        minute = math.floor(now / USE_MINUTE_S)
+        if minute <= self.minute:
+            return dataclasses.replace(self, this_minute=self.this_minute + slots)
+        last = self.this_minute if minute == self.minute + 1 else 0
+        return BudgetUse(minute=minute, this_minute=slots, last_minute=last)
+
+    def seen_at(self, now: float) -> tuple[int, int]:
+        """(slots granted in the last whole minute, slots granted so far in this one)
+        as of ``now``: a count of an older minute is zero by then."""
+        minute = math.floor(now / USE_MINUTE_S)
+        if minute <= self.minute:
+            return self.last_minute, self.this_minute
+        if minute == self.minute + 1:
+            return self.this_minute, 0
+        return 0, 0
+
+
+def slots_per_minute_max(qps_max: float) -> float:
+    """How many send slots one minute of a server's budget holds at this cap."""
+    return USE_MINUTE_S / slot_spacing_s(qps_max)

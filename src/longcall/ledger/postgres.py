@@ -35,7 +35,7 @@ from longcall.core import OperationRecord, TerminalReceipt
 from longcall.errors import LedgerUnavailable
 from longcall.ledger import codec
 from longcall.ledger.base import check_update, utc_now_iso
-from longcall.ledger.sql import Params, SqlLedger
+from longcall.ledger.sql import Params, SqlLedger, keeps_refusals
 
 # Forward-only migrations; index i brings the schema to version i + 1. The tables and
 # constraints mirror the SQLite backend's; ``seq`` stands in for SQLite's rowid
@@ -191,6 +191,45 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX operations_claimed_again ON operations (execution_epoch)
         WHERE execution_epoch >= 2;
     """,
+    # Breakers, refused writes, the poll budget's cap and use, failed requests by
+    # time, the deadline of a person's answer: as in the SQLite backend's migration 8.
+    """
+    CREATE TABLE breakers (
+        server         TEXT NOT NULL,
+        owner          TEXT NOT NULL,
+        state          TEXT NOT NULL,
+        open_until     DOUBLE PRECISION,
+        failures       INTEGER NOT NULL,
+        last_error     TEXT NOT NULL DEFAULT '',
+        changed_at_utc TEXT NOT NULL,
+        PRIMARY KEY (server, owner)
+    );
+    CREATE TABLE refused_writes (
+        refusal_id       BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+        call_node_id     TEXT NOT NULL REFERENCES operations (call_node_id),
+        event            TEXT NOT NULL,
+        owner            TEXT,
+        execution_epoch  INTEGER NOT NULL,
+        expected_version INTEGER,
+        reason           TEXT NOT NULL CHECK (reason IN ('fenced', 'version_conflict')),
+        detail           TEXT NOT NULL,
+        at_utc           TEXT NOT NULL
+    );
+    CREATE INDEX refused_writes_by_node ON refused_writes (call_node_id, refusal_id);
+    ALTER TABLE poll_budget ADD COLUMN qps_max DOUBLE PRECISION;
+    ALTER TABLE poll_budget ADD COLUMN use_minute BIGINT NOT NULL DEFAULT 0;
+    ALTER TABLE poll_budget ADD COLUMN used_this_minute INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE poll_budget ADD COLUMN used_last_minute INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE poll_budget ADD COLUMN granted_at_utc TEXT NOT NULL DEFAULT '';
+    CREATE INDEX history_request_failed ON history (at_utc) WHERE event = 'RequestFailed';
+    ALTER TABLE operations ADD COLUMN person_deadline DOUBLE PRECISION;
+    UPDATE operations SET person_deadline = coalesce(
+            (record_json::jsonb ->> 'input_deadline_at')::double precision, 'Infinity')
+        WHERE state = 'input_required'
+        AND jsonb_array_length(record_json::jsonb -> 'input_keys_pending') > 0;
+    CREATE INDEX operations_person ON operations (person_deadline, seq)
+        WHERE person_deadline IS NOT NULL;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -212,7 +251,10 @@ class PostgresLedger(SqlLedger):
     creation_order = "seq"
     json_text = "(record_json::jsonb ->> '{name}')"
     json_number = "((record_json::jsonb ->> '{name}')::double precision)"
-    json_length = "jsonb_array_length(record_json::jsonb -> '{name}')"
+    json_fields = (
+        "(SELECT jsonb_build_array({names})::text FROM (SELECT record_json::jsonb AS r) AS parsed)"
+    )
+    json_field_key = "r -> '{name}'"
     # FOR UPDATE: a concurrent writer of this row waits for our commit, then reads the
     # version we wrote, so its check raises VersionConflict (L4).
     row_lock = " FOR UPDATE"
@@ -339,6 +381,7 @@ class PostgresLedger(SqlLedger):
         # would not be exactly the prefix: ask for the prefix itself.
         return "starts_with(call_node_id, ?)", (text,)
 
+    @keeps_refusals
     def update(
         self,
         record: OperationRecord,

@@ -2,14 +2,17 @@
 
 Owns: :class:`SqlLedger`, the ledger contract written once over a DB-API connection —
 the readers (records, receipts, results, outbox, history, blobs), row decoding, the
-version-CAS store, the history and blob writes, the acceptance transaction and the
+version-CAS store, the history and blob writes, the acceptance transaction, the
+writes refused as stale kept beside the timeline (:func:`keeps_refusals`), what the
+operator's console reads (breakers, poll budgets, holdings, failed requests) and the
 forward-migration loop. Queries are written with ``?`` placeholders; a backend whose
 driver wants another style translates them in :meth:`SqlLedger._execute`.
 
 Each backend keeps what is really its own: the connection and its setup, how a write
 transaction begins, how a row is locked for a transition (``row_lock``), how a new
 receipt reports its id, which driver errors mean a duplicate, its migrations, and its
-own ``update`` (SQLite's single guarded statement; PostgreSQL's ``FOR UPDATE`` read).
+own ``update`` (SQLite's single guarded statement; PostgreSQL's ``FOR UPDATE`` read),
+wrapped in :func:`keeps_refusals`.
 
 Must not: decide whether an update or an acceptance is allowed (that is
 :func:`~longcall.ledger.base.check_update` and
@@ -20,26 +23,35 @@ driver (PostgreSQL's stays optional), or import anything above ``longcall.core``
 from __future__ import annotations
 
 import abc
+import contextlib
+import dataclasses
 import functools
 import json
+import math
 import secrets
 import threading
 import uuid
 from collections.abc import Callable, Collection, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar, cast
 
 from longcall.core import (
     TERMINAL_STATES,
     NotFoundError,
     OperationRecord,
+    ResultKind,
+    ServerStatus,
     State,
     TerminalReceipt,
     UnknownCallNode,
 )
+from longcall.core.retry import BreakerState
 from longcall.errors import (
     BlobConflict,
+    ConflictError,
+    CorruptRow,
     DuplicateCallNode,
+    Fenced,
     LedgerMissing,
     LedgerRefused,
     LedgerUnavailable,
@@ -49,17 +61,24 @@ from longcall.errors import (
 )
 from longcall.ledger import codec
 from longcall.ledger.base import (
+    REFUSALS_KEPT_PER_NODE,
     WORKER,
+    AcceptedFigures,
     AdapterPlan,
+    BreakerRow,
     Census,
     Claim,
     ClaimDecision,
     Fence,
     HistoryRow,
+    Holding,
     Ledger,
     ListedOperation,
     OperationQuery,
     OutboxRow,
+    PollBudgetRow,
+    RefusedWrite,
+    ServerRetries,
     ServerUse,
     ShadowComparison,
     VersionSet,
@@ -68,7 +87,7 @@ from longcall.ledger.base import (
     check_fence,
     check_update,
 )
-from longcall.ledger.budget import PollGrant, grant_slots
+from longcall.ledger.budget import BudgetUse, PollGrant, grant_slots
 
 Row = tuple[Any, ...]
 Params = Sequence[object]
@@ -155,12 +174,14 @@ def _census_counts() -> str:
 
 _CLAIMED_UPDATE = (
     "UPDATE operations SET owner = ?, execution_epoch = ?, version = ?, state = ?,"
-    " record_json = ?, updated_at_utc = ? WHERE call_node_id = ? AND version = ?"
+    " record_json = ?, updated_at_utc = ?, person_deadline = ?"
+    " WHERE call_node_id = ? AND version = ?"
 )
 # A rollback's rewrite (R3): released, at a higher epoch, bound to the old version.
 _REBOUND_UPDATE = (
     "UPDATE operations SET owner = NULL, adapter_version = ?, execution_epoch = ?, version = ?,"
-    " state = ?, record_json = ?, updated_at_utc = ? WHERE call_node_id = ? AND version = ?"
+    " state = ?, record_json = ?, updated_at_utc = ?, person_deadline = ?"
+    " WHERE call_node_id = ? AND version = ?"
 )
 
 
@@ -168,6 +189,15 @@ def failing_flag(record: OperationRecord) -> int | None:
     """The ``failing`` column: 1 for an open operation whose last request failed (claims
     and rollbacks keep ``failed_attempts``, so only the writes of a new record set it)."""
     return 1 if record.failed_attempts > 0 and not record.is_terminal else None
+
+
+def person_deadline(record: OperationRecord) -> float | None:
+    """The ``person_deadline`` column: for an operation waiting for a person's answer
+    (input asked, some keys unanswered), its round's deadline (infinity: none); NULL for
+    every other. The inbox and the waiting-on rule read it by index."""
+    if record.state is State.INPUT_REQUIRED and record.input_keys_pending:
+        return math.inf if record.input_deadline_at is None else record.input_deadline_at
+    return None
 
 
 def dumps_versions(versions: VersionSet | None) -> str | None:
@@ -197,6 +227,27 @@ def version_filter(versions: VersionSet | None) -> tuple[str, tuple[str, ...]]:
     return f" AND ({clause or '1 = 0'})", tuple(x for pair in pairs for x in pair)
 
 
+_Write = TypeVar("_Write", bound=Callable[..., Any])
+
+
+def keeps_refusals(write: _Write) -> _Write:
+    """Wrap a ledger write of one record (``update``, ``accept_terminal``: the record
+    first, then ``expected_version``, ``event`` and ``owner`` by keyword) so that a
+    refusal as stale (Fenced, a version conflict) is kept by ``_note_refused`` after its
+    transaction rolled back, then raised as it was."""
+
+    @functools.wraps(write)
+    def kept(self: SqlLedger, record: OperationRecord, *args: Any, **kwargs: Any) -> Any:
+        try:
+            return write(self, record, *args, **kwargs)
+        except (Fenced, VersionConflict) as refusal:
+            event, owner = kwargs["event"], kwargs.get("owner")
+            self._note_refused(record, event, owner, kwargs["expected_version"], refusal)
+            raise
+
+    return cast(_Write, kept)
+
+
 class SqlLedger(Ledger):
     """The ledger contract over one DB-API connection, shared by the SQL backends.
 
@@ -218,8 +269,12 @@ class SqlLedger(Ledger):
     """SQL reading the text of the stored record's field ``{name}``."""
     json_number: ClassVar[str]
     """SQL reading the stored record's numeric field ``{name}``."""
-    json_length: ClassVar[str]
-    """SQL reading the length of the stored record's array field ``{name}``."""
+    json_fields: ClassVar[str]
+    """SQL reading the stored record's fields ``{names}`` (comma-separated, each as
+    ``json_field_key`` writes it) as the text of one JSON array: the record is parsed
+    once, not once per field."""
+    json_field_key: ClassVar[str]
+    """How one field ``{name}`` is written in ``json_fields``."""
     failing: ClassVar[str] = "failing = 1"
     """An open operation whose last request failed (the column ``failing_flag`` writes,
     and the condition of the partial index ``operations_failing``)."""
@@ -480,6 +535,7 @@ class SqlLedger(Ledger):
             "shadow_of": record.shadow_of,
             "tool_name": record.tool_name,
             "failing": failing_flag(record),
+            "person_deadline": person_deadline(record),
         }
 
     def create(
@@ -505,6 +561,26 @@ class SqlLedger(Ledger):
             ) from exc
         return record
 
+    def _note_refused(
+        self,
+        record: OperationRecord,
+        event: str,
+        owner: str | None,
+        expected_version: int | None,
+        refusal: ConflictError,
+    ) -> None:
+        """Keep a row saying this write was refused, in a transaction of its own after
+        the refused one rolled back (nothing of the write itself is kept). A failure
+        here is swallowed: the refusal raised to the writer is what counts."""
+        reason = "fenced" if isinstance(refusal, Fenced) else "version_conflict"
+        node = record.call_node_id
+        values = (node, event, owner, record.execution_epoch, expected_version, reason,
+                  str(refusal)[:_REFUSAL_DETAIL_MAX], self._utc_now(), node,
+                  REFUSALS_KEPT_PER_NODE)  # fmt: skip
+        with contextlib.suppress(LedgerUnavailable, *self.integrity_errors), self._write() as conn:
+            self._execute(conn, _REFUSAL_INSERT, values)
+
+    @keeps_refusals
     def accept_terminal(
         self,
         record: OperationRecord,
@@ -574,7 +650,7 @@ class SqlLedger(Ledger):
         cursor = self._execute(
             conn,
             "UPDATE operations SET version = ?, state = ?, operation_id = ?, record_json = ?,"
-            " updated_at_utc = ?, execution_epoch = ?, open = ?, failing = ?"
+            " updated_at_utc = ?, execution_epoch = ?, open = ?, failing = ?, person_deadline = ?"
             f" WHERE call_node_id = ? AND version = ?{fenced}",
             (
                 record.version,
@@ -585,6 +661,7 @@ class SqlLedger(Ledger):
                 record.execution_epoch,
                 None if record.is_terminal else 1,
                 failing_flag(record),
+                person_deadline(record),
                 record.call_node_id,
                 expected,
                 *((owner, record.execution_epoch) if owner is not None else ()),
@@ -611,6 +688,19 @@ class SqlLedger(Ledger):
         )
 
     def put_blob(
+        self, call_node_id: str, name: str, payload: bytes, *, fence: Fence | None = None
+    ) -> bool:
+        try:
+            return self._put_blob(call_node_id, name, payload, fence=fence)
+        except Fenced as refusal:
+            assert fence is not None  # only a fenced write is refused as Fenced
+            record = self.find(call_node_id)
+            if record is not None:
+                stale = dataclasses.replace(record, execution_epoch=fence.execution_epoch)
+                self._note_refused(stale, f"store {name}", fence.owner, None, refusal)
+            raise
+
+    def _put_blob(
         self, call_node_id: str, name: str, payload: bytes, *, fence: Fence | None = None
     ) -> bool:
         with self._write() as conn:
@@ -702,6 +792,7 @@ class SqlLedger(Ledger):
                 conn, "UPDATE operations SET owner = NULL WHERE owner = ? AND open = 1", (owner,)
             ).rowcount
             self._execute(conn, "DELETE FROM workers WHERE owner = ?", (owner,))
+            self._execute(conn, "DELETE FROM breakers WHERE owner = ?", (owner,))
             return int(released)
 
     def workers(self) -> list[WorkerRow]:
@@ -811,6 +902,7 @@ class SqlLedger(Ledger):
                         c.record.state.value,
                         codec.dumps(c.record),
                         now_utc,
+                        person_deadline(c.record),
                         c.record.call_node_id,
                         c.record.version - 1,
                     )
@@ -854,7 +946,10 @@ class SqlLedger(Ledger):
         return {str(node): int(version) for node, version in rows}
 
     def take_poll_slots(self, server: str, *, now: float, count: int, qps_max: float) -> PollGrant:
-        select = f"SELECT next_free_at FROM poll_budget WHERE server = ?{self.row_lock}"
+        select = (
+            "SELECT next_free_at, use_minute, used_this_minute, used_last_minute"
+            f" FROM poll_budget WHERE server = ?{self.row_lock}"
+        )
         with self._write() as conn:
             row = self._execute(conn, select, (server,)).fetchone()
             if row is None:  # the server's first grant (another worker may race to it)
@@ -868,12 +963,70 @@ class SqlLedger(Ledger):
             grant, next_free_at = grant_slots(
                 server, float(row[0]), now=now, count=count, qps_max=qps_max
             )
+            used = BudgetUse(minute=int(row[1]), this_minute=int(row[2]), last_minute=int(row[3]))
+            used = used.add(grant.count, now=now)
             self._execute(
                 conn,
-                "UPDATE poll_budget SET next_free_at = ? WHERE server = ?",
-                (next_free_at, server),
-            )
+                "UPDATE poll_budget SET next_free_at = ?, qps_max = ?, use_minute = ?,"
+                " used_this_minute = ?, used_last_minute = ?, granted_at_utc = ?"
+                " WHERE server = ?",
+                (next_free_at, qps_max, used.minute, used.this_minute, used.last_minute,
+                 self._utc_now(), server),
+            )  # fmt: skip
         return grant
+
+    def poll_budgets(self) -> list[PollBudgetRow]:
+        rows = self._read(
+            "SELECT server, qps_max, use_minute, used_this_minute, used_last_minute,"
+            " granted_at_utc FROM poll_budget ORDER BY server"
+        )
+        return [
+            PollBudgetRow(
+                server=str(r[0]),
+                qps_max=None if r[1] is None else float(r[1]),
+                use=BudgetUse(minute=int(r[2]), this_minute=int(r[3]), last_minute=int(r[4])),
+                granted_at_utc=str(r[5]),
+            )
+            for r in rows
+        ]
+
+    # --- breakers (X9): each holder's, as it last changed ------------------------------
+
+    def put_breaker(self, row: BreakerRow) -> None:
+        with self._write() as conn:
+            self._execute(
+                conn,
+                "INSERT INTO breakers (server, owner, state, open_until, failures, last_error,"
+                " changed_at_utc) VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (server, owner)"
+                " DO UPDATE SET state = excluded.state, open_until = excluded.open_until,"
+                " failures = excluded.failures, last_error = excluded.last_error,"
+                " changed_at_utc = excluded.changed_at_utc",
+                (row.server, row.owner, row.state.value, row.open_until, row.failures,
+                 row.last_error, self._utc_now()),
+            )  # fmt: skip
+            # The breakers of holders forgotten since (a lapsed worker that held
+            # nothing any more) go: nobody sends under them.
+            self._execute(
+                conn, "DELETE FROM breakers WHERE owner NOT IN (SELECT owner FROM workers)"
+            )
+
+    def breakers(self) -> list[BreakerRow]:
+        rows = self._read(
+            "SELECT server, owner, state, open_until, failures, last_error, changed_at_utc"
+            " FROM breakers WHERE owner IN (SELECT owner FROM workers) ORDER BY server, owner"
+        )
+        return [
+            BreakerRow(
+                server=str(r[0]),
+                owner=str(r[1]),
+                state=BreakerState(r[2]),
+                open_until=None if r[3] is None else float(r[3]),
+                failures=int(r[4]),
+                last_error=str(r[5]),
+                changed_at_utc=str(r[6]),
+            )
+            for r in rows
+        ]
 
     # --- rollout (R1-R3, P6) -----------------------------------------------------------
 
@@ -944,6 +1097,7 @@ class SqlLedger(Ledger):
                     after.state.value,
                     codec.dumps(after),
                     now_utc,
+                    person_deadline(after),
                     after.call_node_id,
                     before.version,
                 ))  # fmt: skip
@@ -1001,24 +1155,26 @@ class SqlLedger(Ledger):
 
     def _waiting_on(self) -> str:
         """The CASE naming what an operation waits on (``WAITING_REASONS``, first match
-        wins); its one parameter is ``now`` (whose leases are live)."""
-        pending = self.json_length.format(name="input_keys_pending")
+        wins); its one parameter is ``now`` (whose leases are live). A person is asked
+        exactly when ``person_deadline`` is set (:func:`person_deadline`)."""
         return (
             "CASE WHEN open IS NULL THEN 'nothing'"
             " WHEN state = 'reconciliation_required' THEN 'operator'"
-            f" WHEN state = 'input_required' AND {pending} > 0 THEN 'person'"
+            " WHEN person_deadline IS NOT NULL THEN 'person'"
             " WHEN owner IS NULL OR owner NOT IN"
             " (SELECT owner FROM workers WHERE lease_until > ?) THEN 'worker'"
             f" WHEN {self.failing} THEN 'backoff'"
             " ELSE 'server' END"
         )
 
-    _WAITING_NARROWS: ClassVar[dict[str, str]] = {
+    _WAITING_EXACT: ClassVar[dict[str, str]] = {
         "nothing": "open IS NULL",
         "operator": "state = 'reconciliation_required'",
-        "person": "state = 'input_required'",
+        "person": "person_deadline IS NOT NULL",
     }
-    """An indexed condition each reason implies, read before the CASE."""
+    """An indexed condition that holds exactly when the CASE names the reason (each
+    selects open or accepted rows of one kind the CASE's earlier branches never take),
+    so the rows need not be read: the inbox's count reads only its index."""
 
     def _prefix(self, text: str) -> tuple[str, tuple[object, ...]]:
         """Call node ids beginning with ``text``: a range of the primary key (SQLite
@@ -1054,8 +1210,10 @@ class SqlLedger(Ledger):
         if query.min_epoch is not None:
             clauses.append("execution_epoch >= ?")
             params.append(query.min_epoch)
-        if query.waiting is not None:
-            clauses.append(self._WAITING_NARROWS.get(query.waiting, "open = 1"))
+        if query.waiting in self._WAITING_EXACT:
+            clauses.append(self._WAITING_EXACT[query.waiting])
+        elif query.waiting is not None:
+            clauses.append("open = 1")
             if query.waiting == "backoff":
                 clauses.append(self.failing)  # the partial index's condition
             clauses.append(f"{self._waiting_on()} = ?")
@@ -1070,9 +1228,12 @@ class SqlLedger(Ledger):
             where = f"{where} AND {bound}" if where else f" WHERE {bound}"
             params.append(query.after_seq)
         direction = "ASC" if query.oldest_first else "DESC"
+        ordering = f"{order} {direction}"
+        if query.nearest_input_deadline_first:
+            ordering = f"person_deadline, {ordering}"  # the partial index's order
         rows = self._read(
             f"SELECT {order}, record_json, owner, created_at_utc FROM operations{where}"
-            f" ORDER BY {order} {direction} LIMIT ?",
+            f" ORDER BY {ordering} LIMIT ?",
             (*params, query.limit),
         )
         return [
@@ -1107,11 +1268,7 @@ class SqlLedger(Ledger):
             "SELECT server, protocol, adapter_version, count(*), count(open) FROM operations"
             " GROUP BY server, protocol, adapter_version ORDER BY server, protocol, adapter_version"
         )
-        failing = self._read(
-            "SELECT server, protocol, adapter_version, count(*) FROM operations"
-            f" WHERE {self.failing} GROUP BY server, protocol, adapter_version"
-        )
-        failed = {(str(r[0]), str(r[1]), str(r[2])): int(r[3]) for r in failing}
+        failed = self.failing_by_server()
         return [
             ServerUse(
                 server=str(row[0]),
@@ -1122,6 +1279,83 @@ class SqlLedger(Ledger):
                 failing=failed.get((str(row[0]), str(row[1]), str(row[2])), 0),
             )
             for row in rows
+        ]
+
+    def failing_by_server(self) -> dict[tuple[str, str, str], int]:
+        rows = self._read(
+            "SELECT server, protocol, adapter_version, count(*) FROM operations"
+            f" WHERE {self.failing} GROUP BY server, protocol, adapter_version"
+        )
+        return {(str(r[0]), str(r[1]), str(r[2])): int(r[3]) for r in rows}
+
+    def recent_accepted(self, *, limit: int) -> list[AcceptedFigures]:
+        names = ", ".join(self.json_field_key.format(name=n) for n in _FIGURE_FIELDS)
+        rows = self._read(
+            f"SELECT call_node_id, {self.json_fields.format(names=names)} FROM operations"
+            f" WHERE state IN ({marks(len(TERMINAL_VALUES))})"
+            f" ORDER BY {self.creation_order} DESC LIMIT ?",
+            (*TERMINAL_VALUES, limit),
+        )
+        return [_figures(str(node), str(text)) for node, text in rows]
+
+    def holdings(self) -> list[Holding]:
+        held = self._read(
+            "SELECT owner, count(*) FROM operations WHERE open = 1 AND owner IS NOT NULL"
+            " GROUP BY owner ORDER BY owner"
+        )
+        # Only the few rows claimed again (the partial index operations_claimed_again);
+        # "open IS NOT NULL" rather than "open = 1", or the holders' partial index is
+        # chosen and every held row is read for its epoch.
+        again = self._read(
+            "SELECT owner, count(*), max(execution_epoch) FROM operations"
+            " WHERE execution_epoch >= 2 AND open IS NOT NULL AND owner IS NOT NULL"
+            " GROUP BY owner"
+        )
+        taken = {str(r[0]): (int(r[1]), int(r[2])) for r in again}
+        return [
+            Holding(
+                owner=str(owner),
+                operations=int(count),
+                taken_over=taken.get(str(owner), (0, 0))[0],
+                epoch_max=taken[str(owner)][1] if str(owner) in taken else None,
+            )
+            for owner, count in held
+        ]
+
+    def retries_by_server(self, *, since_utc: str) -> list[ServerRetries]:
+        # The literal event name lets the partial index history_request_failed serve
+        # the read: only failed requests are in it.
+        given_up = marks(len(_GIVEN_UP_VALUES))
+        rows = self._read(
+            f"SELECT o.server, sum(CASE WHEN h.state IN ({given_up}) THEN 0 ELSE 1 END),"
+            f" sum(CASE WHEN h.state IN ({given_up}) THEN 1 ELSE 0 END)"
+            " FROM history h JOIN operations o ON o.call_node_id = h.call_node_id"
+            " WHERE h.event = 'RequestFailed' AND h.at_utc >= ?"
+            " GROUP BY o.server ORDER BY o.server",
+            (*_GIVEN_UP_VALUES, *_GIVEN_UP_VALUES, since_utc),
+        )
+        return [
+            ServerRetries(server=str(r[0]), retried=int(r[1]), given_up=int(r[2])) for r in rows
+        ]
+
+    def refused_writes(self, call_node_id: str) -> list[RefusedWrite]:
+        rows = self._read(
+            "SELECT call_node_id, event, owner, execution_epoch, expected_version, reason,"
+            " detail, at_utc FROM refused_writes WHERE call_node_id = ? ORDER BY refusal_id",
+            (call_node_id,),
+        )
+        return [
+            RefusedWrite(
+                call_node_id=str(r[0]),
+                event=str(r[1]),
+                owner=None if r[2] is None else str(r[2]),
+                execution_epoch=int(r[3]),
+                expected_version=None if r[4] is None else int(r[4]),
+                reason=str(r[5]),
+                detail=str(r[6]),
+                at_utc=str(r[7]),
+            )
+            for r in rows
         ]
 
     def _executemany(self, conn: Any, query: str, rows: Sequence[Params]) -> None:
@@ -1154,6 +1388,38 @@ def _history_values(
         owner,
         record.execution_epoch,
     )
+
+
+_REFUSAL_INSERT = (
+    "INSERT INTO refused_writes (call_node_id, event, owner, execution_epoch,"
+    " expected_version, reason, detail, at_utc) SELECT ?, ?, ?, ?, ?, ?, ?, ?"
+    " WHERE (SELECT count(*) FROM refused_writes WHERE call_node_id = ?) < ?"
+)
+_REFUSAL_DETAIL_MAX = 500
+"""Characters of a refusal's message kept (it names the node, holders and epochs)."""
+_GIVEN_UP_VALUES = tuple(sorted({State.RECONCILIATION_REQUIRED.value, *TERMINAL_VALUES}))
+"""States a failed request leaves an operation in when it is not retried."""
+
+_FIGURE_FIELDS = ("state", "result_kind", "server_status", "created_at", "updated_at",
+                  "cancel_requested_at", "cancel_acknowledged_at")  # fmt: skip
+"""The record fields :meth:`SqlLedger.recent_accepted` reads, in this order."""
+
+
+def _figures(call_node_id: str, text: str) -> AcceptedFigures:
+    """One row of :meth:`SqlLedger.recent_accepted`; a damaged one is CorruptRow."""
+    try:
+        state, kind, status, created, updated, asked, acked = json.loads(text)
+        return AcceptedFigures(
+            state=State(state),
+            result_kind=None if kind is None else ResultKind(kind),
+            server_status=None if status is None else ServerStatus(status),
+            created_at=float(created),
+            updated_at=float(updated),
+            cancel_requested_at=None if asked is None else float(asked),
+            cancel_acknowledged_at=None if acked is None else float(acked),
+        )
+    except (TypeError, ValueError) as exc:
+        raise CorruptRow(f"operation {call_node_id!r}: its record cannot be read: {exc}") from exc
 
 
 _CHUNK = 500

@@ -28,7 +28,15 @@ from longcall.core import TERMINAL_STATES, OperationRecord, TerminalReceipt
 from longcall.errors import LedgerRefused, LedgerUnavailable, VersionConflict
 from longcall.ledger import codec
 from longcall.ledger.base import check_update, utc_now_iso
-from longcall.ledger.sql import TERMINAL_VALUES, Params, SqlLedger, failing_flag, marks
+from longcall.ledger.sql import (
+    TERMINAL_VALUES,
+    Params,
+    SqlLedger,
+    failing_flag,
+    keeps_refusals,
+    marks,
+    person_deadline,
+)
 
 _TERMINAL_AT_V4 = ("accepted", "cancelled_accepted")
 """The terminal states when migration 4 ran (a migration never changes after it ships)."""
@@ -192,6 +200,49 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX operations_claimed_again ON operations (execution_epoch)
         WHERE execution_epoch >= 2;
     """,
+    # What an operator sees of the workers (O2, X3, X9, D1): each worker's circuit
+    # breaker per server as it last opened or closed; the writes refused as stale
+    # (kept after their own transaction rolled back); the cap and use of each shared
+    # poll budget; failed requests found by time (a partial index: only they are in it).
+    # And the inbox by index: the deadline of an operation waiting for a person's
+    # answer (infinity: none; NULL for every other operation), written with each record.
+    """
+    CREATE TABLE breakers (
+        server         TEXT NOT NULL,
+        owner          TEXT NOT NULL,
+        state          TEXT NOT NULL,
+        open_until     REAL,
+        failures       INTEGER NOT NULL,
+        last_error     TEXT NOT NULL DEFAULT '',
+        changed_at_utc TEXT NOT NULL,
+        PRIMARY KEY (server, owner)
+    );
+    CREATE TABLE refused_writes (
+        refusal_id       INTEGER PRIMARY KEY,
+        call_node_id     TEXT NOT NULL REFERENCES operations (call_node_id),
+        event            TEXT NOT NULL,
+        owner            TEXT,
+        execution_epoch  INTEGER NOT NULL,
+        expected_version INTEGER,
+        reason           TEXT NOT NULL CHECK (reason IN ('fenced', 'version_conflict')),
+        detail           TEXT NOT NULL,
+        at_utc           TEXT NOT NULL
+    );
+    CREATE INDEX refused_writes_by_node ON refused_writes (call_node_id, refusal_id);
+    ALTER TABLE poll_budget ADD COLUMN qps_max REAL;
+    ALTER TABLE poll_budget ADD COLUMN use_minute INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE poll_budget ADD COLUMN used_this_minute INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE poll_budget ADD COLUMN used_last_minute INTEGER NOT NULL DEFAULT 0;
+    ALTER TABLE poll_budget ADD COLUMN granted_at_utc TEXT NOT NULL DEFAULT '';
+    CREATE INDEX history_request_failed ON history (at_utc) WHERE event = 'RequestFailed';
+    ALTER TABLE operations ADD COLUMN person_deadline REAL;
+    UPDATE operations SET person_deadline =
+        coalesce(json_extract(record_json, '$.input_deadline_at'), 9e999)
+        WHERE state = 'input_required'
+        AND json_array_length(record_json, '$.input_keys_pending') > 0;
+    CREATE INDEX operations_person ON operations (person_deadline)
+        WHERE person_deadline IS NOT NULL;
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)
@@ -205,8 +256,8 @@ _STATE_NOT_TERMINAL = f"state NOT IN ({marks(len(TERMINAL_VALUES))})"
 _FENCE = " AND owner = ? AND execution_epoch = ?"
 _GUARDED_UPDATE = (
     "UPDATE operations SET version = ?, state = ?, operation_id = ?,"
-    " record_json = ?, updated_at_utc = ?, execution_epoch = ?, failing = ?"
-    " WHERE call_node_id = ? AND version = ? AND version + 1 = ?"
+    " record_json = ?, updated_at_utc = ?, execution_epoch = ?, failing = ?,"
+    " person_deadline = ? WHERE call_node_id = ? AND version = ? AND version + 1 = ?"
     " AND request_digest = ? AND tool_digest = ? AND submission_key = ?"
     " AND {state_guard}{fence}"
 )
@@ -288,7 +339,9 @@ class SQLiteLedger(SqlLedger):
     creation_order = "rowid"
     json_text = "json_extract(record_json, '$.{name}')"
     json_number = "json_extract(record_json, '$.{name}')"
-    json_length = "json_array_length(record_json, '$.{name}')"
+    # With two paths or more json_extract answers one JSON array of their values.
+    json_fields = "json_extract(record_json, {names})"
+    json_field_key = "'$.{name}'"
     duplicate_errors = (sqlite3.IntegrityError,)
     integrity_errors = (sqlite3.IntegrityError,)
 
@@ -394,6 +447,7 @@ class SQLiteLedger(SqlLedger):
             "tool_digest": record.tool_descriptor_digest,
         }
 
+    @keeps_refusals
     def update(
         self,
         record: OperationRecord,
@@ -424,6 +478,7 @@ class SQLiteLedger(SqlLedger):
                     now_utc,
                     record.execution_epoch,
                     failing_flag(record),
+                    person_deadline(record),
                     record.call_node_id,
                     expected_version,
                     record.version,

@@ -67,7 +67,7 @@ from longcall.core.commands import (
     SendInputResponse,
     SendSubmit,
 )
-from longcall.core.retry import FailureKind
+from longcall.core.retry import CircuitBreaker, FailureKind
 from longcall.errors import (
     AdapterDisabled,
     DuplicateCallNode,
@@ -76,6 +76,7 @@ from longcall.errors import (
     SendWindowPassed,
 )
 from longcall.ledger import CLIENT, WORKER, AdapterPlan, Ledger
+from longcall.runtime.breakers import keep_breaker
 from longcall.runtime.engine import Action, CallSpec, Engine, InputPolicy
 from longcall.runtime.leases import LeasePolicy
 from longcall.runtime.metrics import ExecutorMetrics
@@ -169,6 +170,7 @@ class Executor:
         on_change: Callable[[str], None] | None = None,
         versions: Collection[tuple[str, str]] | None = None,
         push: bool = True,
+        breaker: CircuitBreaker | None = None,
     ) -> None:
         """``push=False``: never open a push listener (a caller that returns once its
         call is submitted would only open one to drop it as it exits, an aborted
@@ -181,7 +183,8 @@ class Executor:
         ``versions``: the (protocol, adapter version) pairs this process runs: it
         claims only operations bound to one of them, and a new call the rollout plan
         routes to another version is created and left to a worker that runs it
-        (default: every version — one build on the ledger)."""
+        (default: every version — one build on the ledger). ``breaker``: the circuit
+        breaker each server starts with (its limits; default ``CircuitBreaker()``)."""
         if not poll_qps_max > 0:
             raise ValueError(f"poll_qps_max must be above 0, not {poll_qps_max!r}")
         self.ledger = ledger
@@ -245,6 +248,7 @@ class Executor:
             lease=lease,
             claim_all=adopt_new,
             versions=None if versions is None else frozenset(versions),
+            breaker=breaker,
         )
         self._shadows: dict[str, list[str]] = {}
         """Primary call node → the shadow call nodes this process started for it (R1),
@@ -515,17 +519,23 @@ class Executor:
         operation_id: str | None = None,
         call_node_id: str | None = None,
         status: str | None = None,
+        server: str | None = None,
     ) -> concurrent.futures.Future[list[str]]:
         """Something outside the poll (a webhook delivery) says an operation changed:
         wake the poll of each open operation it names, exactly as a push notification
         does (:meth:`notify` → ``Engine.wake``, floored by the server's interval). It
         never touches a record. ``status``: the status the hint claims; one equal to
         the status last polled wakes nothing. Resolves to the call nodes woken (an
-        operation id may be held at two servers: both are polled)."""
-        return self._io.submit(self._locked, self._hint, operation_id, call_node_id, status)
+        operation id may be held at two servers: both are polled). ``server``: only
+        operations at this server URL (a delivery verified by that server's own key)."""
+        return self._io.submit(self._locked, self._hint, operation_id, call_node_id, status, server)
 
     def _hint(
-        self, operation_id: str | None, call_node_id: str | None, status: str | None
+        self,
+        operation_id: str | None,
+        call_node_id: str | None,
+        status: str | None,
+        server: str | None = None,
     ) -> list[str]:
         now = self.clock()
         woken = []
@@ -538,6 +548,8 @@ class Executor:
                 continue
             if call_node_id is None and operation_id is None:
                 continue
+            if server is not None and record.server.rstrip("/") != server.rstrip("/"):
+                continue  # a delivery signed with one server's key names only its operations
             if status is not None and status == record.server_status_raw:
                 continue  # nothing we have not polled already
             self.engine.wake(node, now=now)
@@ -947,13 +959,23 @@ class Executor:
             pass  # the engine planned it again for the end of the Retry-After
         else:
             assert isinstance(outcome, Outcome)
-            await self._off_loop(self.engine.apply_reply, action, outcome, now=self.clock())
+            await self._off_loop(self._apply_reply, action, outcome, self.clock())
             if isinstance(outcome.event, (e.SubmitAcknowledged, e.SubmissionFound)):
                 self._listen_dirty = True  # a new operation id to listen for (X3)
             if outcome.progress is not None or isinstance(outcome.event, e.WorkingObserved):
                 self._report_progress(action.call_node_id, outcome)
         self._signal_change(action.call_node_id)
         self._wakeup.set()
+
+    def _apply_reply(self, action: Action, outcome: Outcome, now: float) -> None:
+        """On the ledger thread: apply a reply, then keep the server's breaker in the
+        ledger if the reply opened or closed it (the operator's console reads it)."""
+        before = self.engine.scheduler.breakers.get(action.server)
+        self.engine.apply_reply(action, outcome, now=now)
+        if self.engine.owner is not None:
+            after = self.engine.scheduler.breakers.get(action.server)
+            keep_breaker(self.ledger, server=action.server, owner=self.engine.owner,
+                         before=before, after=after, event=outcome.event)  # fmt: skip
 
     def _signal_change(self, call_node_id: str | None) -> None:
         """On the loop: wake every waiter, and tell ``on_change`` which node changed."""

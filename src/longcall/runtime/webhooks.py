@@ -96,27 +96,47 @@ class WebhookReceiver:
     def __init__(
         self,
         executor: Executor,
-        verifier: Verifier,
+        verifier: Verifier | None,
         *,
         clock: Callable[[], float] | None = None,
+        servers: Mapping[str, tuple[str, Verifier]] | None = None,
     ) -> None:
+        """``verifier``: the keys of ``POST /webhooks`` (None: that path takes nothing).
+        ``servers``: a server's name -> (its URL, its own keys), taken at
+        ``POST /webhooks/NAME``; a delivery verified there wakes only that server's
+        operations."""
         self.executor = executor
         self.verifier = verifier
+        self.servers = dict(servers or {})
         self.clock = clock or executor.clock
         self.counts: Counter[str] = Counter()
         """Deliveries by outcome: ``hinted`` or the rejection's type name."""
         self._lock = threading.Lock()  # the id set is shared by every thread that calls
 
-    def handle(self, headers: Mapping[str, str], body: bytes) -> tuple[int, str]:
-        """The HTTP status and a short reason for one delivery (2xx only when verified)."""
-        answer = self.answer(headers, body)
+    def handle(
+        self, headers: Mapping[str, str], body: bytes, server: str | None = None
+    ) -> tuple[int, str]:
+        """The HTTP status and a short reason for one delivery (2xx only when verified;
+        a verified duplicate is 200 and does nothing). ``server``: the configured
+        server whose keys verify it (``/webhooks/NAME``); None: the default keys."""
+        answer = self.answer(headers, body, server)
         return answer.status, answer.reason
 
-    def answer(self, headers: Mapping[str, str], body: bytes) -> WebhookAnswer:
+    def answer(
+        self, headers: Mapping[str, str], body: bytes, server: str | None = None
+    ) -> WebhookAnswer:
         """:meth:`handle`, with the executor's pending answer for whoever waits on it."""
+        verifier, url = self.verifier, None
+        if server is not None:
+            entry = self.servers.get(server)
+            verifier, url = (None, None) if entry is None else (entry[1], entry[0])
+        if verifier is None:
+            self.counts["no_keys"] += 1
+            what = "no server of that name has" if server is not None else "no default"
+            return WebhookAnswer(status=404, reason=f"{what} webhook keys here")
         try:
             with self._lock:
-                self.verifier.verify(headers, body, now=self.clock())
+                verifier.verify(headers, body, now=self.clock())
             named = read_payload(body)
         except WebhookRejected as rejected:
             self.counts[type(rejected).__name__] += 1
@@ -127,6 +147,7 @@ class WebhookReceiver:
             operation_id=named.operation_id,
             call_node_id=named.call_node_id,
             status=named.status,
+            server=url,
         )
         # 2xx even when it names nothing of ours: the sender is who it says, and a
         # retry would not change that (another worker's ledger may hold the task).
@@ -150,10 +171,16 @@ class WebhookReceiver:
                 body += chunk
                 if len(body) > BODY_MAX_BYTES:
                     return PlainTextResponse("payload too large\n", status_code=413)
-            status, reason = self.handle(dict(request.headers), body)
+            server = request.path_params.get("server")
+            status, reason = self.handle(dict(request.headers), body, server)
             return PlainTextResponse(reason + "\n", status_code=status)
 
-        return Starlette(routes=[Route(PATH, receive, methods=["POST"])])
+        return Starlette(
+            routes=[
+                Route(PATH, receive, methods=["POST"]),
+                Route(PATH + "/{server}", receive, methods=["POST"]),
+            ]
+        )
 
 
 def listen_socket(host: str, port: int) -> socket.socket:

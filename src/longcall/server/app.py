@@ -32,6 +32,7 @@ from starlette.types import ASGIApp
 
 from longcall.runtime.listen import listening_socket
 from longcall.runtime.metrics import http_url
+from longcall.runtime.stopping import StoppingServer
 from longcall.server import legacy, modern
 from longcall.server.auth import Authenticator, BearerAuth, token_principal
 from longcall.server.errors import (
@@ -59,6 +60,7 @@ from longcall.server.store import TaskStore, open_store
 from longcall.server.tasks import Clock, TaskManager
 from longcall.server.tools import ToolRegistry
 from longcall.server.transport import EventStream, uvicorn_config
+from longcall.server.webhooks.model import WebhookOptions
 from longcall.server.wire import RpcRequest, Streamed, error_response, response
 
 logger = logging.getLogger(__name__)
@@ -76,7 +78,10 @@ class LongcallServer:
         options: ServerOptions | None = None,
         authenticator: Authenticator = token_principal,
         clock: Clock = time.time,
+        webhooks: WebhookOptions | None = None,
     ) -> None:
+        """``webhooks``: serve the webhook API (``/webhooks/...``) and send every status
+        change of a principal's tasks to the endpoints it registered (docs/design/webhooks.md)."""
         self.options = options or ServerOptions()
         if isinstance(authenticator, BearerAuth):
             # Every 401 names the RFC 9728 metadata, served below.
@@ -112,6 +117,12 @@ class LongcallServer:
                 return JSONResponse(document, headers={"cache-control": "public, max-age=3600"})
 
             self.routes.append(Route(authenticator.metadata_path, resource_metadata))
+        self.webhooks = None
+        if webhooks is not None:
+            from longcall.server.webhooks.routes import WebhookService
+
+            self.webhooks = WebhookService(self, webhooks)
+            self.routes.extend(self.webhooks.routes())
         self.modern = modern.ModernProtocol(manager=self.manager, options=self.options)
         self.legacy = legacy.LegacyProtocol(manager=self.manager, options=self.options)
 
@@ -128,8 +139,12 @@ class LongcallServer:
             try:
                 await self.manager.start()
                 try:
+                    if self.webhooks is not None:
+                        await self.webhooks.start()
                     yield
                 finally:
+                    if self.webhooks is not None:
+                        await self.webhooks.stop()
                     await self.manager.stop()
                     if self._owns_store:
                         self.store.close()
@@ -243,12 +258,13 @@ class LongcallServer:
         stopped with the server. ``sock``, a socket already listening (from
         :func:`listening_socket`, say, to learn the port 0 chose), replaces host and port
         and is closed with the server."""
-        config = uvicorn_config(self.asgi_app(), self.options, timeout_graceful_shutdown=2)
+        config = uvicorn_config(self.asgi_app(), self.options)
         try:
             with sock if sock is not None else listening_socket(host, port) as listener:
                 if metrics_port is not None and self.metrics.port is None:
                     self.metrics.serve(metrics_port, host=metrics_host)
-                await uvicorn.Server(config).serve(sockets=[listener])
+                # A signal stops it without waiting on open streams (StoppingServer).
+                await StoppingServer(config).serve(sockets=[listener])
         finally:
             self.metrics.close()
 

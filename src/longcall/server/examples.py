@@ -17,6 +17,7 @@ from longcall.server.errors import ToolError, ToolProtocolError
 from longcall.server.options import ServerOptions
 from longcall.server.store import TaskStore
 from longcall.server.tools import TaskContext
+from longcall.server.webhooks.model import WebhookOptions
 
 ROWS_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -56,13 +57,16 @@ def build_reference_server(
     options: ServerOptions | None = None,
     authenticator: Authenticator = token_principal,
     apify_time_scale: float = 1.0,
+    webhooks: WebhookOptions | None = None,
 ) -> LongcallServer:
     """A server with the five example tools registered, also served as AIP-151 operations
     under ``/v1`` and Apify-style at ``/apify/mcp`` (S8)."""
     from longcall.server.aip151 import mount_aip151
     from longcall.server.apify import mount_apify
 
-    server = LongcallServer(store=store, options=options, authenticator=authenticator)
+    server = LongcallServer(
+        store=store, options=options, authenticator=authenticator, webhooks=webhooks
+    )
     register_reference_tools(server)
     mount_aip151(server)
     mount_apify(server, time_scale=apify_time_scale)

@@ -362,6 +362,9 @@ class TaskManager:
         self._awaiting_input: set[str] = set()
         """Tasks whose run here waits for input (the rest of ``_running`` are working)."""
         self._keeper: asyncio.Task[None] | None = None
+        self.handed_back: int | None = None
+        """Open tasks whose leases the last :meth:`stop` handed back to the store (None:
+        not stopped, or the store could not be reached): another process takes them over."""
         self.metrics = metrics or ServerMetrics(clock=clock)
         self.metrics.bind(self.open_tasks)
 
@@ -413,7 +416,7 @@ class TaskManager:
                 await task
         self._running.clear()
         with contextlib.suppress(StoreUnavailable):
-            await self.store.release(self.owner)
+            self.handed_back = await self.store.release(self.owner)
 
     def lease_until(self) -> float:
         """When a lease taken or renewed now expires (server clock)."""

@@ -91,8 +91,11 @@ class OpenAIAgents:
     def __init__(self, url: str, timeout_s: float) -> None:
         from agents.mcp import MCPServerStreamableHttp
 
+        # The session's timeout is the host's request timeout; the transport's own read
+        # bounds must not be shorter, or they end a call the session still waits for.
+        transport_s = max(30.0, timeout_s)
         self.server = MCPServerStreamableHttp(
-            params={"url": url, "timeout": 30, "sse_read_timeout": 30},
+            params={"url": url, "timeout": transport_s, "sse_read_timeout": transport_s},
             client_session_timeout_seconds=timeout_s,
         )
         self.connected = False

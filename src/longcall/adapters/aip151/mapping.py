@@ -367,22 +367,42 @@ class Aip151Mapping:
 
     # --- negotiation (X1) ------------------------------------------------------------------
 
-    def bind(self, tool_name: str) -> Exchange[ToolBinding]:
-        """``GET /v1/tools``: the tool's descriptor. Raises :class:`AdapterError` when the
-        list cannot be read and :class:`UnknownTool` when the tool is not offered."""
+    def tools(self) -> Exchange[list[dict[str, Any]]]:
+        """Every tool ``GET /v1/tools`` lists, each ``taskSupport: required`` (a start is
+        always a long-running operation). Raises :class:`AdapterError` as :meth:`bind`."""
+        listed = yield from self._listed()
+        return [{**tool, "taskSupport": "required"} for tool in listed]
+
+    def _listed(self) -> Exchange[list[dict[str, Any]]]:
+        """``GET /v1/tools``: the descriptors of the tools offered. AIP-151 itself has no
+        tool list: this is the extension the reference facade serves and :meth:`bind`
+        needs, so a server without it is one this adapter cannot call (it says so)."""
         reply = yield self._request("GET", "/tools")
-        where = f"GET /v1/tools at {api_root(self.url)}"
+        root = api_root(self.url)
+        where = f"GET /v1/tools at {root}"
         if isinstance(reply, TransportFailure):
             raise AdapterError(f"{where} failed: {reply.detail}")
+        if reply.status == 404:
+            raise AdapterError(
+                f"{root} lists no tools: AIP-151 has no tool list, and this server does not"
+                " serve GET /v1/tools (the listing longcall binds a tool with, so longcall"
+                " cannot call it either); its methods are in its API documentation"
+            )
         if reply.status != 200:
             raise AdapterError(f"{where}: {error_detail(reply)}")
         try:
             tools = _json_of(reply).get("tools")
         except (ValueError, AttributeError) as exc:
             raise AdapterError(f"{where}: not a tool list") from exc
-        tool = next(
-            (t for t in tools or [] if isinstance(t, dict) and t.get("name") == tool_name), None
-        )
+        if not isinstance(tools, list):
+            raise AdapterError(f"{where}: not a tool list")
+        return [tool for tool in tools if isinstance(tool, dict)]
+
+    def bind(self, tool_name: str) -> Exchange[ToolBinding]:
+        """``GET /v1/tools``: the tool's descriptor. Raises :class:`AdapterError` when the
+        list cannot be read and :class:`UnknownTool` when the tool is not offered."""
+        tools = yield from self._listed()
+        tool = next((t for t in tools if t.get("name") == tool_name), None)
         if tool is None:
             raise UnknownTool(f"{api_root(self.url)} does not offer tool {tool_name!r}")
         schema = tool.get("outputSchema")

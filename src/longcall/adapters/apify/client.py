@@ -16,6 +16,7 @@ from typing import Any
 import httpx
 
 from longcall.adapters.apify.mapping import (
+    HELPERS,
     PAGE_LIMIT_DEFAULT,
     WAIT_SECS_DEFAULT,
     ApifyMapping,
@@ -27,12 +28,20 @@ from longcall.adapters.http import HttpDriver
 from longcall.adapters.mcp.rpc import RpcReply
 from longcall.adapters.shell import MappedAdapter
 
+RUN_HELPERS = frozenset({*HELPERS, "get-key-value-store-record"})
+"""Tools about runs and their storages, not runs themselves: the adapter calls them to
+poll, read and abort a run, so they are not listed as tools an operation can call."""
+
 
 class ApifyAdapter(MappedAdapter):
     """P4 at one Apify-style MCP endpoint (e.g. ``http://host/apify/mcp``); build it with
     :func:`connect`."""
 
     mapping: ApifyMapping
+
+    async def list_tools(self) -> list[dict[str, Any]]:
+        """The server's Actor tools (each call starts a run), without the run helpers."""
+        return [tool for tool in await super().list_tools() if tool.get("name") not in RUN_HELPERS]
 
     async def call_tool(self, name: str, arguments: Mapping[str, Any]) -> RpcReply:
         """Call any tool of the server and return its answer as read (a helper for

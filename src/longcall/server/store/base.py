@@ -29,6 +29,7 @@ import threading
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
 from longcall.server.errors import (
@@ -46,6 +47,8 @@ from longcall.server.model import (
     TaskStatus,
 )
 from longcall.server.states import Cause, sources, target
+from longcall.server.store.outbox import OutboxQueries
+from longcall.server.store.owners import OwnerLocks
 
 logger = logging.getLogger(__name__)
 
@@ -245,8 +248,11 @@ def _in(values: Sequence[str]) -> str:
     return "(" + ",".join("?" for _ in values) + ")"
 
 
-class SqlTaskStore:
-    """The queries of both backends over per-thread connections; subclasses add the driver."""
+class SqlTaskStore(OutboxQueries):
+    """The queries of both backends over per-thread connections; subclasses add the driver.
+
+    The webhook outbox's queries are :class:`OutboxQueries`' (``outbox.py``); a status
+    change enqueues its deliveries in its own transaction."""
 
     migrations: tuple[str, ...] = ()
     workers = 1
@@ -260,6 +266,7 @@ class SqlTaskStore:
             max_workers=self.workers, thread_name_prefix=f"longcall-{type(self).__name__}"
         )
         self._closed = False
+        self._owner_locks: OwnerLocks | None = None
         self.store_id = ""
         self.secret = b""
 
@@ -286,21 +293,48 @@ class SqlTaskStore:
     _skip_locked = ""
     """Appended to a claim's read of rows (PostgreSQL: claimers split the rows)."""
 
+    def _owner_locks_dir(self) -> Path | None:
+        """Where this store's server processes of this host keep their lock files
+        (None: this store proves no death, and leases decide alone)."""
+        return None
+
+    @property
+    def owner_locks(self) -> OwnerLocks | None:
+        """This store's proofs of life and death on this host (made on first use: a
+        shared store's directory is named by its id, read when it opened)."""
+        if self._owner_locks is None:
+            directory = self._owner_locks_dir()
+            if directory is not None:
+                self._owner_locks = OwnerLocks(directory)
+        return self._owner_locks
+
     def _hold_owner(self, conn: Any, owner: str) -> None:
-        """Take the lock whose being free proves ``owner``'s process is gone (none here:
-        a store without one never proves a death, and leases decide alone)."""
+        """Take the lock whose being free proves ``owner``'s process is gone."""
+        locks = self.owner_locks
+        if locks is not None:
+            locks.hold(owner, lambda other: self._holds_tasks(conn, other))
 
     def _prove_dead(self, conn: Any, owner: str, now: float, until: float) -> bool:
         """True only when ``owner``'s process is provably gone; its lock is then held by
         us until :meth:`_proofs_done`, so it cannot come back meanwhile. False when the
         lock is held or cannot be checked: the owner's lease decides."""
-        return False
+        locks = self.owner_locks
+        return locks is not None and locks.prove_dead(owner)
 
     def _proofs_done(self, conn: Any, owners: Sequence[str], *, committed: bool) -> None:
         """After the claim's transaction: drop what proving these owners dead held.
         A proof is spent (``committed``) only for an owner that holds no active task
         any more; one claim takes at most its batch, so an owner with more keeps its
         proof for the next round instead of leaving the rest to their leases."""
+        locks = self.owner_locks
+        if locks is not None:
+            locks.done(owners, lambda other: self._holds_tasks(conn, other), committed=committed)
+
+    def _holds_tasks(self, conn: Any, owner: str) -> bool:
+        row = self._execute(
+            conn, f"SELECT 1 FROM tasks WHERE owner = ? AND {ACTIVE_IN} LIMIT 1", (owner,)
+        ).fetchone()
+        return row is not None
 
     def _keep_owner(self) -> None:
         """Before a renewal: make sure this process still holds its proof of life."""
@@ -359,6 +393,8 @@ class SqlTaskStore:
                 with contextlib.suppress(Exception):
                     conn.close()
             self._connections.clear()
+        if self._owner_locks is not None:
+            self._owner_locks.close()
 
     # ---- schema ------------------------------------------------------------------------------
 
@@ -556,6 +592,8 @@ class SqlTaskStore:
                         ),
                     )
                 record = self._select_task(conn, new.task_id)
+                if record is not None:
+                    self._enqueue_events(conn, record)
             if record is None:  # pragma: no cover - inserted above in this transaction
                 raise StoreError(f"task {new.task_id!r} vanished after its creation")
             return record, True
@@ -631,7 +669,10 @@ class SqlTaskStore:
                 if cursor.rowcount != 1:
                     return None
                 self._append_history(conn, task_id, to, now, cause.value)
-                return self._select_task(conn, task_id)
+                changed = self._select_task(conn, task_id)
+                if changed is not None:
+                    self._enqueue_events(conn, changed)
+                return changed
 
         return await self._run(write)
 
@@ -882,6 +923,7 @@ class SqlTaskStore:
                 self._execute(
                     conn, f"DELETE FROM task_status_history WHERE task_id IN ({doomed})", (cutoff,)
                 )
+                self._purge_deliveries(conn, doomed, cutoff)
                 cursor = self._execute(
                     conn,
                     "DELETE FROM tasks WHERE expires_at IS NOT NULL AND expires_at < ?",

@@ -4,9 +4,10 @@ Owns the PostgreSQL schema and its forward migrations (mirroring SQLite's), the 
 connections (one per worker thread, autocommit with explicit transactions), the advisory
 locks that serialise migrations and one principal's creations (the open-task quota),
 ``FOR UPDATE SKIP LOCKED`` claims of expired leases, and the translation of ``psycopg``
-errors. It proves no owner dead: a lease's expiry alone frees a task (D1; why in
-docs/design/server-task-store.md). Must not: restate a query (they are :class:`SqlTaskStore`'s), nor
-import the caller-side ledger.
+errors. Owners of this host prove their deaths by the kernel's locks, in a directory
+named by the store's id; another host's owner is freed by its lease's expiry (D1;
+docs/design/server-task-store.md). Must not: restate a query (they are
+:class:`SqlTaskStore`'s), nor import the caller-side ledger.
 
 All tables live in one PostgreSQL schema (``public`` by default; ``?schema=name`` in the
 URL), so several stores, or one per test, share a database without touching each other.
@@ -16,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -23,6 +25,7 @@ from psycopg import sql
 
 from longcall.server.errors import StoreError, StoreUnavailable
 from longcall.server.store.base import ACTIVE_IN, SqlTaskStore, to_pyformat
+from longcall.server.store.owners import shared_locks_dir
 
 DEFAULT_SCHEMA = "public"
 CONNECT_TIMEOUT_S = 10
@@ -88,6 +91,43 @@ MIGRATIONS: tuple[str, ...] = (
         WHERE status IN ('working', 'input_required');
     CREATE INDEX tasks_lease ON tasks (owner, lease_until)
         WHERE status IN ('working', 'input_required')
+    """,
+    # 3: the webhook outbox (docs/design/webhooks.md).
+    """
+    CREATE TABLE webhook_endpoints (
+        endpoint_id TEXT PRIMARY KEY,
+        principal TEXT NOT NULL,
+        url TEXT NOT NULL,
+        keys TEXT NOT NULL,
+        statuses TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        disabled_at DOUBLE PRECISION,
+        disabled_reason TEXT,
+        throttled_until DOUBLE PRECISION,
+        UNIQUE (principal, url)
+    );
+    CREATE TABLE webhook_deliveries (
+        delivery_id BIGSERIAL PRIMARY KEY,
+        endpoint_id TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        created_at DOUBLE PRECISION NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at DOUBLE PRECISION,
+        last_attempt_at DOUBLE PRECISION,
+        last_outcome TEXT,
+        last_http_status INTEGER,
+        delivered_at DOUBLE PRECISION,
+        owner TEXT,
+        lease_until DOUBLE PRECISION,
+        UNIQUE (endpoint_id, event_id)
+    );
+    CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at)
+        WHERE state = 'pending';
+    CREATE INDEX webhook_deliveries_task ON webhook_deliveries (task_id)
     """,
 )
 
@@ -173,15 +213,16 @@ class PostgresTaskStore(SqlTaskStore):
             return StoreError(f"the PostgreSQL task store failed: {exc}")
         return None
 
-    # ---- no proof of an owner's death (D1) ----------------------------------------------------
-    # A free advisory lock proves only that one session is gone, not its process: the
-    # idle session holding it is what idle_session_timeout, a NAT's idle drop or
-    # pg_terminate_backend end while the process lives and renews through its pool;
-    # after a failover the promoted standby holds no lock at all; and PgBouncer in
-    # transaction mode makes the lock re-entrant on a shared backend. Any of these
-    # would run one task in two live processes, so nothing here proves a death: the
-    # base class's _prove_dead answers False and a lease's expiry decides
-    # (docs/design/server-task-store.md).
+    # ---- proof of an owner's death (D1) -------------------------------------------------------
+    # The database holds no proof: a free advisory lock proves only that one session is
+    # gone, not its process (idle_session_timeout, a NAT's idle drop or
+    # pg_terminate_backend end a session while its process lives; a promoted standby
+    # holds no lock; PgBouncer in transaction mode shares backends). The processes of
+    # this host prove their deaths to each other by the kernel's locks, as on SQLite;
+    # another host's are left to their leases (docs/design/server-task-store.md).
+
+    def _owner_locks_dir(self) -> Path | None:
+        return shared_locks_dir(self.store_id)
 
     _skip_locked = " FOR UPDATE SKIP LOCKED"
 

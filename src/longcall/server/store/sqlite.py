@@ -10,31 +10,24 @@ returned survives even power loss; ``NORMAL`` survives a process kill (SIGKILL) 
 OS crash may lose the last commits. Several processes on one host may share the file:
 each running task is leased to one of them (D1), as on PostgreSQL.
 
-Each process holds an exclusive ``flock`` on a file of its own in ``PATH-owners/`` for
-as long as it lives; the kernel drops it when the process dies, however it dies. A
-takeover that finds a lease holder's lock free knows that process is gone and claims
-its tasks at once instead of waiting for the lease to run out (D1; owners of another
-host are never judged by their lock: docs/design/server-task-store.md).
+Each process holds the lock of a file of its own in ``PATH-owners/`` for as long as it
+lives (:mod:`longcall.server.store.owners`): a takeover that finds a lease holder's lock
+free knows that process is gone and claims its tasks at once instead of waiting for the
+lease to run out (D1; docs/design/server-task-store.md).
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
-import socket
 import sqlite3
-import sys
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from longcall.server.errors import StoreError, StoreLost, StoreUnavailable
-from longcall.server.store.base import ACTIVE_IN, SqlTaskStore
-
-if sys.platform != "win32":
-    import fcntl
+from longcall.server.store.base import SqlTaskStore
 
 logger = logging.getLogger(__name__)
 
@@ -109,9 +102,54 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX tasks_lease ON tasks (owner, lease_until)
         WHERE status IN ('working', 'input_required')
     """,
+    # 3: the webhook outbox (docs/design/webhooks.md).
+    """
+    CREATE TABLE webhook_endpoints (
+        endpoint_id TEXT PRIMARY KEY,
+        principal TEXT NOT NULL,
+        url TEXT NOT NULL,
+        keys TEXT NOT NULL,
+        statuses TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        disabled_at REAL,
+        disabled_reason TEXT,
+        throttled_until REAL,
+        UNIQUE (principal, url)
+    );
+    CREATE TABLE webhook_deliveries (
+        delivery_id INTEGER PRIMARY KEY AUTOINCREMENT,
+        endpoint_id TEXT NOT NULL,
+        event_id TEXT NOT NULL,
+        task_id TEXT NOT NULL,
+        status TEXT NOT NULL,
+        payload TEXT NOT NULL,
+        created_at REAL NOT NULL,
+        state TEXT NOT NULL,
+        attempts INTEGER NOT NULL DEFAULT 0,
+        next_attempt_at REAL,
+        last_attempt_at REAL,
+        last_outcome TEXT,
+        last_http_status INTEGER,
+        delivered_at REAL,
+        owner TEXT,
+        lease_until REAL,
+        UNIQUE (endpoint_id, event_id)
+    );
+    CREATE INDEX webhook_deliveries_due ON webhook_deliveries (next_attempt_at)
+        WHERE state = 'pending';
+    CREATE INDEX webhook_deliveries_task ON webhook_deliveries (task_id)
+    """,
 )
 OUR_TABLES = frozenset(
-    {"tasks", "task_status_history", "task_input_requests", "schema_version", "store_meta"}
+    {
+        "tasks",
+        "task_status_history",
+        "task_input_requests",
+        "schema_version",
+        "store_meta",
+        "webhook_endpoints",
+        "webhook_deliveries",
+    }
 )
 
 
@@ -137,11 +175,6 @@ class SqliteTaskStore(SqlTaskStore):
         self._busy_timeout_s = busy_timeout_s
         self._identity: tuple[int, int] | None = None
         self._lost = False
-        self._owner_fd: int | None = None
-        """The open lock file whose ``flock`` says this process lives (D1)."""
-        self._owner_path: Path | None = None
-        self._proofs: dict[str, int] = {}
-        """Dead owners' lock files we hold while their tasks are claimed."""
         try:
             self.run_sync(self._open)
         except BaseException:
@@ -186,98 +219,9 @@ class SqliteTaskStore(SqlTaskStore):
 
     # ---- proof of an owner's death (D1) -------------------------------------------------------
 
-    @property
-    def owners_dir(self) -> Path:
-        """Where each process's lock file lives, beside the store's file."""
-        return Path(f"{self.path}-owners")
-
-    def owner_lock_path(self, owner: str) -> Path:
-        """The lock file of ``owner`` (named by a digest: owner ids hold slashes)."""
-        name = hashlib.sha256(owner.encode()).hexdigest()[:32]
-        return self.owners_dir / f"{name}.lock"
-
-    def _hold_owner(self, conn: sqlite3.Connection, owner: str) -> None:
-        if sys.platform == "win32":
-            return  # no flock: nothing proves a death, leases decide alone
-        if self.path == MEMORY or self._owner_fd is not None:
-            return
-        self._sweep_owner_locks(conn)
-        final = self.owner_lock_path(owner)
-        # Locked and written under a name no sweep or proof looks at, then renamed: a
-        # lock file is never seen unlocked while its process lives.
-        staging = final.with_suffix(f".new-{os.getpid()}")
-        try:
-            self.owners_dir.mkdir(mode=0o700, exist_ok=True)
-            fd = os.open(staging, os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
-        except OSError as exc:
-            raise StoreError(f"cannot make the lock file {final}: {exc}") from exc
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            os.write(fd, owner.encode())
-            os.rename(staging, final)
-        except OSError as exc:
-            os.close(fd)
-            staging.unlink(missing_ok=True)
-            raise StoreError(f"cannot take the lock file {final}: {exc}") from exc
-        self._owner_fd, self._owner_path = fd, final
-
-    def _sweep_owner_locks(self, conn: sqlite3.Connection) -> None:
-        """Remove the lock files of dead processes that hold no task any more."""
-        with contextlib.suppress(FileNotFoundError):
-            for path in self.owners_dir.glob("*.lock"):
-                fd = _try_lock(path)
-                if fd is None:
-                    continue
-                try:
-                    owner = path.read_text(errors="replace")
-                    if not self._holds_tasks(conn, owner):
-                        path.unlink(missing_ok=True)
-                finally:
-                    os.close(fd)
-
-    def _prove_dead(self, conn: sqlite3.Connection, owner: str, now: float, until: float) -> bool:
-        if sys.platform == "win32":
-            return False
-        if self.path == MEMORY or owner.split("/", 1)[0] != socket.gethostname():
-            # Another host's process: its lock, if any, is not this kernel's to judge.
-            return False
-        fd = _try_lock(self.owner_lock_path(owner))
-        if fd is None:
-            return False
-        self._proofs[owner] = fd
-        return True
-
-    def _proofs_done(
-        self, conn: sqlite3.Connection, owners: Sequence[str], *, committed: bool
-    ) -> None:
-        for owner in owners:
-            fd = self._proofs.pop(owner, None)
-            try:
-                # Still locked by us, so the answer cannot change before the unlink;
-                # an owner with tasks left keeps its file, whose free lock proves its
-                # death again at the next claim round (a batch takes CLAIM_BATCH).
-                if committed and not self._holds_tasks(conn, owner):
-                    self.owner_lock_path(owner).unlink(missing_ok=True)
-            finally:
-                if fd is not None:
-                    os.close(fd)
-
-    def _holds_tasks(self, conn: sqlite3.Connection, owner: str) -> bool:
-        row = conn.execute(
-            f"SELECT 1 FROM tasks WHERE owner = ? AND {ACTIVE_IN} LIMIT 1", (owner,)
-        ).fetchone()
-        return row is not None
-
-    def close(self) -> None:
-        """Release the connections, the worker thread and this process's lock file."""
-        super().close()
-        fd, path = self._owner_fd, self._owner_path
-        self._owner_fd = self._owner_path = None
-        if fd is not None and path is not None:
-            # A clean stop hands its leases back; the lock file goes with it (a task
-            # it still holds then waits for its lease, the rule without a proof).
-            path.unlink(missing_ok=True)
-            os.close(fd)
+    def _owner_locks_dir(self) -> Path | None:
+        """Each process's lock file lives beside the store's file (none in memory)."""
+        return None if self.path == MEMORY else Path(f"{self.path}-owners")
 
     # ---- driver ------------------------------------------------------------------------------
 
@@ -332,23 +276,6 @@ class SqliteTaskStore(SqlTaskStore):
                 self.path,
             )
             raise StoreLost(f"the task store {self.path} was deleted or replaced; restart")
-
-
-def _try_lock(path: Path) -> int | None:
-    """The open, exclusively locked ``path``, or None when another process holds its
-    lock or it does not exist (nothing then proves its owner dead)."""
-    if sys.platform == "win32":
-        return None
-    try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except OSError:
-        os.close(fd)
-        return None
-    return fd
 
 
 def _file_identity(path: str) -> tuple[int, int]:
