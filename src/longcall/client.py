@@ -43,7 +43,7 @@ from longcall.core import (
     State,
     TerminalReceipt,
 )
-from longcall.core import events as e
+from longcall.core.events import ReconciledManually, Resolution
 from longcall.core.keys import canonical_json, digest_bytes, request_digest
 from longcall.core.notfound import resubmit_repeats_refusal
 from longcall.core.states import UNSUBMITTED_STATES
@@ -314,22 +314,22 @@ def default_ledger_url() -> str:
 
 
 def _check_resolution(
-    node: str, record: OperationRecord, how: e.Resolution, result: Any, *, now: float
+    node: str, record: OperationRecord, how: Resolution, result: Any, *, now: float
 ) -> None:
     """Refuse a resolution that would be recorded and do nothing: a result with one
     that takes none, or ``resume`` where polling would stop again at once."""
-    settles = how in (e.Resolution.COMPLETED, e.Resolution.FAILED, e.Resolution.CANCELLED)
+    settles = how in (Resolution.COMPLETED, Resolution.FAILED, Resolution.CANCELLED)
     if result is not None and not settles:
         raise NotReconcilable(
             f"a result goes with completed, failed or cancelled; {how.value} takes none"
         )
-    if how is e.Resolution.NEVER_CREATED and resubmit_repeats_refusal(record):
+    if how is Resolution.NEVER_CREATED and resubmit_repeats_refusal(record):
         raise NotReconcilable(
             f"{node!r}: the server refused this very request unread"
             f" ({record.reconciliation_reason}); resubmitting sends the same request and"
             " would be refused the same way again: settle it as failed"
         )
-    ended_by = record.polling_ended_by(now) if how is e.Resolution.RESUME else None
+    ended_by = record.polling_ended_by(now) if how is Resolution.RESUME else None
     if ended_by is not None:
         raise NotReconcilable(
             f"{node!r}: its {ended_by} has passed, so polling would stop again at once;"
@@ -834,9 +834,9 @@ class Client:
                 " operator can be reconciled"
             )
         try:
-            how = e.Resolution(resolution)
+            how = Resolution(resolution)
         except ValueError:
-            choices = ", ".join(r.value for r in e.Resolution)
+            choices = ", ".join(r.value for r in Resolution)
             raise NotReconcilable(f"no resolution {resolution!r} (use {choices})") from None
         _check_resolution(node, record, how, result, now=time.time())
         try:
@@ -846,7 +846,7 @@ class Client:
         except (ValueError, TypeError, RecursionError, UnicodeEncodeError) as exc:
             raise InvalidArguments(f"the result is not plain JSON: {exc}") from None
         try:
-            event = e.ReconciledManually(
+            event = ReconciledManually(
                 resolution=how,
                 actor=actor,
                 note=note,

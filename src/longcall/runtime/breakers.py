@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 
-from longcall.core import events as e
+from longcall.core.events import Event, RequestFailed
 from longcall.core.retry import BreakerState, CircuitBreaker
 from longcall.errors import LedgerUnavailable
 from longcall.ledger import BreakerRow, Ledger
@@ -36,9 +36,9 @@ def worth_keeping(before: CircuitBreaker | None, after: CircuitBreaker | None) -
     return was != now
 
 
-def failure_text(event: e.Event) -> str:
+def failure_text(event: Event) -> str:
     """What went wrong, from the reply that changed the breaker ('' for a success)."""
-    if not isinstance(event, e.RequestFailed):
+    if not isinstance(event, RequestFailed):
         return ""
     text = f"{event.request.value}: {event.failure.value}"
     if event.detail:
@@ -53,7 +53,7 @@ def keep_breaker(
     owner: str,
     before: CircuitBreaker | None,
     after: CircuitBreaker | None,
-    event: e.Event,
+    event: Event,
 ) -> None:
     """Write the row of ``owner``'s breaker for ``server`` if it opened or closed. A
     ledger that fails here is logged, not raised: the reply is applied already, and the

@@ -58,7 +58,6 @@ from longcall.adapters.outcomes import failure_outcome
 from longcall.adapters.routing import Connector, connect_any
 from longcall.core import TERMINAL_STATES as TERMINAL
 from longcall.core import OperationRecord, State, TerminalReceipt
-from longcall.core import events as e
 from longcall.core.commands import (
     FetchResult,
     LookupSubmission,
@@ -67,6 +66,7 @@ from longcall.core.commands import (
     SendInputResponse,
     SendSubmit,
 )
+from longcall.core.events import SubmissionFound, SubmitAcknowledged, WorkingObserved
 from longcall.core.retry import CircuitBreaker, FailureKind
 from longcall.errors import (
     AdapterDisabled,
@@ -960,9 +960,9 @@ class Executor:
         else:
             assert isinstance(outcome, Outcome)
             await self._off_loop(self._apply_reply, action, outcome, self.clock())
-            if isinstance(outcome.event, (e.SubmitAcknowledged, e.SubmissionFound)):
+            if isinstance(outcome.event, (SubmitAcknowledged, SubmissionFound)):
                 self._listen_dirty = True  # a new operation id to listen for (X3)
-            if outcome.progress is not None or isinstance(outcome.event, e.WorkingObserved):
+            if outcome.progress is not None or isinstance(outcome.event, WorkingObserved):
                 self._report_progress(action.call_node_id, outcome)
         self._signal_change(action.call_node_id)
         self._wakeup.set()

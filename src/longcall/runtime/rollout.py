@@ -24,7 +24,7 @@ import random
 from collections.abc import Sequence
 
 from longcall.core import OperationRecord, TerminalReceipt, handle
-from longcall.core import events as e
+from longcall.core.events import ExecutionClaimed
 from longcall.core.record import evolve
 from longcall.errors import AdapterDisabled, UsageError
 from longcall.ledger import AdapterPlan, Ledger, ShadowComparison
@@ -113,7 +113,7 @@ def rollback(
     )
 
     def decide(record: OperationRecord) -> OperationRecord:
-        claim = e.ExecutionClaimed(new_epoch=record.execution_epoch + 1)
+        claim = ExecutionClaimed(new_epoch=record.execution_epoch + 1)
         claimed = handle(record, claim, now=now, jitter=rng.random()).record
         return evolve(claimed, adapter_version=to_version)
 

@@ -25,7 +25,14 @@ from longcall.adapters.exchange import Exchange, HttpRequest, Reply, run_exchang
 from longcall.adapters.mcp.legacy import LegacyMapping
 from longcall.adapters.mcp.modern import ModernMapping
 from longcall.adapters.mcp.negotiate import negotiate
-from longcall.core import commands as c
+from longcall.core.commands import (
+    FetchResult,
+    LookupSubmission,
+    Poll,
+    SendCancel,
+    SendInputResponse,
+    SendSubmit,
+)
 from longcall.runtime.engine import Action, Engine
 from longcall.sim.aip151 import Aip151Server
 from longcall.sim.apify import ApifyServer
@@ -70,17 +77,17 @@ def exchange_for(route: Route, action: Action, engine: Engine) -> Exchange[Outco
     mapping = route.mapping
     record = action.record
     match action.command:
-        case c.SendSubmit():
+        case SendSubmit():
             return mapping.submit(record, engine.request_payload(record.call_node_id))
-        case c.LookupSubmission():
+        case LookupSubmission():
             return mapping.lookup(record)
-        case c.Poll():
+        case Poll():
             return mapping.poll(record)
-        case c.FetchResult():
+        case FetchResult():
             return mapping.fetch_result(record)
-        case c.SendCancel():
+        case SendCancel():
             return mapping.cancel(record)
-        case c.SendInputResponse(keys=keys):
+        case SendInputResponse(keys=keys):
             return mapping.send_input(record, engine.input_answers(record, keys))
     raise AssertionError(f"no exchange for {action.kind}")
 

@@ -27,7 +27,14 @@ from longcall.adapters.base import Outcome
 from longcall.adapters.exchange import TransportFailure, settled
 from longcall.adapters.mcp.rpc import RpcAnswer
 from longcall.core import ResultKind, ServerStatus
-from longcall.core import events as e
+from longcall.core.events import (
+    CancelAcknowledged,
+    CancellationObserved,
+    CancelRefused,
+    Event,
+    ResultFetched,
+    SubmissionNeverCreated,
+)
 from longcall.core.keys import canonical_json, digest_bytes
 from longcall.core.record import OperationRecord, evolve
 from longcall.core.retry import FailureKind
@@ -85,7 +92,7 @@ def _resent_as_idempotent(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def _lookup_skipped(original: Callable[..., Any]) -> Callable[..., Any]:
     def lookup(self: Any, record: OperationRecord) -> Any:
-        return settled(Outcome(event=e.SubmissionNeverCreated()))
+        return settled(Outcome(event=SubmissionNeverCreated()))
 
     return lookup
 
@@ -106,7 +113,7 @@ def _accept_before_fetch(original: Callable[..., Any]) -> Callable[..., Any]:
     def fetch_result(self: Any, record: OperationRecord) -> Any:
         payload = canonical_json({"taskId": record.operation_id, "status": "completed"})
         status = record.server_status or ServerStatus.COMPLETED
-        event = e.ResultFetched(
+        event = ResultFetched(
             status=status, result_kind=ResultKind.VALUE, result_digest=digest_bytes(payload)
         )
         return settled(Outcome(event=event, payload=payload))
@@ -114,13 +121,13 @@ def _accept_before_fetch(original: Callable[..., Any]) -> Callable[..., Any]:
     return fetch_result
 
 
-def _cancel_outcome_is_cancelled(kind: type[e.Event]) -> Callable[[Any], Any]:
+def _cancel_outcome_is_cancelled(kind: type[Event]) -> Callable[[Any], Any]:
     def make(original: Callable[..., Any]) -> Callable[..., Any]:
         def cancel(self: Any, record: OperationRecord) -> Any:
             outcome = yield from original(self, record)
             if isinstance(outcome.event, kind):
                 payload = canonical_json({"taskId": record.operation_id, "status": "cancelled"})
-                event = e.CancellationObserved(result_digest=digest_bytes(payload))
+                event = CancellationObserved(result_digest=digest_bytes(payload))
                 return Outcome(event=event, payload=payload)
             return outcome
 
@@ -130,7 +137,7 @@ def _cancel_outcome_is_cancelled(kind: type[e.Event]) -> Callable[[Any], Any]:
 
 
 def _generation_ignored(original: Callable[..., Any]) -> Callable[..., Any]:
-    def handler(record: OperationRecord, event: e.CancelAcknowledged, ctx: Any) -> Any:
+    def handler(record: OperationRecord, event: CancelAcknowledged, ctx: Any) -> Any:
         event = dataclasses.replace(event, cancel_generation=record.cancel_generation)
         return original(record, event, ctx)
 
@@ -138,7 +145,7 @@ def _generation_ignored(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 def _stale_epoch_accepted(original: Callable[..., Any]) -> Callable[..., Any]:
-    def handle(record: OperationRecord, event: e.Event, **kw: Any) -> Any:
+    def handle(record: OperationRecord, event: Event, **kw: Any) -> Any:
         return original(record, dataclasses.replace(event, execution_epoch=None), **kw)
 
     return handle
@@ -236,7 +243,7 @@ _MODERN = "longcall.adapters.mcp.modern"
 _LEGACY = "longcall.adapters.mcp.legacy"
 _AIP151 = "longcall.adapters.aip151.mapping"
 _APIFY = "longcall.adapters.apify.mapping"
-_HANDLERS = f"_HANDLERS[{e.__name__}."
+_HANDLERS = "_HANDLERS[longcall.core.events."
 
 MUTANTS: tuple[Mutant, ...] = (
     Mutant(
@@ -298,14 +305,14 @@ MUTANTS: tuple[Mutant, ...] = (
         name="cancel-ack-is-cancelled",
         bug="a 2026-07-28 (or AIP-151) cancel ack is taken for the cancelled terminal",
         patches=(
-            (_MODERN, "ModernMapping.cancel", _cancel_outcome_is_cancelled(e.CancelAcknowledged)),
-            (_AIP151, "Aip151Mapping.cancel", _cancel_outcome_is_cancelled(e.CancelAcknowledged)),
+            (_MODERN, "ModernMapping.cancel", _cancel_outcome_is_cancelled(CancelAcknowledged)),
+            (_AIP151, "Aip151Mapping.cancel", _cancel_outcome_is_cancelled(CancelAcknowledged)),
         ),
     ),
     Mutant(
         name="refused-cancel-is-cancelled",
         bug="a 2025-11-25 -32602 on cancel of a terminal task is taken as cancelled",
-        patches=((_LEGACY, "LegacyMapping.cancel", _cancel_outcome_is_cancelled(e.CancelRefused)),),
+        patches=((_LEGACY, "LegacyMapping.cancel", _cancel_outcome_is_cancelled(CancelRefused)),),
     ),
     Mutant(
         name="cancel-generation-ignored",

@@ -49,8 +49,13 @@ from longcall.adapters.http import failure_of_exception
 from longcall.adapters.outcomes import failure_outcome
 from longcall.adapters.sse import SseDecoder
 from longcall.core import DEFAULT_POLICY, OperationRecord, State, TerminalReceipt
-from longcall.core import commands as c
-from longcall.core import events as e
+from longcall.core.commands import AskInput, Command
+from longcall.core.events import (
+    Event,
+    ReconciledManually,
+    RequestFailed,
+    Resolution,
+)
 from longcall.core.keys import digest_json
 from longcall.core.retry import FailureKind
 from longcall.errors import IllegalTransition, LongcallError, StaleEvent
@@ -806,9 +811,7 @@ class World:
         writes = self.checker.writes
         now = self.clock(eid)
         self._call(eid, lambda en: en.apply_reply(action, outcome, now=now))
-        plain = (
-            not isinstance(outcome.event, e.RequestFailed) or outcome.event.retry_after_s is None
-        )
+        plain = not isinstance(outcome.event, RequestFailed) or outcome.event.retry_after_s is None
         self.bases[(eid, node)].append((self.now, plain))
         if stale and self.checker.writes != writes:
             self.checker.fail(
@@ -1043,7 +1046,7 @@ class World:
         )
         self.newest_id = self._new_engine(skew=skew)
 
-    def _human_gate(self, record: OperationRecord, command: c.AskInput) -> None:
+    def _human_gate(self, record: OperationRecord, command: AskInput) -> None:
         """The approval gate shows the request to a person, who answers later (X4); some
         answers are sent twice (a double submit)."""
         delay = self.rng.uniform(1.0, 30.0)
@@ -1111,21 +1114,21 @@ class World:
             # Workers notice an operator's write at their next claim round's re-read.
             self._call(self.newest_id, lambda en: en.refresh(now=self.now))
 
-    def _resolution(self, record: OperationRecord) -> tuple[e.Event | None, bytes | None]:
+    def _resolution(self, record: OperationRecord) -> tuple[Event | None, bytes | None]:
         server = self.servers[record.server]
         request = self.request_of.get(record.call_node_id)
         task = server.truth(request, self.now) if request is not None else None
         if task is None:
             if record.operation_id is not None:
                 return None, None
-            return e.ReconciledManually(
-                resolution=e.Resolution.NEVER_CREATED, actor=OPERATOR, note=OPERATOR_NOTE
+            return ReconciledManually(
+                resolution=Resolution.NEVER_CREATED, actor=OPERATOR, note=OPERATOR_NOTE
             ), None
         if task.status in TERMINAL:
             payload = server.truth_payload(task)
-            resolution = e.Resolution(task.status)
+            resolution = Resolution(task.status)
             return (
-                e.ReconciledManually(
+                ReconciledManually(
                     resolution=resolution,
                     operation_id=task.task_id,
                     result_digest=server.truth_digest(task),
@@ -1147,8 +1150,8 @@ class World:
                 self.log("operator", f"{record.call_node_id} answered input on the server")
             return None, None
         return (
-            e.ReconciledManually(
-                resolution=e.Resolution.RESUME,
+            ReconciledManually(
+                resolution=Resolution.RESUME,
                 operation_id=task.task_id,
                 actor=OPERATOR,
                 note=OPERATOR_NOTE,
@@ -1343,7 +1346,7 @@ def _approval(key: str) -> dict[str, Any]:
     return {"action": "accept", "content": {"approved": True, "for": key}}
 
 
-def _answer_everything(record: OperationRecord, command: c.AskInput) -> dict[str, Any]:
+def _answer_everything(record: OperationRecord, command: AskInput) -> dict[str, Any]:
     """The approval gate of the simulated caller answers every key at once (X4)."""
     return {key: _approval(key) for key in command.keys}
 
@@ -1382,7 +1385,7 @@ def _timed_out(request: HttpRequest) -> TransportFailure:
     )
 
 
-def _detail(command: c.Command) -> str:
+def _detail(command: Command) -> str:
     op = getattr(command, "operation_id", None)
     if op is not None:
         return f"op={op}"

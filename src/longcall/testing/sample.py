@@ -15,7 +15,22 @@ import json
 from collections.abc import Iterator
 
 from longcall.core import OperationRecord, ResultKind, ServerStatus, new_operation
-from longcall.core import events as e
+from longcall.core.events import (
+    CancelAcknowledged,
+    CancellationObserved,
+    CancelRequested,
+    Event,
+    InputRequestObserved,
+    ReconciliationEscalated,
+    RequestFailed,
+    ResultFetched,
+    ResultFetchStarted,
+    SubmissionNeverCreated,
+    SubmitAcknowledged,
+    SubmitOutcomeLost,
+    TerminalObserved,
+    WorkingObserved,
+)
 from longcall.core.keys import canonical_json, digest_bytes, request_digest
 from longcall.core.retry import FailureKind, RequestKind
 from longcall.ledger import WORKER, Ledger
@@ -59,7 +74,7 @@ class _Steps:
         self.record = record
         self.now = now
 
-    def __call__(self, event: e.Event, payload: bytes | None = None) -> _Steps:
+    def __call__(self, event: Event, payload: bytes | None = None) -> _Steps:
         self.now += 1.5
         self.record = apply_event(
             self.ledger, self.record, event, now=self.now, jitter=0.5, result_payload=payload
@@ -89,7 +104,7 @@ def _start(
 
 def _acked(steps: _Steps, message: str) -> _Steps:
     steps(
-        e.SubmitAcknowledged(
+        SubmitAcknowledged(
             operation_id=f"task-{steps.record.call_node_id}",
             status_message=message,
             poll_interval_s=2.0,
@@ -97,17 +112,17 @@ def _acked(steps: _Steps, message: str) -> _Steps:
         )
     )
     for n in range(3):  # repeated polls: the timeline folds them into one row
-        steps(e.WorkingObserved(status_message=message or f"step {n + 1}/10", progressed=True))
+        steps(WorkingObserved(status_message=message or f"step {n + 1}/10", progressed=True))
     return steps
 
 
 def _fetched(steps: _Steps, kind: ResultKind, result: object, *, empty: bool = False) -> None:
     status = ServerStatus.COMPLETED if kind is ResultKind.VALUE else ServerStatus.FAILED
-    steps(e.TerminalObserved(status=status))
-    steps(e.ResultFetchStarted())
+    steps(TerminalObserved(status=status))
+    steps(ResultFetchStarted())
     payload = canonical_json(result)
     steps(
-        e.ResultFetched(
+        ResultFetched(
             status=status, result_kind=kind, result_digest=digest_bytes(payload), empty=empty
         ),
         payload,
@@ -116,16 +131,16 @@ def _fetched(steps: _Steps, kind: ResultKind, result: object, *, empty: bool = F
 
 def _make(steps: _Steps, kind: str, message: str) -> None:
     """Drive one operation to the place ``kind`` names."""
-    lost = e.SubmitOutcomeLost(reason="the create response was lost")
+    lost = SubmitOutcomeLost(reason="the create response was lost")
     match kind:
         case "submitting":
             pass
         case "submission_unknown":
             steps(lost)
         case "not_found_safe":
-            steps(lost)(e.SubmissionNeverCreated())
+            steps(lost)(SubmissionNeverCreated())
         case "reconcile_unsent":
-            steps(lost)(e.ReconciliationEscalated(reason=f"no lookup could settle it: {message}"))
+            steps(lost)(ReconciliationEscalated(reason=f"no lookup could settle it: {message}"))
         case _:
             _acked(steps, message)
             _after_ack(steps, kind, message)
@@ -136,7 +151,7 @@ def _after_ack(steps: _Steps, kind: str, message: str) -> None:
     match kind:
         case "retrying":
             steps(
-                e.RequestFailed(
+                RequestFailed(
                     request=RequestKind.POLL,
                     failure=FailureKind.UNAVAILABLE,
                     detail=f"503 from the server: {message}",
@@ -153,18 +168,18 @@ def _after_ack(steps: _Steps, kind: str, message: str) -> None:
             }
             store_requests(steps.ledger, node, json.dumps({INPUT_KEY: request}).encode())
             steps(
-                e.InputRequestObserved(
+                InputRequestObserved(
                     keys=(INPUT_KEY,),
                     status_message=message,
                     deadline_at=steps.now + 3_600.0,
                 )
             )
         case "cancel_requested":
-            steps(e.CancelRequested(requested_by="operator"))
+            steps(CancelRequested(requested_by="operator"))
         case "terminal_observed":
-            steps(e.TerminalObserved(status=ServerStatus.COMPLETED, status_message=message))
+            steps(TerminalObserved(status=ServerStatus.COMPLETED, status_message=message))
         case "fetching_result":
-            steps(e.TerminalObserved(status=ServerStatus.COMPLETED))(e.ResultFetchStarted())
+            steps(TerminalObserved(status=ServerStatus.COMPLETED))(ResultFetchStarted())
         case "accepted_ok":
             rows = {"content": [{"type": "text", "text": message}], "rows": list(range(300))}
             _fetched(steps, ResultKind.VALUE, rows)
@@ -176,12 +191,12 @@ def _after_ack(steps: _Steps, kind: str, message: str) -> None:
         case "protocol_error":
             _fetched(steps, ResultKind.PROTOCOL_ERROR, {"code": -32603, "message": message})
         case "cancelled":
-            steps(e.CancelRequested(requested_by="operator"))
-            steps(e.CancelAcknowledged(cancel_generation=steps.record.cancel_generation))
+            steps(CancelRequested(requested_by="operator"))
+            steps(CancelAcknowledged(cancel_generation=steps.record.cancel_generation))
             evidence = canonical_json({"taskId": f"task-{node}", "status": "cancelled"})
-            steps(e.CancellationObserved(result_digest=digest_bytes(evidence)), evidence)
+            steps(CancellationObserved(result_digest=digest_bytes(evidence)), evidence)
         case "reconcile_lost":
-            steps(e.ReconciliationEscalated(reason=f"the task vanished: {message}"))
+            steps(ReconciliationEscalated(reason=f"the task vanished: {message}"))
         case "working":
             pass
         case _:

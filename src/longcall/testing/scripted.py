@@ -16,7 +16,22 @@ import dataclasses
 from collections.abc import Callable
 
 from longcall.core import OperationRecord, ResultKind, ServerStatus, State, new_operation
-from longcall.core import events as e
+from longcall.core.events import (
+    CancelAcknowledged,
+    CancellationObserved,
+    CancelRequested,
+    Event,
+    ExecutionClaimed,
+    InputAnswered,
+    InputRequestObserved,
+    ResultFetched,
+    ResultFetchStarted,
+    SubmissionFound,
+    SubmitAcknowledged,
+    SubmitOutcomeLost,
+    TerminalObserved,
+    WorkingObserved,
+)
 from longcall.core.keys import canonical_json, digest_bytes, request_digest
 from longcall.core.machine import recovery_event
 from longcall.ledger import Ledger
@@ -79,42 +94,42 @@ def start(ledger: Ledger, call_node_id: str, scenario: Scenario, *, now: float) 
     return ledger.create(transition.record)
 
 
-def next_event(record: OperationRecord, scenario: Scenario) -> tuple[e.Event, bytes | None] | None:
+def next_event(record: OperationRecord, scenario: Scenario) -> tuple[Event, bytes | None] | None:
     """The scripted server's next answer for ``record`` as stored, with any payload."""
     op_id = f"op-{record.call_node_id}"
     match record.state:
         case State.SUBMITTING | State.NOT_FOUND_SAFE:
             if scenario.lose_create_response and record.submit_attempts == 1:
-                return e.SubmitOutcomeLost(reason="create response lost (scripted)"), None
+                return SubmitOutcomeLost(reason="create response lost (scripted)"), None
             return _ack(op_id), None
         case State.SUBMISSION_UNKNOWN:
-            return e.SubmissionFound(operation_id=op_id, poll_interval_s=POLL_INTERVAL_S), None
+            return SubmissionFound(operation_id=op_id, poll_interval_s=POLL_INTERVAL_S), None
         case State.WORKING if scenario.cancel:
-            return e.CancelRequested(requested_by="walkthrough"), None
+            return CancelRequested(requested_by="walkthrough"), None
         case State.WORKING if any(k not in record.input_keys_answered for k in scenario.input_keys):
-            return e.InputRequestObserved(keys=scenario.input_keys, status_message="approve?"), None
+            return InputRequestObserved(keys=scenario.input_keys, status_message="approve?"), None
         case State.WORKING if record.poll_count < scenario.working_polls:
-            return e.WorkingObserved(
+            return WorkingObserved(
                 status_message=f"step {record.poll_count + 1}", progressed=True
             ), None
         case State.WORKING:
-            return e.TerminalObserved(status=ServerStatus.COMPLETED), None
+            return TerminalObserved(status=ServerStatus.COMPLETED), None
         case State.INPUT_REQUIRED if record.input_keys_pending:
-            return e.InputAnswered(
+            return InputAnswered(
                 input_round=record.input_round, keys=record.input_keys_pending
             ), None
         case State.INPUT_REQUIRED:
-            return e.WorkingObserved(status_message="input received", progressed=True), None
+            return WorkingObserved(status_message="input received", progressed=True), None
         case State.CANCEL_REQUESTED if record.cancel_acknowledged_at is None:
-            return e.CancelAcknowledged(cancel_generation=record.cancel_generation), None
+            return CancelAcknowledged(cancel_generation=record.cancel_generation), None
         case State.CANCEL_REQUESTED:
             evidence = canonical_json({"taskId": op_id, "status": "cancelled"})
-            return e.CancellationObserved(result_digest=digest_bytes(evidence)), evidence
+            return CancellationObserved(result_digest=digest_bytes(evidence)), evidence
         case State.TERMINAL_OBSERVED:
-            return e.ResultFetchStarted(), None
+            return ResultFetchStarted(), None
         case State.FETCHING_RESULT:
             payload = canonical_json(scenario.result)
-            return e.ResultFetched(
+            return ResultFetched(
                 status=ServerStatus.COMPLETED,
                 result_kind=ResultKind.VALUE,
                 result_digest=digest_bytes(payload),
@@ -124,8 +139,8 @@ def next_event(record: OperationRecord, scenario: Scenario) -> tuple[e.Event, by
             return None
 
 
-def _ack(op_id: str) -> e.SubmitAcknowledged:
-    return e.SubmitAcknowledged(operation_id=op_id, poll_interval_s=POLL_INTERVAL_S, ttl_s=3600.0)
+def _ack(op_id: str) -> SubmitAcknowledged:
+    return SubmitAcknowledged(operation_id=op_id, poll_interval_s=POLL_INTERVAL_S, ttl_s=3600.0)
 
 
 def drive(
@@ -166,7 +181,7 @@ def restart(ledger: Ledger, call_node_id: str, *, now: float) -> OperationRecord
     record = apply_event(
         ledger,
         record,
-        e.ExecutionClaimed(new_epoch=record.execution_epoch + 1),
+        ExecutionClaimed(new_epoch=record.execution_epoch + 1),
         now=now,
         jitter=0.5,
     ).record
