@@ -44,7 +44,8 @@ $(FASTMCP_LATEST_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(FASTMCP_LATEST_VENV)
 	$(FASTMCP_LATEST_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(FASTMCP_LATEST_VENV)/bin/python -m pip install --quiet -e '.[fastmcp,postgres]' \
-	  'fastmcp-slim[server,client]>=4.2,<4.3' 'pytest>=8,<10' 'hypothesis>=6.100,<7'
+	  'fastmcp-slim[server,client]>=4.2,<4.3' 'pytest>=8,<10' 'pytest-xdist>=3.6,<4' \
+	  'hypothesis>=6.100,<7'
 	touch $(FASTMCP_LATEST_STAMP)
 
 fastmcp-latest: $(FASTMCP_LATEST_STAMP)
@@ -81,7 +82,7 @@ PYTEST := $(NO_BYTECODE_OPT_OUT) $(BIN)/python -m pytest -q
 test: $(STAMP) $(INTEROP_STAMP) $(PY_PEER_STAMPS) $(FASTMCP_LATEST_STAMP) $(HOSTS_STAMP) browser
 	$(PYTEST) -n $(TEST_WORKERS) --dist loadgroup -m "not serial"
 	$(PYTEST) -m serial || [ $$? -eq 5 ]
-	$(NO_BYTECODE_OPT_OUT) $(FASTMCP_LATEST_VENV)/bin/python -m pytest -q tests/integrations
+	$(NO_BYTECODE_OPT_OUT) $(FASTMCP_LATEST_VENV)/bin/python -m pytest -q -n 2 --dist loadgroup tests/integrations
 
 lint: $(STAMP)
 	$(BIN)/ruff check src tests bench scripts
