@@ -200,3 +200,24 @@ async def test_a_typescript_sdk_task_servers_question_is_answered_through_the_ga
     answered = await host.call(step["tool"], {**step["arguments"], "answers": {"name": "Ada"}})
     done = await until_result(host, answered)
     assert text_of(done).startswith("Hello, Ada!")
+
+
+async def test_an_aip151_upstreams_operation_returns_early_then_its_result(
+    serve: Serve, http: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    """The AIP-151 facade of `longcall serve` as an upstream: its tools are listed (from
+    the tool listing its adapter binds with), a long one returns early, next leads to
+    the operation's response, and the server made one operation for the chain."""
+    v1 = serve.url.removesuffix("/mcp") + "/v1"
+    servers = ServersConfig(servers={"ops": ServerConfig(name="ops", url=v1)})
+    async with gateway_at("", tmp_path, servers=servers) as (_, url):
+        host = Host(http, url)
+        listed = {t["name"] for t in (await host.rpc("tools/list"))["result"]["tools"]}
+        assert {"sleep_report", "crawl"} <= listed
+        before = serve.tasks("sleep_report", "aip-151")
+        done = await early_then_outcome(host, "sleep_report", {"seconds": 4, "rows": 2})
+        # The operation's response as the server packed it (an Any holding a Struct).
+        response = done["structuredContent"]
+        assert response["@type"] == "type.googleapis.com/google.protobuf.Struct"
+        assert [row["index"] for row in response["value"]["rows"]] == [0, 1]
+        assert serve.tasks("sleep_report", "aip-151") == before + 1

@@ -122,9 +122,10 @@ class Adapter(abc.ABC):
         raise AdapterError(f"{self.protocol} offers no list of tools")
 
     async def list_tools(self) -> list[dict[str, Any]]:
-        """Every tool the server lists, as listed (a gateway re-serves them); a protocol
-        with no tool list raises AdapterError."""
-        raise AdapterError(f"the {self.protocol} adapter cannot list a server's tools")
+        """Every tool the server lists, as listed (a gateway re-serves them): an
+        MCP-framed server's ``tools/list``, else the protocol's own listing
+        (:meth:`tools`); a protocol with no tool list raises AdapterError."""
+        return await self.tools()
 
     async def listen(  # noqa: B027 - optional capability: no push by default
         self, operation_ids: Collection[str], on_change: PushSink
