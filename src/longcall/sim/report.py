@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from longcall.sim.checks import Violation
 from longcall.sim.config import DEFAULT, PROFILES, Profile
@@ -267,16 +267,25 @@ def p99(values: list[float]) -> float:
 
 
 Runner = Callable[[int], Result]
+R = TypeVar("R")
 
 
-def guarded(runner: Runner, seed: int) -> Result:
+def guarded_as(runner: Callable[[int], R], seed: int, crashed: Callable[[int, str], R]) -> R:
     """Run one permutation; an exception out of the simulated world is a failure of
-    that permutation (with its seed), never the end of the whole run."""
+    that permutation (``crashed(seed, detail)``), never the end of the whole run."""
     try:
         return runner(seed)
     except Exception as exc:  # reported with the seed that replays it
-        detail = f"the permutation raised {type(exc).__name__}: {exc}"
-        return Result(seed=seed, violations=[Violation(check="world raised", detail=detail)])
+        return crashed(seed, f"the permutation raised {type(exc).__name__}: {exc}")
+
+
+def guarded(runner: Runner, seed: int) -> Result:
+    """:func:`guarded_as` for the simulator's worlds."""
+    return guarded_as(runner, seed, _raised)
+
+
+def _raised(seed: int, detail: str) -> Result:
+    return Result(seed=seed, violations=[Violation(check="world raised", detail=detail)])
 
 
 def _run_chunk(job: tuple[list[int], str]) -> list[Result]:
