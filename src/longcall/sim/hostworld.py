@@ -604,10 +604,14 @@ def _crashed(seed: int, detail: str) -> HostResult:
     return HostResult(seed=seed, violations=[Violation(check="world raised", detail=detail)])
 
 
+def guarded_host(seed: int, *, profile: Profile = DEFAULT) -> HostResult:
+    """Run one host world; an exception out of it is that world's failure."""
+    return guarded_as(lambda s: run_host(s, profile=profile), seed, _crashed)
+
+
 def _host_chunk(job: tuple[list[int], str]) -> list[HostResult]:
     seeds, profile = job
-    chosen = PROFILES[profile]
-    return [guarded_as(lambda s: run_host(s, profile=chosen), s, _crashed) for s in seeds]
+    return [guarded_host(seed, profile=PROFILES[profile]) for seed in seeds]
 
 
 def host_results(
@@ -651,6 +655,7 @@ __all__ = [
     "HostReport",
     "HostResult",
     "HostWorld",
+    "guarded_host",
     "host_replay_command",
     "run_host",
     "run_hosts",
