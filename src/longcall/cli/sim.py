@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -22,6 +23,7 @@ from longcall.cli.common import plural
 
 if TYPE_CHECKING:  # the simulator loads when it runs, never for ``longcall --help``
     from longcall.sim.config import Profile
+    from longcall.sim.hostworld import HostReport
     from longcall.sim.report import Gate, Report
 
 
@@ -149,32 +151,18 @@ def run_sim(
 
     console = console or Console(stderr=as_json)
     if as_json:
-        report = run(permutations, seed=seed, profile=profile)
-        print(json.dumps(report.as_json(), sort_keys=True))
-        return 0 if report.ok else 1
-    with Progress(
-        "[progress.description]{task.description}",
-        BarColumn(),
-        MofNCompleteColumn(),
-        TimeElapsedColumn(),
-        console=console,
-        transient=False,
-    ) as progress:
-        task = progress.add_task("permutations", total=permutations)
-        report = run(
-            permutations,
-            seed=seed,
-            profile=profile,
-            on_progress=lambda n: progress.advance(task, n),
-        )
+        return _print_json(run(permutations, seed=seed, profile=profile))
+    report = _with_progress(
+        console,
+        "permutations",
+        permutations,
+        lambda advance: run(permutations, seed=seed, profile=profile, on_progress=advance),
+    )
     console.print(gate_table(report.gate_list(), f"release gates (profile {report.profile})"))
     console.print(gate_table(report.structural(), "structural guarantees (schema)"))
     console.print(fault_table(report))
     console.print(workers_table(report))
-    for failure in report.failures:
-        console.print(f"[red]FAIL[/] seed {failure['seed']}: {failure['replay']}")
-        for line in failure["violations"]:
-            console.print(f"    {line}")
+    _print_failures(console, report.failures)
     verdict = "[green]every gate holds[/]" if report.ok else "[red]a gate failed[/]"
     console.print(
         f"{report.permutations} permutations (seed {report.seed}) in {report.elapsed_s:.1f} s "
@@ -198,9 +186,50 @@ def run_host_sim(
     console = console or Console(stderr=as_json)
     workers = 2 if permutations >= 500 else 1
     if as_json:
-        report = run_hosts(permutations, seed=seed, profile=profile, workers=workers)
-        print(json.dumps(report.as_json(), sort_keys=True))
-        return 0 if report.ok else 1
+        return _print_json(run_hosts(permutations, seed=seed, profile=profile, workers=workers))
+    report = _with_progress(
+        console,
+        "host worlds",
+        permutations,
+        lambda advance: run_hosts(
+            permutations, seed=seed, profile=profile, workers=workers, on_progress=advance
+        ),
+    )
+    console.print(gate_table(report.gate_list(), f"host world gates (profile {report.profile})"))
+    table = Table(title="hosts and the gateway", title_justify="left")
+    table.add_column("measure")
+    table.add_column("count", justify="right")
+    for name, count in report.counts().items():
+        table.add_row(name.replace("_", " "), str(count))
+    console.print(table)
+    _print_failures(console, report.failures)
+    verdict = "[green]every gate holds[/]" if report.ok else "[red]a gate failed[/]"
+    console.print(
+        f"{report.permutations} host worlds (seed {report.seed}) in {report.elapsed_s:.1f} s, "
+        f"{report.virtual_hours:.0f} h of virtual time: " + verdict
+    )
+    return 0 if report.ok else 1
+
+
+R = TypeVar("R")
+
+
+def _print_json(report: Report | HostReport) -> int:
+    print(json.dumps(report.as_json(), sort_keys=True))
+    return 0 if report.ok else 1
+
+
+def _print_failures(console: Console, failures: list[dict[str, Any]]) -> None:
+    for failure in failures:
+        console.print(f"[red]FAIL[/] seed {failure['seed']}: {failure['replay']}")
+        for line in failure["violations"]:
+            console.print(f"    {line}")
+
+
+def _with_progress(
+    console: Console, label: str, total: int, run: Callable[[Callable[[int], None]], R]
+) -> R:
+    """``run(advance)`` under a progress bar of ``total`` permutations."""
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -209,31 +238,8 @@ def run_host_sim(
         console=console,
         transient=False,
     ) as progress:
-        task = progress.add_task("host worlds", total=permutations)
-        report = run_hosts(
-            permutations,
-            seed=seed,
-            profile=profile,
-            workers=workers,
-            on_progress=lambda n: progress.advance(task, n),
-        )
-    console.print(gate_table(report.gate_list(), f"host world gates (profile {report.profile})"))
-    table = Table(title="hosts and the gateway", title_justify="left")
-    table.add_column("measure")
-    table.add_column("count", justify="right")
-    for name, count in report.counts().items():
-        table.add_row(name.replace("_", " "), str(count))
-    console.print(table)
-    for failure in report.failures:
-        console.print(f"[red]FAIL[/] seed {failure['seed']}: {failure['replay']}")
-        for line in failure["violations"]:
-            console.print(f"    {line}")
-    verdict = "[green]every gate holds[/]" if report.ok else "[red]a gate failed[/]"
-    console.print(
-        f"{report.permutations} host worlds (seed {report.seed}) in {report.elapsed_s:.1f} s, "
-        f"{report.virtual_hours:.0f} h of virtual time: " + verdict
-    )
-    return 0 if report.ok else 1
+        task = progress.add_task(label, total=total)
+        return run(lambda n: progress.advance(task, n))
 
 
 def gate_table(gates: list[Gate], title: str) -> Table:

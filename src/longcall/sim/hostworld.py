@@ -37,8 +37,7 @@ import dataclasses
 import itertools
 import random
 import time
-from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
+from collections.abc import Callable
 from typing import Any
 
 from longcall.core import TERMINAL_STATES, State
@@ -57,7 +56,16 @@ from longcall.gateway.hostcalls import (
 )
 from longcall.sim.checks import Violation
 from longcall.sim.config import DEFAULT, PROFILES, Config, Profile
-from longcall.sim.report import CHUNK, FAILURES_LISTED_MAX, Gate, derive_seed, guarded_as
+from longcall.sim.report import (
+    Gate,
+    batches,
+    checks_gate,
+    derive_seed,
+    divergence_gate,
+    gates_json,
+    guarded_as,
+    note_failure,
+)
 from longcall.sim.truth import OUTCOMES, Plan
 from longcall.sim.world import Result, World
 
@@ -131,11 +139,9 @@ class Waiter:
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
-class HostResult:
-    """What one host world measured; ``upstream`` is the simulator's own result."""
+class HostCounts:
+    """What the hosts and the gateway did, and what the gates judged."""
 
-    seed: int | None
-    violations: list[Violation]
     chains: int = 0
     host_requests: int = 0
     status_calls: int = 0
@@ -157,6 +163,18 @@ class HostResult:
     receipts_compared: int = 0
     divergence: int = 0
     server_duplicates: int = 0
+
+    def counts(self) -> dict[str, int]:
+        """Every count by name."""
+        return {field.name: getattr(self, field.name) for field in dataclasses.fields(HostCounts)}
+
+
+@dataclasses.dataclass(slots=True, kw_only=True)
+class HostResult(HostCounts):
+    """What one host world measured."""
+
+    seed: int | None
+    violations: list[Violation]
     virtual_s: float = 0.0
     trace: list[str] | None = None
 
@@ -477,30 +495,12 @@ def run_host(
 
 
 @dataclasses.dataclass(slots=True, kw_only=True)
-class HostReport:
+class HostReport(HostCounts):
     """The host world's gates over a run of permutations."""
 
     permutations: int
     seed: int
     profile: str = DEFAULT.name
-    chains: int = 0
-    host_requests: int = 0
-    status_calls: int = 0
-    upstream_runs: int = 0
-    attached_open: int = 0
-    attached_ended: int = 0
-    deliberate_repeats: int = 0
-    handles_given: int = 0
-    outcomes_delivered: int = 0
-    answers_lost: int = 0
-    host_timeouts: int = 0
-    disconnects: int = 0
-    gateway_crashes: int = 0
-    duplicate_runs: int = 0
-    outcome_problems: int = 0
-    receipts_compared: int = 0
-    divergence: int = 0
-    server_duplicates: int = 0
     virtual_hours: float = 0.0
     checks_failed: dict[str, int] = dataclasses.field(default_factory=dict)
     failures: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -523,40 +523,9 @@ class HostReport:
                 judged_what="host call chains",
                 met=self.outcome_problems == 0,
             ),
-            Gate(
-                name="terminal divergence = 0",
-                value=str(self.divergence),
-                judged=self.receipts_compared,
-                judged_what="receipts compared with the server's truth",
-                met=self.divergence == 0,
-            ),
-            Gate(
-                name="every safety/liveness check",
-                value=f"{self.failed_permutations} failed permutations",
-                judged=self.permutations,
-                judged_what="permutations",
-                met=self.failed_permutations == 0,
-            ),
+            divergence_gate(self.divergence, self.receipts_compared),
+            checks_gate(self.failed_permutations, self.permutations),
         ]
-
-    def counts(self) -> dict[str, int]:
-        """What the hosts and the gateway did, added up (shown beside the gates)."""
-        names = (
-            "chains",
-            "host_requests",
-            "status_calls",
-            "upstream_runs",
-            "attached_open",
-            "attached_ended",
-            "deliberate_repeats",
-            "handles_given",
-            "outcomes_delivered",
-            "answers_lost",
-            "host_timeouts",
-            "disconnects",
-            "gateway_crashes",
-        )
-        return {name: getattr(self, name) for name in names}
 
     @property
     def ok(self) -> bool:
@@ -565,34 +534,18 @@ class HostReport:
     def as_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["world"] = "host"
-        data["gates"] = {
-            g.name: {"value": g.value, "judged": g.judged, "judged_what": g.judged_what,
-                     "holds": g.holds}
-            for g in self.gate_list()
-        }  # fmt: skip
+        data["gates"] = gates_json(self.gate_list())
         data["ok"] = self.ok
         return data
 
     def add(self, result: HostResult) -> None:
-        for name in self.counts():
-            setattr(self, name, getattr(self, name) + getattr(result, name))
-        for name in ("duplicate_runs", "outcome_problems", "receipts_compared", "divergence"):
-            setattr(self, name, getattr(self, name) + getattr(result, name))
-        self.server_duplicates += result.server_duplicates
+        for name, count in result.counts().items():
+            setattr(self, name, getattr(self, name) + count)
         self.virtual_hours += result.virtual_s / 3600.0
-        if not result.violations:
-            return
-        self.failed_permutations += 1
-        for check in {v.check for v in result.violations}:
-            self.checks_failed[check] = self.checks_failed.get(check, 0) + 1
-        if len(self.failures) < FAILURES_LISTED_MAX and result.seed is not None:
-            self.failures.append(
-                {
-                    "seed": result.seed,
-                    "replay": host_replay_command(result.seed, self.profile),
-                    "violations": [str(v) for v in result.violations[:5]],
-                }
-            )
+        if result.violations:
+            self.failed_permutations += 1
+            replay = host_replay_command(result.seed or 0, self.profile)
+            note_failure(self.checks_failed, self.failures, result.seed, result.violations, replay)
 
 
 def host_replay_command(seed: int, profile: str = DEFAULT.name) -> str:
@@ -614,18 +567,6 @@ def _host_chunk(job: tuple[list[int], str]) -> list[HostResult]:
     return [guarded_host(seed, profile=PROFILES[profile]) for seed in seeds]
 
 
-def host_results(
-    seeds: list[int], *, profile: Profile = DEFAULT, workers: int = 1
-) -> Iterator[list[HostResult]]:
-    """The results of ``seeds``, in order, in batches (over ``workers`` processes)."""
-    jobs = [(seeds[i : i + CHUNK], profile.name) for i in range(0, len(seeds), CHUNK)]
-    if workers <= 1:
-        yield from map(_host_chunk, jobs)
-        return
-    with ProcessPoolExecutor(max_workers=workers) as pool:
-        yield from pool.map(_host_chunk, jobs)
-
-
 def run_hosts(
     permutations: int,
     *,
@@ -638,7 +579,7 @@ def run_hosts(
     started = time.perf_counter()
     report = HostReport(permutations=permutations, seed=seed, profile=profile.name)
     seeds = [derive_seed(seed, i) for i in range(permutations)]
-    for batch in host_results(seeds, profile=profile, workers=workers):
+    for batch in batches(_host_chunk, seeds, profile=profile, workers=workers):
         for result in batch:
             report.add(result)
         if on_progress is not None:
@@ -652,6 +593,7 @@ __all__ = [
     "HOST_CHECKS",
     "HOST_TIMEOUTS_S",
     "Chain",
+    "HostCounts",
     "HostReport",
     "HostResult",
     "HostWorld",
