@@ -120,3 +120,14 @@ def test_cli_runs_and_replays_the_host_world() -> None:
     refused = runner.invoke(main, ["sim", "--world", "moon"])
     assert refused.exit_code == 2
     assert "unknown world" in refused.output
+
+
+def test_a_retry_a_gateway_outage_pushed_past_the_grace_is_judged_apart() -> None:
+    """An outcome lost on its way, then the gateway down when the host's retry comes
+    due: the retry arrives beyond the grace and runs anew (the rule cannot tell it from
+    a deliberate repeat); the chain is counted apart and still gets one outcome."""
+    result = run_host(8507569210774, trace=True)
+    assert result.violations == []
+    assert result.beyond_grace == 1
+    assert result.trace is not None
+    assert any("after its outcome" in line for line in result.trace)
