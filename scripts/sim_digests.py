@@ -1,4 +1,5 @@
-"""Print one digest per simulator profile of everything 600 worlds did.
+"""Print one digest per simulator profile of everything 600 worlds did, and one of 600
+host worlds (``longcall sim --world host``, default profile).
 
 Owns: the check that a change kept every simulated world identical (the same draws,
 events and ledger writes) or, when it changes behaviour, the new figures to record in
@@ -15,9 +16,12 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import sys
+from collections.abc import Callable
+from typing import Any
 
 from longcall.sim import derive_seed, run_one
 from longcall.sim.config import PROFILES
+from longcall.sim.hostworld import run_host
 
 WORLDS = 600
 
@@ -25,9 +29,19 @@ WORLDS = 600
 def profile_digest(profile_name: str, worlds: int) -> str:
     """The first 16 hex digits of a SHA-256 over ``worlds`` worlds of one profile."""
     profile = PROFILES[profile_name]
+    return digest_of(lambda seed: run_one(seed, trace=True, profile=profile), worlds)
+
+
+def host_digest(worlds: int) -> str:
+    """The same over ``worlds`` host worlds of seed 0."""
+    return digest_of(lambda seed: run_host(seed, trace=True), worlds)
+
+
+def digest_of(run: Callable[[int], Any], worlds: int) -> str:
+    """Every trace line and measured field of the worlds of seed 0, 0..worlds-1."""
     digest = hashlib.sha256()
     for index in range(worlds):
-        result = run_one(derive_seed(0, index), trace=True, profile=profile)
+        result = run(derive_seed(0, index))
         digest.update("\n".join(result.trace or []).encode())
         fields = dataclasses.asdict(dataclasses.replace(result, trace=None))
         digest.update(repr(sorted(fields.items())).encode())
@@ -38,6 +52,7 @@ def main(argv: list[str]) -> None:
     worlds = int(argv[1]) if len(argv) > 1 else WORLDS
     for name in PROFILES:
         print(f"{name}: {profile_digest(name, worlds)}")
+    print(f"host: {host_digest(worlds)}")
 
 
 if __name__ == "__main__":

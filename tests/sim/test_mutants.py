@@ -40,7 +40,7 @@ def test_the_catalogue_has_every_required_mutant_and_each_targets_real_code() ->
     for planted in MUTANTS:
         assert planted.patches
         for module_path, _attribute, _make in planted.patches:
-            assert module_path.split(".")[1] in ("core", "runtime", "adapters", "ledger")
+            assert module_path.split(".")[1] in ("core", "runtime", "adapters", "ledger", "gateway")
 
 
 def test_every_mutant_is_caught_by_the_ci_corpus() -> None:

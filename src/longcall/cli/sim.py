@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import re
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 from click.core import ParameterSource
@@ -22,6 +23,7 @@ from longcall.cli.common import plural
 
 if TYPE_CHECKING:  # the simulator loads when it runs, never for ``longcall --help``
     from longcall.sim.config import Profile
+    from longcall.sim.hostworld import HostReport
     from longcall.sim.report import Gate, Report
 
 
@@ -30,6 +32,12 @@ if TYPE_CHECKING:  # the simulator loads when it runs, never for ``longcall --he
 @click.option("--seed", default="0", show_default=True, help="Seed of the run (an integer >= 0).")
 @click.option(
     "--profile", default="default", show_default=True, help="Fault mix: gentle, default or harsh."
+)
+@click.option(
+    "--world",
+    default="calls",
+    show_default=True,
+    help="calls: the executor's calls against simulated servers; host: hosts through the gateway.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object (the gate report).")
 @click.option("--replay", "replay_seed", default=None, help="Rerun one permutation by its seed.")
@@ -46,6 +54,7 @@ def sim(
     permutations: str,
     seed: str,
     profile: str,
+    world: str,
     as_json: bool,
     replay_seed: str | None,
     mutant_table: bool,
@@ -56,6 +65,7 @@ def sim(
     \b
     Examples:
       longcall sim --permutations 10000
+      longcall sim --world host --permutations 10000
       longcall sim --replay 1234
       longcall sim --mutants
     """
@@ -65,6 +75,12 @@ def sim(
                      "mutant_names")  # fmt: skip
     _refuse_together(ctx, "mutant_table", "permutations", "as_json")
     _refuse_together(ctx, "mutant_names", "permutations", "as_json")
+    _refuse_together(ctx, "mutant_table", "world")
+    _refuse_together(ctx, "mutant_names", "world")
+    if world not in WORLDS:
+        raise click.BadParameter(
+            f"unknown world {world!r}; choose one of {', '.join(WORLDS)}", param_hint="--world"
+        )
     count = _whole_number(permutations, "--permutations", minimum=1, maximum=MAX_PERMUTATIONS)
     run_seed = _whole_number(seed, "--seed", minimum=0)
     chosen = PROFILES.get(profile)
@@ -75,7 +91,7 @@ def sim(
         )
     if replay_seed is not None:
         seed_of_one = _whole_number(replay_seed, "--replay", minimum=0)
-        raise SystemExit(replay(seed_of_one, profile=chosen))
+        raise SystemExit(replay(seed_of_one, profile=chosen, world=world))
     if mutant_table or mutant_names:
         from longcall.errors import UnknownMutant
 
@@ -84,9 +100,12 @@ def sim(
         except UnknownMutant as exc:
             raise click.BadParameter(str(exc), param_hint="--mutant") from exc
         raise SystemExit(code)
+    if world == "host":
+        raise SystemExit(run_host_sim(count, seed=run_seed, as_json=as_json, profile=chosen))
     raise SystemExit(run_sim(count, seed=run_seed, as_json=as_json, profile=chosen))
 
 
+WORLDS = ("calls", "host")
 MAX_PERMUTATIONS = 1_000_000
 """About an hour on two cores; a larger count is a typo, not a run."""
 
@@ -132,9 +151,85 @@ def run_sim(
 
     console = console or Console(stderr=as_json)
     if as_json:
-        report = run(permutations, seed=seed, profile=profile)
-        print(json.dumps(report.as_json(), sort_keys=True))
-        return 0 if report.ok else 1
+        return _print_json(run(permutations, seed=seed, profile=profile))
+    report = _with_progress(
+        console,
+        "permutations",
+        permutations,
+        lambda advance: run(permutations, seed=seed, profile=profile, on_progress=advance),
+    )
+    console.print(gate_table(report.gate_list(), f"release gates (profile {report.profile})"))
+    console.print(gate_table(report.structural(), "structural guarantees (schema)"))
+    console.print(fault_table(report))
+    console.print(workers_table(report))
+    _print_failures(console, report.failures)
+    verdict = "[green]every gate holds[/]" if report.ok else "[red]a gate failed[/]"
+    console.print(
+        f"{report.permutations} permutations (seed {report.seed}) in {report.elapsed_s:.1f} s "
+        f"= {report.permutations_per_s:.0f}/s, {report.virtual_hours:.0f} h of virtual time: "
+        + verdict
+    )
+    return 0 if report.ok else 1
+
+
+def run_host_sim(
+    permutations: int,
+    *,
+    seed: int,
+    as_json: bool,
+    profile: Profile,
+    console: Console | None = None,
+) -> int:
+    """Run the host worlds, print their gates; the exit status says whether all hold."""
+    from longcall.sim.hostworld import run_hosts
+
+    console = console or Console(stderr=as_json)
+    workers = 2 if permutations >= 500 else 1
+    if as_json:
+        return _print_json(run_hosts(permutations, seed=seed, profile=profile, workers=workers))
+    report = _with_progress(
+        console,
+        "host worlds",
+        permutations,
+        lambda advance: run_hosts(
+            permutations, seed=seed, profile=profile, workers=workers, on_progress=advance
+        ),
+    )
+    console.print(gate_table(report.gate_list(), f"host world gates (profile {report.profile})"))
+    table = Table(title="hosts and the gateway", title_justify="left")
+    table.add_column("measure")
+    table.add_column("count", justify="right")
+    for name, count in report.counts().items():
+        table.add_row(name.replace("_", " "), str(count))
+    console.print(table)
+    _print_failures(console, report.failures)
+    verdict = "[green]every gate holds[/]" if report.ok else "[red]a gate failed[/]"
+    console.print(
+        f"{report.permutations} host worlds (seed {report.seed}) in {report.elapsed_s:.1f} s, "
+        f"{report.virtual_hours:.0f} h of virtual time: " + verdict
+    )
+    return 0 if report.ok else 1
+
+
+R = TypeVar("R")
+
+
+def _print_json(report: Report | HostReport) -> int:
+    print(json.dumps(report.as_json(), sort_keys=True))
+    return 0 if report.ok else 1
+
+
+def _print_failures(console: Console, failures: list[dict[str, Any]]) -> None:
+    for failure in failures:
+        console.print(f"[red]FAIL[/] seed {failure['seed']}: {failure['replay']}")
+        for line in failure["violations"]:
+            console.print(f"    {line}")
+
+
+def _with_progress(
+    console: Console, label: str, total: int, run: Callable[[Callable[[int], None]], R]
+) -> R:
+    """``run(advance)`` under a progress bar of ``total`` permutations."""
     with Progress(
         "[progress.description]{task.description}",
         BarColumn(),
@@ -143,28 +238,8 @@ def run_sim(
         console=console,
         transient=False,
     ) as progress:
-        task = progress.add_task("permutations", total=permutations)
-        report = run(
-            permutations,
-            seed=seed,
-            profile=profile,
-            on_progress=lambda n: progress.advance(task, n),
-        )
-    console.print(gate_table(report.gate_list(), f"release gates (profile {report.profile})"))
-    console.print(gate_table(report.structural(), "structural guarantees (schema)"))
-    console.print(fault_table(report))
-    console.print(workers_table(report))
-    for failure in report.failures:
-        console.print(f"[red]FAIL[/] seed {failure['seed']}: {failure['replay']}")
-        for line in failure["violations"]:
-            console.print(f"    {line}")
-    verdict = "[green]every gate holds[/]" if report.ok else "[red]a gate failed[/]"
-    console.print(
-        f"{report.permutations} permutations (seed {report.seed}) in {report.elapsed_s:.1f} s "
-        f"= {report.permutations_per_s:.0f}/s, {report.virtual_hours:.0f} h of virtual time: "
-        + verdict
-    )
-    return 0 if report.ok else 1
+        task = progress.add_task(label, total=total)
+        return run(lambda n: progress.advance(task, n))
 
 
 def gate_table(gates: list[Gate], title: str) -> Table:
@@ -243,11 +318,13 @@ def run_mutants(
     return 0
 
 
-def replay(seed: int, *, profile: Profile) -> int:
+def replay(seed: int, *, profile: Profile, world: str = "calls") -> int:
     """Rerun one permutation and print its event trace, one line per event."""
+    from longcall.sim.hostworld import run_host
     from longcall.sim.world import run_one
 
-    result = run_one(seed, trace=True, profile=profile)
+    runner = run_host if world == "host" else run_one
+    result = runner(seed, trace=True, profile=profile)
     assert result.trace is not None
     for line in result.trace:
         print(line)

@@ -12,10 +12,30 @@ Typical use::
         await gateway.server.serve(host="127.0.0.1", port=8766)
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
 from longcall.errors import HandleRefused
-from longcall.gateway.app import Gateway, GatewayOptions
 from longcall.gateway.handles import format_handle, parse_handle
-from longcall.gateway.stdio import StdioSession, serve_stdio
+from longcall.gateway.hostcalls import GatewayOptions
+
+if TYPE_CHECKING:
+    from longcall.gateway.app import Gateway
+    from longcall.gateway.stdio import StdioSession, serve_stdio
+
+_SHELL = {"Gateway": "app", "StdioSession": "stdio", "serve_stdio": "stdio"}
+"""Loaded on first use: the pure decisions (``hostcalls``, ``repeats``, ``handles``) are
+imported by the simulator, which must not load the server library with them."""
+
+
+def __getattr__(name: str) -> Any:
+    module = _SHELL.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return getattr(importlib.import_module(f"{__name__}.{module}"), name)
+
 
 __all__ = [
     "Gateway",

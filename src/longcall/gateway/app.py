@@ -13,10 +13,13 @@ Must not: speak a protocol to an upstream (the client's adapters do), decide a c
 state (the engine does), or hold reply wording (``replies``) or the handle format
 (``handles``).
 
-The rule for "the same call" (docs/design/gateway.md, ``repeats``): a host call is
-(principal, tool, canonical arguments); its call node is derived from that and a repeat
-counter, and :func:`~longcall.gateway.repeats.joins` says whether it attaches to an
-earlier node or is a deliberate repeat (the counter goes up, the upstream runs again).
+The decisions about a host call are pure and live in ``hostcalls`` (the simulator's
+host world runs the same functions): the rule for "the same call" (docs/design/gateway.md,
+``repeats``) — a host call is (principal, tool, canonical arguments); its call node is
+derived from that and a repeat counter, and :func:`~longcall.gateway.repeats.joins` says
+whether it attaches to an earlier node or is a deliberate repeat (the counter goes up,
+the upstream runs again) —, how long each call waits, what it is answered, the delivery
+marks, and the node a handle names. This module does the I/O around them.
 """
 
 from __future__ import annotations
@@ -35,7 +38,6 @@ import pydantic
 
 from longcall.adapters.servers import ServersConfig
 from longcall.client import CallOutcome, CallResult, Client, Progress
-from longcall.core import OperationRecord
 from longcall.core.keys import digest_json
 from longcall.errors import (
     DuplicateCallNode,
@@ -44,24 +46,20 @@ from longcall.errors import (
     LongcallError,
     NotWaitingForInput,
 )
-from longcall.gateway.handles import (
-    HostCall,
-    handle_of_node,
-    node_for,
-    node_prefix,
-    owned_by,
-    parse_handle,
+from longcall.gateway.handles import HostCall, handle_of_node, node_prefix, owned_by
+from longcall.gateway.hostcalls import (
+    Answer,
+    GatewayOptions,
+    Start,
+    answer_for,
+    early_wait_s,
+    mark_delivered,
+    owned_node,
+    resolve_call,
+    status_wait_s,
 )
 from longcall.gateway.metrics import GatewayMetrics
-from longcall.gateway.pages import DEFAULT_PAGE_CHARS, page_count
-from longcall.gateway.repeats import (
-    DEFAULT_GRACE_S,
-    DEFAULT_UNDELIVERED_S,
-    Earlier,
-    delivery_period,
-    last_delivery,
-    resolve,
-)
+from longcall.gateway.pages import page_count
 from longcall.gateway.replies import (
     ANSWER_TOOL,
     CANCEL_TOOL,
@@ -87,41 +85,11 @@ from longcall.server.tools import ToolSpec, build_tool_spec
 
 log = logging.getLogger("longcall.gateway")
 
-DELIVERED_BLOB = "gateway:delivered"
-"""Written once, when a call's outcome first reaches a host."""
-DELIVERED_IN_BLOB = "gateway:delivered-in:"
-"""+ a grace period's number: written once per period in which an outcome reached a host
-(the repeat rule reads the newest two)."""
 LIST_TIMEOUT_S = 15.0
 LIST_RETRY_S = (1.0, 30.0)
 CANCEL_CONFIRM_S = 5.0
 """How long ``longcall_cancel`` waits for the upstream's terminal before saying
 "requested, not confirmed"."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class GatewayOptions:
-    """How the gateway treats hosts."""
-
-    early_return_s: float = 40.0
-    """The early-return window: a task-unaware host gets the real result if the upstream
-    finishes within it, a handle otherwise. Keep it below the host's own timeout."""
-    page_chars: int = DEFAULT_PAGE_CHARS
-    """Characters of model-visible text a result page holds (about 8k tokens)."""
-    repeat_grace_s: float = DEFAULT_GRACE_S
-    """After an outcome reached a host, a same call this soon is its retry, not a repeat."""
-    repeat_window_s: float = DEFAULT_UNDELIVERED_S
-    """An ended call whose outcome never reached a host is attached to this long."""
-    recent_handles: int = 5
-    """How many of a principal's handles a refusal names."""
-
-    def __post_init__(self) -> None:
-        for name in ("early_return_s", "repeat_grace_s", "repeat_window_s"):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and 0 < value < 1e9):
-                raise ValueError(f"{name} must be a positive number of seconds, not {value!r}")
-        if self.page_chars < 100:
-            raise ValueError("page_chars must be at least 100")
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -145,13 +113,6 @@ class _ServedTool(ToolSpec):
 
 class _NoArguments(pydantic.BaseModel):
     """Placeholder: a served tool's arguments are the upstream's to check."""
-
-
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
-class _Resolved:
-    handle: str
-    node: str
-    existing: OperationRecord | None
 
 
 class Gateway:
@@ -333,9 +294,7 @@ class Gateway:
             if not listeners:
                 self._listeners.pop(resolved.node, None)
 
-    async def _start(
-        self, tool: UpstreamTool, call: HostCall, arguments: dict[str, Any]
-    ) -> _Resolved:
+    async def _start(self, tool: UpstreamTool, call: HostCall, arguments: dict[str, Any]) -> Start:
         """The call node of this host call, attached to or started (never twice)."""
         lock = self._locks.setdefault(call, asyncio.Lock())
         try:
@@ -348,11 +307,11 @@ class Gateway:
 
     async def _start_locked(
         self, tool: UpstreamTool, call: HostCall, arguments: dict[str, Any]
-    ) -> _Resolved:
+    ) -> Start:
         for _attempt in range(3):
             resolved = await self.client.executor.on_ledger_thread(self._resolve, call)
             if resolved.existing is not None:
-                if not resolved.existing.is_terminal:
+                if resolved.attaches_to_open:
                     self.metrics.retries_attached.inc()
                 await self.client.wait(resolved.node, timeout_s=0)
                 return resolved
@@ -375,57 +334,26 @@ class Gateway:
             return resolved
         raise ToolError("The call could not be started: it was raced three times; call again.")
 
-    def _resolve(self, call: HostCall) -> _Resolved:
+    def _resolve(self, call: HostCall) -> Start:
         """On the ledger thread: the node a host call names under the repeat rule."""
-        ledger = self.client.ledger
-        records: dict[str, OperationRecord] = {}
-
-        def find(node: str) -> Earlier | None:
-            record = ledger.find(node)
-            if record is None:
-                return None
-            records[node] = record
-            if not record.is_terminal:
-                return Earlier(is_open=True, ended_at=now, delivered_at=None, ever_delivered=False)
-
-            def marked(period: int) -> bool:
-                return ledger.blob(node, f"{DELIVERED_IN_BLOB}{period}") is not None
-
-            return Earlier(
-                is_open=False,
-                ended_at=record.updated_at,
-                delivered_at=last_delivery(marked, now, self.options.repeat_grace_s),
-                ever_delivered=ledger.blob(node, DELIVERED_BLOB) is not None,
-            )
-
-        now = self._clock()
         try:
-            found = resolve(
-                call,
-                key=ledger.caller_key,
-                find=find,
-                now=now,
-                grace_s=self.options.repeat_grace_s,
-                undelivered_s=self.options.repeat_window_s,
-            )
+            return resolve_call(self.client.ledger, call, now=self._clock(), options=self.options)
         except ValueError as exc:
             raise ToolError(f"This call cannot be made again through the gateway: {exc}.") from exc
-        existing = records[found.node] if found.joined else None
-        return _Resolved(handle=found.handle, node=found.node, existing=existing)
 
-    async def _early(self, resolved: _Resolved, started: float) -> dict[str, Any]:
+    async def _early(self, resolved: Start, started: float) -> dict[str, Any]:
         """A task-unaware host: the real result within the window, else the handle."""
-        remaining = max(0.0, self.options.early_return_s - (self._clock() - started))
+        remaining = early_wait_s(self.options, started=started, now=self._clock())
         result = await self.client.wait(resolved.node, timeout_s=remaining)
-        if result.record.is_terminal:
+        if answer_for(result.record) is Answer.OUTCOME:
             reply = await self._deliver(resolved.handle, result, page=1)
-            if resolved.existing is not None and resolved.existing.is_terminal:
+            if resolved.repeats_ended:
                 reply["content"] = [*reply.get("content", []), _again_note(resolved, self)]
             return reply
         self.metrics.early_returns.inc()
         return self._status_of(resolved.handle, result)
 
-    async def _as_task(self, resolved: _Resolved, ctx: TaskContext) -> dict[str, Any]:
+    async def _as_task(self, resolved: Start, ctx: TaskContext) -> dict[str, Any]:
         """A task-aware host: its task is this call; input is passed through."""
         try:
             while True:
@@ -473,11 +401,8 @@ class Gateway:
 
     async def _status(self, ctx: TaskContext, handle: str, wait_s: float) -> dict[str, Any]:
         canonical, node = await self._owned(ctx, handle)
-        if not isinstance(wait_s, int | float) or wait_s != wait_s:
-            wait_s = 0
-        wait = min(max(0.0, float(wait_s)), self.options.early_return_s)
-        result = await self.client.wait(node, timeout_s=wait)
-        if result.record.is_terminal:
+        result = await self.client.wait(node, timeout_s=status_wait_s(self.options, wait_s))
+        if answer_for(result.record) is Answer.OUTCOME:
             return await self._deliver(canonical, result, page=1)
         return self._status_of(canonical, result)
 
@@ -532,12 +457,12 @@ class Gateway:
         else is refused with the principal's recent handles as the way back."""
         principal = ctx.principal.subject
         try:
-            canonical = parse_handle(handle)
+            canonical, node = await self.client.executor.on_ledger_thread(
+                owned_node, self.client.ledger, principal, handle
+            )
         except HandleRefused as exc:
             await self._refuse(principal, str(exc))
-        node = node_for(principal, canonical)
-        record = await self.client.executor.on_ledger_thread(self.client.ledger.find, node)
-        if record is None:
+        if node is None:
             await self._refuse(principal, f"No call has the handle {canonical}")
         return canonical, node
 
@@ -591,14 +516,7 @@ class Gateway:
 
     def _mark_delivered(self, node: str) -> None:
         """Before the outcome is sent: the first delivery, and this grace period's."""
-        ledger = self.client.ledger
-        now = self._clock()
-        stamp = json.dumps({"at": now}).encode()
-        period = delivery_period(now, self.options.repeat_grace_s)
-        for name in (DELIVERED_BLOB, f"{DELIVERED_IN_BLOB}{period}"):
-            if ledger.blob(node, name) is None:
-                with contextlib.suppress(LongcallError):  # another process marked it first
-                    ledger.put_blob(node, name, stamp)
+        mark_delivered(self.client.ledger, node, now=self._clock(), options=self.options)
 
     def _status_of(self, handle: str, result: CallResult) -> dict[str, Any]:
         record = result.record
@@ -637,9 +555,9 @@ class Gateway:
         )
 
 
-def _again_note(resolved: _Resolved, gateway: Gateway) -> dict[str, Any]:
+def _again_note(resolved: Start, gateway: Gateway) -> dict[str, Any]:
     """Said when a same call got the outcome of the one before it (it did not run again)."""
-    assert resolved.existing is not None
+    assert resolved.existing is not None  # repeats_ended
     ago = max(0, int(gateway._clock() - resolved.existing.updated_at))
     grace = int(gateway.options.repeat_grace_s)
     text = (

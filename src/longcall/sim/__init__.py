@@ -8,9 +8,11 @@ report and the mutation tests of the real code. It drives the real
 :class:`~longcall.runtime.engine.Engine`, core, SQLite ledger and protocol mappings and
 never reaches into them: no fault is a flag inside ``core``, ``runtime`` or
 ``adapters`` (mutants are applied from :mod:`longcall.sim.mutants`, by replacing real
-functions for one run). One ``random.Random(seed)`` is the only source of randomness,
-and there is no wall clock in a run, so a seed replays a run byte for byte. It never
-imports ``longcall.cli`` or ``longcall.server``.
+functions for one run). Its host world (``hostworld``) puts task-unaware hosts in front
+of the gateway's real host-call decisions (``longcall.gateway.hostcalls``, pure), whose
+upstream calls the same engine drives. One ``random.Random(seed)`` is the only source
+of randomness, and there is no wall clock in a run, so a seed replays a run byte for
+byte. It never imports ``longcall.cli``, ``longcall.server`` or the gateway's I/O.
 """
 
 from longcall.sim.config import DEFAULT, PROFILES, Profile

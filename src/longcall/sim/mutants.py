@@ -1,7 +1,8 @@
 """Mutation tests of the real code: does some gate or check catch each planted bug?
 
 Owns :data:`MUTANTS` — each a small, plausible bug in a REAL function of ``core``,
-``runtime``, ``adapters`` or ``ledger``, applied by replacing that function (or table
+``runtime``, ``adapters`` or ``ledger`` (or of the gateway's host-call decisions, run by
+the host world: ``Mutant.world``), applied by replacing that function (or table
 entry) for the length of one run and restoring it after; nothing in the product
 carries a flag for it — and :func:`catch_table`, which runs the CI seed corpus under
 each mutant until a permutation fails, and says which gate or check caught it, at
@@ -40,8 +41,9 @@ from longcall.core.record import OperationRecord, evolve
 from longcall.core.retry import FailureKind
 from longcall.errors import UnknownMutant
 from longcall.sim.config import DEFAULT, PROFILES, Profile
+from longcall.sim.hostworld import HostResult, guarded_host
 from longcall.sim.report import derive_seed, guarded
-from longcall.sim.world import run_one
+from longcall.sim.world import Result, run_one
 
 CI_PERMUTATIONS = 1000
 """The CI seed corpus: permutations 0..999 of seed 0 (tests/sim/test_gates.py)."""
@@ -57,6 +59,8 @@ class Mutant:
     name: str
     bug: str
     patches: tuple[Patch, ...]
+    world: str = "calls"
+    """The world that runs the code it plants in: ``calls`` or ``host`` (the gateway)."""
 
 
 # --- the replacements -------------------------------------------------------------------
@@ -236,6 +240,24 @@ def _shed_every_round(original: Callable[..., Any]) -> Callable[..., Any]:
     return share_round
 
 
+def _never_joins(original: Callable[..., bool]) -> Callable[..., bool]:
+    def joins(**kw: Any) -> bool:
+        return False
+
+    return joins
+
+
+def _principal_ignored(original: Callable[..., Any]) -> Callable[..., Any]:
+    """The call's handle and node are derived as if every host were one principal."""
+
+    def derive(first: Any, *args: Any) -> Any:
+        if isinstance(first, str):  # node_for(principal, handle)
+            return original("", *args)
+        return original(first, dataclasses.replace(args[0], principal=""), *args[1:])
+
+    return derive
+
+
 # --- the catalogue ------------------------------------------------------------------------
 
 _MACHINE = "longcall.core.machine"
@@ -385,6 +407,25 @@ MUTANTS += (
         patches=(("longcall.runtime.claims", "Claims.share_round", _shed_every_round),),
     ),
 )
+_REPEATS = "longcall.gateway.repeats"
+MUTANTS += (
+    Mutant(
+        name="same-call-never-attaches",
+        bug="a host's retry of a call still running starts the upstream again",
+        patches=((_REPEATS, "joins", _never_joins),),
+        world="host",
+    ),
+    Mutant(
+        name="same-call-ignores-principal",
+        bug="the same call from another principal attaches to the first one's call",
+        patches=(
+            (_REPEATS, "handle_for", _principal_ignored),
+            (_REPEATS, "node_for", _principal_ignored),
+            ("longcall.gateway.hostcalls", "node_for", _principal_ignored),
+        ),
+        world="host",
+    ),
+)
 BY_NAME = {m.name: m for m in MUTANTS}
 
 
@@ -461,13 +502,14 @@ def catch(
     profile: Profile = DEFAULT,
 ) -> Catch:
     """Run the corpus under ``planted`` until a permutation fails that passes without it."""
+    run = _world_runner(planted.world, profile)
     for index in range(permutations):
         world_seed = derive_seed(seed, index)
         with applied(planted):
-            result = guarded(lambda s: run_one(s, profile=profile), world_seed)
+            result = run(world_seed)
         if not result.violations:
             continue
-        baseline = guarded(lambda s: run_one(s, profile=profile), world_seed)
+        baseline = run(world_seed)
         known = {(v.check, v.detail) for v in baseline.violations}
         new = [v for v in result.violations if (v.check, v.detail) not in known]
         if new:
@@ -480,6 +522,13 @@ def catch(
                 detail=new[0].detail,
             )
     return Catch(mutant=planted.name, bug=planted.bug, check=None, permutation=None, seed=None)
+
+
+def _world_runner(world: str, profile: Profile) -> Callable[[int], Result | HostResult]:
+    """One guarded permutation of the world a mutant's code runs in."""
+    if world == "host":
+        return functools.partial(guarded_host, profile=profile)
+    return functools.partial(guarded, functools.partial(run_one, profile=profile))
 
 
 def _catch_job(job: tuple[str, int, int, str]) -> Catch:

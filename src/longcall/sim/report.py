@@ -23,7 +23,7 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from typing import Any
+from typing import Any, TypeVar
 
 from longcall.sim.checks import Violation
 from longcall.sim.config import DEFAULT, PROFILES, Profile
@@ -130,13 +130,7 @@ class Report:
         """Every gate of F3 (and the per-step checks of F2), each with what it judged."""
         polls = self.polls
         return [
-            Gate(
-                name="terminal divergence = 0",
-                value=str(self.terminal_divergence),
-                judged=self.receipts_compared,
-                judged_what="receipts compared with the server's truth",
-                met=self.terminal_divergence == 0,
-            ),
+            divergence_gate(self.terminal_divergence, self.receipts_compared),
             Gate(
                 name="duplicate operations = 0",
                 value=str(self.duplicate_operations),
@@ -202,13 +196,7 @@ class Report:
                 judged_what="operations (claims counted in the ledger)",
                 met=self.claims_over == 0,
             ),
-            Gate(
-                name="every safety/liveness check",
-                value=f"{self.failed_permutations} failed permutations",
-                judged=self.permutations,
-                judged_what="permutations",
-                met=self.failed_permutations == 0,
-            ),
+            checks_gate(self.failed_permutations, self.permutations),
         ]
 
     def structural(self) -> list[Gate]:
@@ -242,21 +230,59 @@ class Report:
     def as_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["traceability"] = self.traceability
-        data["gates"] = {
-            g.name: {
-                "value": g.value,
-                "judged": g.judged,
-                "judged_what": g.judged_what,
-                "holds": g.holds,
-            }
-            for g in self.gate_list()
-        }
+        data["gates"] = gates_json(self.gate_list())
         data["structural"] = {
             g.name: {"value": g.value, "judged": g.judged, "holds": g.met}
             for g in self.structural()
         }
         data["ok"] = self.ok
         return data
+
+
+def divergence_gate(divergence: int, compared: int) -> Gate:
+    """Receipts against the servers' truth (F3)."""
+    return Gate(
+        name="terminal divergence = 0",
+        value=str(divergence),
+        judged=compared,
+        judged_what="receipts compared with the server's truth",
+        met=divergence == 0,
+    )
+
+
+def checks_gate(failed: int, permutations: int) -> Gate:
+    """Every check of every permutation (F2)."""
+    return Gate(
+        name="every safety/liveness check",
+        value=f"{failed} failed permutations",
+        judged=permutations,
+        judged_what="permutations",
+        met=failed == 0,
+    )
+
+
+def gates_json(gates: list[Gate]) -> dict[str, Any]:
+    return {
+        g.name: {"value": g.value, "judged": g.judged, "judged_what": g.judged_what,
+                 "holds": g.holds}
+        for g in gates
+    }  # fmt: skip
+
+
+def note_failure(
+    checks_failed: dict[str, int],
+    failures: list[dict[str, Any]],
+    seed: int | None,
+    violations: list[Violation],
+    replay: str,
+) -> None:
+    """Count a failed permutation's checks, and list it (up to ``FAILURES_LISTED_MAX``)."""
+    for check in {v.check for v in violations}:
+        checks_failed[check] = checks_failed.get(check, 0) + 1
+    if len(failures) < FAILURES_LISTED_MAX and seed is not None:
+        failures.append(
+            {"seed": seed, "replay": replay, "violations": [str(v) for v in violations[:5]]}
+        )
 
 
 def p99(values: list[float]) -> float:
@@ -267,16 +293,25 @@ def p99(values: list[float]) -> float:
 
 
 Runner = Callable[[int], Result]
+R = TypeVar("R")
 
 
-def guarded(runner: Runner, seed: int) -> Result:
+def guarded_as(runner: Callable[[int], R], seed: int, crashed: Callable[[int, str], R]) -> R:
     """Run one permutation; an exception out of the simulated world is a failure of
-    that permutation (with its seed), never the end of the whole run."""
+    that permutation (``crashed(seed, detail)``), never the end of the whole run."""
     try:
         return runner(seed)
     except Exception as exc:  # reported with the seed that replays it
-        detail = f"the permutation raised {type(exc).__name__}: {exc}"
-        return Result(seed=seed, violations=[Violation(check="world raised", detail=detail)])
+        return crashed(seed, f"the permutation raised {type(exc).__name__}: {exc}")
+
+
+def guarded(runner: Runner, seed: int) -> Result:
+    """:func:`guarded_as` for the simulator's worlds."""
+    return guarded_as(runner, seed, _raised)
+
+
+def _raised(seed: int, detail: str) -> Result:
+    return Result(seed=seed, violations=[Violation(check="world raised", detail=detail)])
 
 
 def _run_chunk(job: tuple[list[int], str]) -> list[Result]:
@@ -289,13 +324,24 @@ def results(
     seeds: list[int], *, profile: Profile = DEFAULT, workers: int = 1
 ) -> Iterator[list[Result]]:
     """The results of ``seeds``, in order, in batches (over ``workers`` processes)."""
-    if workers <= 1:
-        for start in range(0, len(seeds), CHUNK):
-            yield _run_chunk((seeds[start : start + CHUNK], profile.name))
-        return
+    return batches(_run_chunk, seeds, profile=profile, workers=workers)
+
+
+def batches(
+    chunk: Callable[[tuple[list[int], str]], list[R]],
+    seeds: list[int],
+    *,
+    profile: Profile,
+    workers: int,
+) -> Iterator[list[R]]:
+    """``chunk`` over ``seeds`` in batches of ``CHUNK``, in order (over ``workers``
+    processes; ``chunk`` is then a module-level function, so that it pickles)."""
     jobs = [(seeds[i : i + CHUNK], profile.name) for i in range(0, len(seeds), CHUNK)]
+    if workers <= 1:
+        yield from map(chunk, jobs)
+        return
     with ProcessPoolExecutor(max_workers=workers) as pool:
-        yield from pool.map(_run_chunk, jobs)
+        yield from pool.map(chunk, jobs)
 
 
 def run(
@@ -378,13 +424,5 @@ def _add(report: Report, result: Result, latencies: list[float], operator: list[
         report.fault_counts[name] = report.fault_counts.get(name, 0) + count
     if result.violations:
         report.failed_permutations += 1
-        for check in {v.check for v in result.violations}:
-            report.checks_failed[check] = report.checks_failed.get(check, 0) + 1
-        if len(report.failures) < FAILURES_LISTED_MAX and result.seed is not None:
-            report.failures.append(
-                {
-                    "seed": result.seed,
-                    "replay": replay_command(result.seed, report.profile),
-                    "violations": [str(v) for v in result.violations[:5]],
-                }
-            )
+        replay = replay_command(result.seed or 0, report.profile)
+        note_failure(report.checks_failed, report.failures, result.seed, result.violations, replay)

@@ -208,7 +208,7 @@ class World:
         self.rng = rng
         self.seed = seed
         self.trace: list[str] | None = [] if trace else None
-        self.config = Config.draw(rng, profile)
+        self.config = self._draw(rng, profile)
         self.faults: dict[str, int] = dict.fromkeys(FAULT_CLASSES, 0)
         self.checker = Checker()
         self._ledger_factory = ledger_factory
@@ -266,6 +266,10 @@ class World:
         self.actions_sent = 0
         self.cancels_requested: set[str] = set()
         self._essential = 0
+
+    def _draw(self, rng: random.Random, profile: Profile) -> Config:
+        """The world's configuration (a world of another kind reshapes it)."""
+        return Config.draw(rng, profile)
 
     @property
     def newest(self) -> Engine:
