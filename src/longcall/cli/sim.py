@@ -8,6 +8,7 @@ holds). Must not: decide anything about the gates themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from typing import TYPE_CHECKING
@@ -40,6 +41,12 @@ if TYPE_CHECKING:  # the simulator loads when it runs, never for ``longcall --he
     help="Plant each known bug in the real code and show which gate catches it.",
 )
 @click.option("--mutant", "mutant_names", multiple=True, help="Only this mutant (repeatable).")
+@click.option(
+    "--webhooks",
+    is_flag=True,
+    help="Servers also send signed webhook deliveries (forged, duplicated, delayed, "
+    "reordered, dropped); each world is judged against its poll-only run.",
+)
 @click.pass_context
 def sim(
     ctx: click.Context,
@@ -50,6 +57,7 @@ def sim(
     replay_seed: str | None,
     mutant_table: bool,
     mutant_names: tuple[str, ...],
+    webhooks: bool,
 ) -> None:
     """Run the deterministic fault-injection simulator and judge the release gates.
 
@@ -57,14 +65,15 @@ def sim(
     Examples:
       longcall sim --permutations 10000
       longcall sim --replay 1234
+      longcall sim --webhooks --permutations 10000
       longcall sim --mutants
     """
     from longcall.sim.config import PROFILES
 
     _refuse_together(ctx, "replay_seed", "permutations", "seed", "as_json", "mutant_table",
                      "mutant_names")  # fmt: skip
-    _refuse_together(ctx, "mutant_table", "permutations", "as_json")
-    _refuse_together(ctx, "mutant_names", "permutations", "as_json")
+    _refuse_together(ctx, "mutant_table", "permutations", "as_json", "webhooks")
+    _refuse_together(ctx, "mutant_names", "permutations", "as_json", "webhooks")
     count = _whole_number(permutations, "--permutations", minimum=1, maximum=MAX_PERMUTATIONS)
     run_seed = _whole_number(seed, "--seed", minimum=0)
     chosen = PROFILES.get(profile)
@@ -75,7 +84,7 @@ def sim(
         )
     if replay_seed is not None:
         seed_of_one = _whole_number(replay_seed, "--replay", minimum=0)
-        raise SystemExit(replay(seed_of_one, profile=chosen))
+        raise SystemExit(replay(seed_of_one, profile=chosen, webhooks=webhooks))
     if mutant_table or mutant_names:
         from longcall.errors import UnknownMutant
 
@@ -84,7 +93,9 @@ def sim(
         except UnknownMutant as exc:
             raise click.BadParameter(str(exc), param_hint="--mutant") from exc
         raise SystemExit(code)
-    raise SystemExit(run_sim(count, seed=run_seed, as_json=as_json, profile=chosen))
+    raise SystemExit(
+        run_sim(count, seed=run_seed, as_json=as_json, profile=chosen, webhooks=webhooks)
+    )
 
 
 MAX_PERMUTATIONS = 1_000_000
@@ -126,13 +137,14 @@ def run_sim(
     as_json: bool,
     profile: Profile,
     console: Console | None = None,
+    webhooks: bool = False,
 ) -> int:
     """Run the permutations, print the report; the exit status says whether all gates hold."""
     from longcall.sim.report import run
 
     console = console or Console(stderr=as_json)
     if as_json:
-        report = run(permutations, seed=seed, profile=profile)
+        report = run(permutations, seed=seed, profile=profile, webhooks=webhooks)
         print(json.dumps(report.as_json(), sort_keys=True))
         return 0 if report.ok else 1
     with Progress(
@@ -149,11 +161,14 @@ def run_sim(
             seed=seed,
             profile=profile,
             on_progress=lambda n: progress.advance(task, n),
+            webhooks=webhooks,
         )
     console.print(gate_table(report.gate_list(), f"release gates (profile {report.profile})"))
     console.print(gate_table(report.structural(), "structural guarantees (schema)"))
     console.print(fault_table(report))
     console.print(workers_table(report))
+    if report.webhooks is not None:
+        console.print(webhooks_table(report))
     for failure in report.failures:
         console.print(f"[red]FAIL[/] seed {failure['seed']}: {failure['replay']}")
         for line in failure["violations"]:
@@ -207,6 +222,17 @@ def workers_table(report: Report) -> Table:
     return table
 
 
+def webhooks_table(report: Report) -> Table:
+    """What the webhook deliveries came to, added up over the permutations."""
+    assert report.webhooks is not None
+    table = Table(title="webhook deliveries", title_justify="left")
+    table.add_column("measure")
+    table.add_column("count", justify="right")
+    for name, count in dataclasses.asdict(report.webhooks).items():
+        table.add_row(name.replace("_", " "), str(count))
+    return table
+
+
 def run_mutants(
     names: list[str], *, seed: int, profile: Profile, console: Console | None = None
 ) -> int:
@@ -243,11 +269,14 @@ def run_mutants(
     return 0
 
 
-def replay(seed: int, *, profile: Profile) -> int:
-    """Rerun one permutation and print its event trace, one line per event."""
+def replay(seed: int, *, profile: Profile, webhooks: bool = False) -> int:
+    """Rerun one permutation and print its event trace, one line per event
+    (``webhooks``: the run with webhook deliveries, judged against its poll-only run)."""
+    from longcall.sim.webhooks import run_webhooks
     from longcall.sim.world import run_one
 
-    result = run_one(seed, trace=True, profile=profile)
+    one = run_webhooks if webhooks else run_one
+    result = one(seed, trace=True, profile=profile)
     assert result.trace is not None
     for line in result.trace:
         print(line)

@@ -28,6 +28,7 @@ from typing import Any
 from longcall.sim.checks import Violation
 from longcall.sim.config import DEFAULT, PROFILES, Profile
 from longcall.sim.measures import PollJudgement
+from longcall.sim.webhooks import WebhookResult, WebhookStats, run_webhooks
 from longcall.sim.world import (
     CLAIMS_SLACK,
     FAULT_CLASSES,
@@ -49,8 +50,10 @@ def derive_seed(run_seed: int, index: int) -> int:
     return int.from_bytes(digest[:6], "big")
 
 
-def replay_command(seed: int, profile: str = DEFAULT.name) -> str:
+def replay_command(seed: int, profile: str = DEFAULT.name, *, webhooks: bool = False) -> str:
     suffix = "" if profile == DEFAULT.name else f" --profile {profile}"
+    if webhooks:
+        suffix += " --webhooks"
     return f"longcall sim --replay {seed}{suffix}"
 
 
@@ -121,6 +124,9 @@ class Report:
     failed_permutations: int = 0
     elapsed_s: float = 0.0
     permutations_per_s: float = 0.0
+    webhooks: WebhookStats | None = None
+    """Added up over the permutations when each ran with webhook deliveries (and its
+    poll-only twin); None: polling only."""
 
     @property
     def traceability(self) -> float:
@@ -209,6 +215,7 @@ class Report:
                 judged_what="permutations",
                 met=self.failed_permutations == 0,
             ),
+            *(webhook_gates(self.webhooks) if self.webhooks is not None else []),
         ]
 
     def structural(self) -> list[Gate]:
@@ -259,6 +266,37 @@ class Report:
         return data
 
 
+def webhook_gates(stats: WebhookStats) -> list[Gate]:
+    """The webhook channel's gates (S7): a delivery is a hint, never the truth."""
+    forged_arrived = stats.forged_refused + stats.forged_accepted
+    return [
+        Gate(
+            name="accepted terminals = polling only",
+            value=(
+                f"{stats.terminals_differ} call nodes differ"
+                f" ({stats.truth_moved} not compared: the server's truth itself moved)"
+            ),
+            judged=stats.nodes_compared,
+            judged_what="call nodes with the same truth in both runs",
+            met=stats.terminals_differ == 0,
+        ),
+        Gate(
+            name="forged webhooks refused",
+            value=f"{stats.forged_accepted} taken",
+            judged=forged_arrived,
+            judged_what="forgeries received",
+            met=stats.forged_accepted == 0,
+        ),
+        Gate(
+            name="no webhook moves an operation",
+            value=f"{stats.moved} deliveries wrote a record",
+            judged=stats.verified + stats.duplicates_ignored,
+            judged_what="verified deliveries",
+            met=stats.moved == 0,
+        ),
+    ]
+
+
 def p99(values: list[float]) -> float:
     if not values:
         return 0.0
@@ -279,21 +317,23 @@ def guarded(runner: Runner, seed: int) -> Result:
         return Result(seed=seed, violations=[Violation(check="world raised", detail=detail)])
 
 
-def _run_chunk(job: tuple[list[int], str]) -> list[Result]:
-    seeds, profile = job
+def _run_chunk(job: tuple[list[int], str, bool]) -> list[Result]:
+    seeds, profile, webhooks = job
     chosen = PROFILES[profile]
-    return [guarded(lambda s: run_one(s, profile=chosen), seed) for seed in seeds]
+    one = run_webhooks if webhooks else run_one
+    return [guarded(lambda s: one(s, profile=chosen), seed) for seed in seeds]
 
 
 def results(
-    seeds: list[int], *, profile: Profile = DEFAULT, workers: int = 1
+    seeds: list[int], *, profile: Profile = DEFAULT, workers: int = 1, webhooks: bool = False
 ) -> Iterator[list[Result]]:
-    """The results of ``seeds``, in order, in batches (over ``workers`` processes)."""
+    """The results of ``seeds``, in order, in batches (over ``workers`` processes);
+    ``webhooks``: each with webhook deliveries, judged against its poll-only run."""
     if workers <= 1:
         for start in range(0, len(seeds), CHUNK):
-            yield _run_chunk((seeds[start : start + CHUNK], profile.name))
+            yield _run_chunk((seeds[start : start + CHUNK], profile.name, webhooks))
         return
-    jobs = [(seeds[i : i + CHUNK], profile.name) for i in range(0, len(seeds), CHUNK)]
+    jobs = [(seeds[i : i + CHUNK], profile.name, webhooks) for i in range(0, len(seeds), CHUNK)]
     with ProcessPoolExecutor(max_workers=workers) as pool:
         yield from pool.map(_run_chunk, jobs)
 
@@ -306,9 +346,11 @@ def run(
     workers: int | None = None,
     on_progress: Callable[[int], None] | None = None,
     runner: Runner | None = None,
+    webhooks: bool = False,
 ) -> Report:
     """Run ``permutations`` permutations and judge them. ``runner`` replaces
-    :func:`run_one` (it forces one process)."""
+    :func:`run_one` (it forces one process); ``webhooks``: each permutation also gets
+    webhook deliveries (:func:`~longcall.sim.webhooks.run_webhooks`)."""
     if permutations <= 0:
         raise ValueError(f"permutations must be a positive number, not {permutations}")
     started = time.perf_counter()
@@ -318,6 +360,7 @@ def run(
         seed=seed,
         profile=profile.name,
         cancel_ack_p99_limit_s=profile.cancel_ack_p99_limit_s,
+        webhooks=WebhookStats() if webhooks else None,
     )
     latencies: list[float] = []
     operator: list[float] = []
@@ -327,7 +370,7 @@ def run(
     if runner is not None:
         batches = ([guarded(runner, s)] for s in seeds)
     else:
-        batches = results(seeds, profile=profile, workers=workers)
+        batches = results(seeds, profile=profile, workers=workers, webhooks=webhooks)
     for batch in batches:
         for result in batch:
             _add(report, result, latencies, operator)
@@ -376,6 +419,8 @@ def _add(report: Report, result: Result, latencies: list[float], operator: list[
     report.virtual_hours += result.virtual_s / 3600.0
     for name, count in result.faults.items():
         report.fault_counts[name] = report.fault_counts.get(name, 0) + count
+    if isinstance(result, WebhookResult) and report.webhooks is not None:
+        report.webhooks.add(result.webhooks)
     if result.violations:
         report.failed_permutations += 1
         for check in {v.check for v in result.violations}:
@@ -384,7 +429,9 @@ def _add(report: Report, result: Result, latencies: list[float], operator: list[
             report.failures.append(
                 {
                     "seed": result.seed,
-                    "replay": replay_command(result.seed, report.profile),
+                    "replay": replay_command(
+                        result.seed, report.profile, webhooks=report.webhooks is not None
+                    ),
                     "violations": [str(v) for v in result.violations[:5]],
                 }
             )
