@@ -7,7 +7,10 @@ trace; the digest covers every trace line and every measured field of its result
 
 Must not: judge the gates (``longcall sim`` does), or write anywhere.
 
-Usage: python scripts/sim_digests.py [WORLDS]
+With ``--webhooks``, a fourth line digests the default profile's worlds run with
+webhook deliveries (each with its poll-only twin): the channel's own replay check.
+
+Usage: python scripts/sim_digests.py [WORLDS] [--webhooks]
 """
 
 from __future__ import annotations
@@ -18,16 +21,18 @@ import sys
 
 from longcall.sim import derive_seed, run_one
 from longcall.sim.config import PROFILES
+from longcall.sim.webhooks import run_webhooks
 
 WORLDS = 600
 
 
-def profile_digest(profile_name: str, worlds: int) -> str:
+def profile_digest(profile_name: str, worlds: int, *, webhooks: bool = False) -> str:
     """The first 16 hex digits of a SHA-256 over ``worlds`` worlds of one profile."""
     profile = PROFILES[profile_name]
     digest = hashlib.sha256()
+    one = run_webhooks if webhooks else run_one
     for index in range(worlds):
-        result = run_one(derive_seed(0, index), trace=True, profile=profile)
+        result = one(derive_seed(0, index), trace=True, profile=profile)
         digest.update("\n".join(result.trace or []).encode())
         fields = dataclasses.asdict(dataclasses.replace(result, trace=None))
         digest.update(repr(sorted(fields.items())).encode())
@@ -35,9 +40,13 @@ def profile_digest(profile_name: str, worlds: int) -> str:
 
 
 def main(argv: list[str]) -> None:
-    worlds = int(argv[1]) if len(argv) > 1 else WORLDS
+    webhooks = "--webhooks" in argv
+    numbers = [arg for arg in argv[1:] if arg != "--webhooks"]
+    worlds = int(numbers[0]) if numbers else WORLDS
     for name in PROFILES:
         print(f"{name}: {profile_digest(name, worlds)}")
+    if webhooks:
+        print(f"default webhooks: {profile_digest('default', worlds, webhooks=True)}")
 
 
 if __name__ == "__main__":

@@ -41,6 +41,7 @@ from longcall.core.retry import FailureKind
 from longcall.errors import UnknownMutant
 from longcall.sim.config import DEFAULT, PROFILES, Profile
 from longcall.sim.report import derive_seed, guarded
+from longcall.sim.webhooks import run_webhooks
 from longcall.sim.world import run_one
 
 CI_PERMUTATIONS = 1000
@@ -57,6 +58,8 @@ class Mutant:
     name: str
     bug: str
     patches: tuple[Patch, ...]
+    webhooks: bool = False
+    """Its corpus runs with webhook deliveries (``longcall sim --webhooks``)."""
 
 
 # --- the replacements -------------------------------------------------------------------
@@ -238,6 +241,36 @@ def _shed_every_round(original: Callable[..., Any]) -> Callable[..., Any]:
 
 # --- the catalogue ------------------------------------------------------------------------
 
+
+def _any_signature(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _any_matches(self: Any, content: bytes, signatures: Any) -> bool:
+        return True
+
+    return _any_matches
+
+
+def _woken_at_once(original: Callable[..., Any]) -> Callable[..., Any]:
+    def wake(self: Any, record: Any, *, now: float) -> None:
+        planned = self._pending.get((record.call_node_id, "Poll"))
+        if planned is not None and planned[0] > now:
+            self.plan(record.call_node_id, planned[2], now)
+
+    return wake
+
+
+def _cancelled_hint_is_outcome(original: Callable[..., Any]) -> Callable[..., Any]:
+    def hint(self: Any, *, status: str | None, now: float, **kw: Any) -> list[str]:
+        woken: list[str] = original(self, status=status, now=now, **kw)
+        if status == "cancelled":
+            body = canonical_json({"status": status})
+            evidence = CancellationObserved(result_digest=digest_bytes(body))
+            for node in woken:
+                self._apply(self.records[node], evidence, now=now, payload=body)
+        return woken
+
+    return hint
+
+
 _MACHINE = "longcall.core.machine"
 _MODERN = "longcall.adapters.mcp.modern"
 _LEGACY = "longcall.adapters.mcp.legacy"
@@ -384,6 +417,24 @@ MUTANTS += (
         bug="a worker hands back what it holds at every claim round: claims ping-pong",
         patches=(("longcall.runtime.claims", "Claims.share_round", _shed_every_round),),
     ),
+    Mutant(
+        name="webhook-unverified",
+        bug="the webhook receiver takes any signature: a forged delivery is a hint",
+        patches=(("longcall.adapters.webhooks", "Verifier._any_matches", _any_signature),),
+        webhooks=True,
+    ),
+    Mutant(
+        name="webhook-poll-at-once",
+        bug="a webhook hint polls at once, under the server's interval",
+        patches=(("longcall.runtime.scheduler", "Scheduler.wake", _woken_at_once),),
+        webhooks=True,
+    ),
+    Mutant(
+        name="webhook-status-is-outcome",
+        bug="a verified delivery saying cancelled is taken as the cancelled outcome",
+        patches=(("longcall.runtime.engine", "Engine.hint", _cancelled_hint_is_outcome),),
+        webhooks=True,
+    ),
 )
 BY_NAME = {m.name: m for m in MUTANTS}
 
@@ -460,14 +511,16 @@ def catch(
     permutations: int = CI_PERMUTATIONS,
     profile: Profile = DEFAULT,
 ) -> Catch:
-    """Run the corpus under ``planted`` until a permutation fails that passes without it."""
+    """Run the corpus under ``planted`` until a permutation fails that passes without it
+    (with webhook deliveries for a mutant of the webhook path)."""
+    one = run_webhooks if planted.webhooks else run_one
     for index in range(permutations):
         world_seed = derive_seed(seed, index)
         with applied(planted):
-            result = guarded(lambda s: run_one(s, profile=profile), world_seed)
+            result = guarded(lambda s: one(s, profile=profile), world_seed)
         if not result.violations:
             continue
-        baseline = guarded(lambda s: run_one(s, profile=profile), world_seed)
+        baseline = guarded(lambda s: one(s, profile=profile), world_seed)
         known = {(v.check, v.detail) for v in baseline.violations}
         new = [v for v in result.violations if (v.check, v.detail) not in known]
         if new:

@@ -25,6 +25,7 @@ from __future__ import annotations
 import concurrent.futures
 import copy
 import dataclasses
+import functools
 import json
 import random
 from collections.abc import Callable, Mapping
@@ -42,6 +43,7 @@ from longcall.adapters.webhooks import (
 )
 from longcall.core import State
 from longcall.runtime.webhooks import WebhookReceiver
+from longcall.sim.checks import Violation
 from longcall.sim.config import DEFAULT, Profile
 from longcall.sim.server import SimServer
 from longcall.sim.truth import CANCELLED, COMPLETED, FAILED, TERMINAL, Task
@@ -147,9 +149,7 @@ class EngineHints:
     def __init__(self, world: World, eid: int) -> None:
         self.world = world
         self.eid = eid
-
-    def clock(self) -> float:
-        return self.world.clock(self.eid)
+        self.clock: Callable[[], float] = functools.partial(world.clock, eid)
 
     def hint(
         self,
@@ -316,7 +316,7 @@ class WebhookChannel:
                 name: (name, Verifier([verify], tolerance_s=TOLERANCE_S))
                 for name, (_sign, verify) in self.keys.items()
             }
-            receiver = WebhookReceiver(hints, None, clock=hints.clock, servers=servers)  # type: ignore[arg-type]
+            receiver = WebhookReceiver(hints, None, clock=hints.clock, servers=servers)
             self.receivers[eid] = receiver
         return receiver
 
@@ -459,9 +459,7 @@ def run_webhooks(seed: int, *, trace: bool = False, profile: Profile = DEFAULT) 
     return WebhookResult(**fields, webhooks=stats)
 
 
-def _violation(detail: str) -> Any:
-    from longcall.sim.checks import Violation
-
+def _violation(detail: str) -> Violation:
     return Violation(check="accepted terminals as polling only", detail=detail)
 
 
