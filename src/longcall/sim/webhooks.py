@@ -151,22 +151,11 @@ class EngineHints:
         self.eid = eid
         self.clock: Callable[[], float] = functools.partial(world.clock, eid)
 
-    def hint(
-        self,
-        *,
-        operation_id: str | None = None,
-        call_node_id: str | None = None,
-        status: str | None = None,
-        server: str | None = None,
-    ) -> concurrent.futures.Future[list[str]]:
+    def hint(self, **named: str | None) -> concurrent.futures.Future[list[str]]:
+        """``named``: the operation id, call node, status and server the delivery names."""
+
         def hinted(engine: Engine) -> list[str]:
-            return engine.hint(
-                operation_id=operation_id,
-                call_node_id=call_node_id,
-                status=status,
-                server=server,
-                now=self.clock(),
-            )
+            return engine.hint(now=self.clock(), **named)
 
         future: concurrent.futures.Future[list[str]] = concurrent.futures.Future()
         future.set_result(self.world._call(self.eid, hinted) or [])
