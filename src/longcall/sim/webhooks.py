@@ -111,6 +111,9 @@ class WebhookStats:
     """Call nodes whose server truth is the same with and without webhooks."""
     truth_moved: int = 0
     """Call nodes whose server truth differs between the two runs (not compared)."""
+    operator_kind_differs: int = 0
+    """Call nodes accepted alike but for the result kind, one run's settled by an
+    operator (who records the kind its status implies)."""
     terminals_differ: int = 0
     """Call nodes whose accepted outcome differs from the poll-only run's (must be 0)."""
 
@@ -372,8 +375,29 @@ def _payload(task: Task, status: str, now: float) -> bytes:
 # --- one seed, with the channel and without -------------------------------------------
 
 
-Accepted = dict[str, tuple[str, str | None, str | None]]
-"""call node -> (accepted state, result kind, result digest)."""
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Terminal:
+    """What one call node accepted, as the ledger last wrote it."""
+
+    state: str
+    kind: str | None
+    digest: str | None
+    """The result's digest (None for a cancel: its body is whatever read or ack
+    confirmed it, time stamps included; that it was cancelled is the outcome, as the
+    divergence gate judges it too)."""
+    by_operator: bool
+
+    def same(self, other: Terminal) -> bool:
+        """The same outcome. The result kind counts only where the product classified
+        the result in both runs: an operator's resolution records the kind its status
+        implies (completed: a value, failed: a tool error), not the one the result
+        carries (docs/design/simulator.md, finding 18)."""
+        if (self.state, self.digest) != (other.state, other.digest):
+            return False
+        return self.by_operator or other.by_operator or self.kind == other.kind
+
+
+Accepted = dict[str, Terminal]
 Truths = dict[str, tuple[str, str] | None]
 """call node -> the server's truth for its request at the end (status, result digest)."""
 
@@ -382,14 +406,15 @@ def accepted_terminals(world: World) -> Accepted:
     """What each call node of a finished world accepted, as the ledger last wrote it."""
     accepted: Accepted = {}
     for node, record in world.checker.last.items():
-        kind = record.result_kind.value if record.result_kind is not None else None
-        if record.state is State.ACCEPTED:
-            accepted[node] = (record.state.value, kind, record.result_digest)
-        elif record.state is State.CANCELLED_ACCEPTED:
-            # A cancel's body is whatever read or ack confirmed it (its time stamps
-            # included): the outcome is that it was cancelled, as the divergence gate
-            # judges it too.
-            accepted[node] = (record.state.value, kind, None)
+        if record.state not in (State.ACCEPTED, State.CANCELLED_ACCEPTED):
+            continue
+        cancelled = record.state is State.CANCELLED_ACCEPTED
+        accepted[node] = Terminal(
+            state=record.state.value,
+            kind=record.result_kind.value if record.result_kind is not None else None,
+            digest=None if cancelled else record.result_digest,
+            by_operator=record.resolved_by is not None,
+        )
     return accepted
 
 
@@ -436,7 +461,11 @@ def run_webhooks(seed: int, *, trace: bool = False, profile: Profile = DEFAULT) 
             stats.truth_moved += 1
             continue
         stats.nodes_compared += 1
-        if expected.get(node) != got.get(node):
+        before, after = expected.get(node), got.get(node)
+        if before is not None and after is not None and before.same(after):
+            stats.operator_kind_differs += before.kind != after.kind
+            continue
+        if before != after:
             stats.terminals_differ += 1
             result.violations.append(
                 _violation(
@@ -454,6 +483,7 @@ def _violation(detail: str) -> Violation:
 
 __all__ = [
     "FORGERIES",
+    "Terminal",
     "TOLERANCE_S",
     "EngineHints",
     "WebhookChannel",
