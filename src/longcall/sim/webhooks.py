@@ -483,9 +483,9 @@ def _violation(detail: str) -> Violation:
 
 __all__ = [
     "FORGERIES",
-    "Terminal",
     "TOLERANCE_S",
     "EngineHints",
+    "Terminal",
     "WebhookChannel",
     "WebhookFaults",
     "WebhookResult",
