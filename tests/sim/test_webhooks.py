@@ -16,6 +16,7 @@ from longcall.sim import derive_seed, run_one
 from longcall.sim.mutants import catch, mutant
 from longcall.sim.report import run
 from longcall.sim.webhooks import (
+    Terminal,
     WebhookChannel,
     WebhookFaults,
     channel_rng,
@@ -119,3 +120,14 @@ def test_the_webhook_gates_catch_the_planted_webhook_bugs() -> None:
     for name, check in expected.items():
         found = catch(mutant(name), permutations=50)
         assert found.check == check, found
+
+
+def test_accepted_terminals_compare_state_digest_and_the_product_s_kind() -> None:
+    """Two receipts are the same outcome when state and digest agree, and the kind too
+    unless an operator settled one of them (it records the kind its status implies)."""
+    engine = Terminal(state="accepted", kind="tool_error", digest="sha256:a", by_operator=False)
+    assert engine.same(dataclasses.replace(engine))
+    assert not engine.same(dataclasses.replace(engine, digest="sha256:b"))
+    assert not engine.same(dataclasses.replace(engine, state="cancelled_accepted"))
+    assert not engine.same(dataclasses.replace(engine, kind="value"))
+    assert engine.same(dataclasses.replace(engine, kind="value", by_operator=True))
