@@ -104,7 +104,8 @@ class WebhookStats:
     verified: int = 0
     """Deliveries the receiver took as a hint (2xx)."""
     woken: int = 0
-    """Polls those hints moved sooner."""
+    """Wake-ups those hints gave (``Engine.wake`` on an open operation: its planned
+    poll comes sooner unless it already is, never under the server's interval)."""
     moved: int = 0
     """Deliveries during which a record was written (must be 0)."""
     nodes_compared: int = 0
