@@ -8,7 +8,10 @@ trace; the digest covers every trace line and every measured field of its result
 
 Must not: judge the gates (``longcall sim`` does), or write anywhere.
 
-Usage: python scripts/sim_digests.py [WORLDS]
+With ``--webhooks``, a fourth line digests the default profile's worlds run with
+webhook deliveries (each with its poll-only twin): the channel's own replay check.
+
+Usage: python scripts/sim_digests.py [WORLDS] [--webhooks]
 """
 
 from __future__ import annotations
@@ -22,14 +25,16 @@ from typing import Any
 from longcall.sim import derive_seed, run_one
 from longcall.sim.config import PROFILES
 from longcall.sim.hostworld import run_host
+from longcall.sim.webhooks import run_webhooks
 
 WORLDS = 600
 
 
-def profile_digest(profile_name: str, worlds: int) -> str:
+def profile_digest(profile_name: str, worlds: int, *, webhooks: bool = False) -> str:
     """The first 16 hex digits of a SHA-256 over ``worlds`` worlds of one profile."""
     profile = PROFILES[profile_name]
-    return digest_of(lambda seed: run_one(seed, trace=True, profile=profile), worlds)
+    one = run_webhooks if webhooks else run_one
+    return digest_of(lambda seed: one(seed, trace=True, profile=profile), worlds)
 
 
 def host_digest(worlds: int) -> str:
@@ -49,10 +54,14 @@ def digest_of(run: Callable[[int], Any], worlds: int) -> str:
 
 
 def main(argv: list[str]) -> None:
-    worlds = int(argv[1]) if len(argv) > 1 else WORLDS
+    webhooks = "--webhooks" in argv
+    numbers = [arg for arg in argv[1:] if arg != "--webhooks"]
+    worlds = int(numbers[0]) if numbers else WORLDS
     for name in PROFILES:
         print(f"{name}: {profile_digest(name, worlds)}")
     print(f"host: {host_digest(worlds)}")
+    if webhooks:
+        print(f"default webhooks: {profile_digest('default', worlds, webhooks=True)}")
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ from longcall.sim import run
         (["--replay", "1.5"], "--replay: '1.5' is not a whole number"),
         (["--profile", "wild"], "--profile: unknown profile 'wild'"),
         (["--mutant", "no-such-bug"], "--mutant: unknown mutant 'no-such-bug'"),
+        (["--mutants", "--webhooks"], "--mutants does not take --webhooks"),
     ],
 )
 def test_bad_input_is_one_clear_line_and_a_failure(args: list[str], message: str) -> None:

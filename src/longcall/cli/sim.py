@@ -8,6 +8,7 @@ holds). Must not: decide anything about the gates themselves.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Callable
@@ -48,6 +49,12 @@ if TYPE_CHECKING:  # the simulator loads when it runs, never for ``longcall --he
     help="Plant each known bug in the real code and show which gate catches it.",
 )
 @click.option("--mutant", "mutant_names", multiple=True, help="Only this mutant (repeatable).")
+@click.option(
+    "--webhooks",
+    is_flag=True,
+    help="Servers also send signed webhook deliveries (forged, duplicated, delayed, "
+    "reordered, dropped); each world is judged against its poll-only run.",
+)
 @click.pass_context
 def sim(
     ctx: click.Context,
@@ -59,6 +66,7 @@ def sim(
     replay_seed: str | None,
     mutant_table: bool,
     mutant_names: tuple[str, ...],
+    webhooks: bool,
 ) -> None:
     """Run the deterministic fault-injection simulator and judge the release gates.
 
@@ -67,16 +75,16 @@ def sim(
       longcall sim --permutations 10000
       longcall sim --world host --permutations 10000
       longcall sim --replay 1234
+      longcall sim --webhooks --permutations 10000
       longcall sim --mutants
     """
     from longcall.sim.config import PROFILES
 
     _refuse_together(ctx, "replay_seed", "permutations", "seed", "as_json", "mutant_table",
                      "mutant_names")  # fmt: skip
-    _refuse_together(ctx, "mutant_table", "permutations", "as_json")
-    _refuse_together(ctx, "mutant_names", "permutations", "as_json")
-    _refuse_together(ctx, "mutant_table", "world")
-    _refuse_together(ctx, "mutant_names", "world")
+    _refuse_together(ctx, "mutant_table", "permutations", "as_json", "webhooks", "world")
+    _refuse_together(ctx, "mutant_names", "permutations", "as_json", "webhooks", "world")
+    _refuse_together(ctx, "webhooks", "world")
     if world not in WORLDS:
         raise click.BadParameter(
             f"unknown world {world!r}; choose one of {', '.join(WORLDS)}", param_hint="--world"
@@ -91,7 +99,7 @@ def sim(
         )
     if replay_seed is not None:
         seed_of_one = _whole_number(replay_seed, "--replay", minimum=0)
-        raise SystemExit(replay(seed_of_one, profile=chosen, world=world))
+        raise SystemExit(replay(seed_of_one, profile=chosen, world=world, webhooks=webhooks))
     if mutant_table or mutant_names:
         from longcall.errors import UnknownMutant
 
@@ -102,7 +110,9 @@ def sim(
         raise SystemExit(code)
     if world == "host":
         raise SystemExit(run_host_sim(count, seed=run_seed, as_json=as_json, profile=chosen))
-    raise SystemExit(run_sim(count, seed=run_seed, as_json=as_json, profile=chosen))
+    raise SystemExit(
+        run_sim(count, seed=run_seed, as_json=as_json, profile=chosen, webhooks=webhooks)
+    )
 
 
 WORLDS = ("calls", "host")
@@ -145,23 +155,28 @@ def run_sim(
     as_json: bool,
     profile: Profile,
     console: Console | None = None,
+    webhooks: bool = False,
 ) -> int:
     """Run the permutations, print the report; the exit status says whether all gates hold."""
     from longcall.sim.report import run
 
     console = console or Console(stderr=as_json)
     if as_json:
-        return _print_json(run(permutations, seed=seed, profile=profile))
+        return _print_json(run(permutations, seed=seed, profile=profile, webhooks=webhooks))
     report = _with_progress(
         console,
         "permutations",
         permutations,
-        lambda advance: run(permutations, seed=seed, profile=profile, on_progress=advance),
+        lambda advance: run(
+            permutations, seed=seed, profile=profile, on_progress=advance, webhooks=webhooks
+        ),
     )
     console.print(gate_table(report.gate_list(), f"release gates (profile {report.profile})"))
     console.print(gate_table(report.structural(), "structural guarantees (schema)"))
     console.print(fault_table(report))
     console.print(workers_table(report))
+    if report.webhooks is not None:
+        console.print(webhooks_table(report))
     _print_failures(console, report.failures)
     verdict = "[green]every gate holds[/]" if report.ok else "[red]a gate failed[/]"
     console.print(
@@ -282,6 +297,17 @@ def workers_table(report: Report) -> Table:
     return table
 
 
+def webhooks_table(report: Report) -> Table:
+    """What the webhook deliveries came to, added up over the permutations."""
+    assert report.webhooks is not None
+    table = Table(title="webhook deliveries", title_justify="left")
+    table.add_column("measure")
+    table.add_column("count", justify="right")
+    for name, count in dataclasses.asdict(report.webhooks).items():
+        table.add_row(name.replace("_", " "), str(count))
+    return table
+
+
 def run_mutants(
     names: list[str], *, seed: int, profile: Profile, console: Console | None = None
 ) -> int:
@@ -318,12 +344,14 @@ def run_mutants(
     return 0
 
 
-def replay(seed: int, *, profile: Profile, world: str = "calls") -> int:
-    """Rerun one permutation and print its event trace, one line per event."""
+def replay(seed: int, *, profile: Profile, world: str = "calls", webhooks: bool = False) -> int:
+    """Rerun one permutation and print its event trace, one line per event (``webhooks``:
+    the run with webhook deliveries, judged against its poll-only run)."""
     from longcall.sim.hostworld import run_host
+    from longcall.sim.webhooks import run_webhooks
     from longcall.sim.world import run_one
 
-    runner = run_host if world == "host" else run_one
+    runner = run_host if world == "host" else run_webhooks if webhooks else run_one
     result = runner(seed, trace=True, profile=profile)
     assert result.trace is not None
     for line in result.trace:

@@ -32,6 +32,7 @@ from longcall.core import (
     OperationRecord,
     Policy,
     ServerStatus,
+    State,
     Transition,
     recovery_event,
     resume,
@@ -480,6 +481,38 @@ class Engine:
         record = self.records.get(call_node_id)
         if record is not None:
             self.scheduler.wake(record, now=now)
+
+    def hint(
+        self,
+        *,
+        operation_id: str | None,
+        call_node_id: str | None,
+        status: str | None,
+        server: str | None,
+        now: float,
+    ) -> list[str]:
+        """Something outside the poll (a webhook delivery) names an operation: wake the
+        poll (:meth:`wake`) of each open operation held here that it names, and return
+        those call nodes. It never touches a record. ``status``: the status the hint
+        claims; one equal to the status last polled wakes nothing. ``server``: only
+        operations at this server (a delivery verified by that server's own key)."""
+        if call_node_id is None and operation_id is None:
+            return []
+        woken = []
+        for node, record in list(self.records.items()):
+            if record.is_terminal or record.state is State.RECONCILIATION_REQUIRED:
+                continue
+            if call_node_id is not None and node != call_node_id:
+                continue
+            if operation_id is not None and record.operation_id != operation_id:
+                continue
+            if server is not None and record.server.rstrip("/") != server.rstrip("/"):
+                continue  # a delivery signed with one server's key names only its operations
+            if status is not None and status == record.server_status_raw:
+                continue  # nothing we have not polled already
+            self.wake(node, now=now)
+            woken.append(node)
+        return woken
 
     # --- replies ---------------------------------------------------------------------
 

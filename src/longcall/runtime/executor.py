@@ -537,23 +537,13 @@ class Executor:
         status: str | None,
         server: str | None = None,
     ) -> list[str]:
-        now = self.clock()
-        woken = []
-        for node, record in list(self.engine.records.items()):
-            if record.is_terminal or record.state is State.RECONCILIATION_REQUIRED:
-                continue
-            if call_node_id is not None and node != call_node_id:
-                continue
-            if operation_id is not None and record.operation_id != operation_id:
-                continue
-            if call_node_id is None and operation_id is None:
-                continue
-            if server is not None and record.server.rstrip("/") != server.rstrip("/"):
-                continue  # a delivery signed with one server's key names only its operations
-            if status is not None and status == record.server_status_raw:
-                continue  # nothing we have not polled already
-            self.engine.wake(node, now=now)
-            woken.append(node)
+        woken = self.engine.hint(
+            operation_id=operation_id,
+            call_node_id=call_node_id,
+            status=status,
+            server=server,
+            now=self.clock(),
+        )
         if woken:
             self._wake_soon()
         return woken

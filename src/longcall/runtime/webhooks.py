@@ -30,7 +30,7 @@ import threading
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from longcall.adapters.webhooks import Verifier
 from longcall.errors import WebhookMalformed, WebhookPortUnavailable, WebhookRejected
@@ -39,13 +39,29 @@ from longcall.runtime.listen import listening_socket
 if TYPE_CHECKING:
     from starlette.applications import Starlette
 
-    from longcall.runtime.executor import Executor
-
 log = logging.getLogger("longcall.webhooks")
 
 PATH = "/webhooks"
 BODY_MAX_BYTES = 1 << 20
 """A status change is a few hundred bytes; a megabyte is refused unread (413)."""
+
+
+class Hinted(Protocol):
+    """What a receiver asks of the process it serves: its clock, and to wake the polls
+    a delivery names (:class:`~longcall.runtime.executor.Executor`; the simulator's
+    processes, :mod:`longcall.sim.webhooks`)."""
+
+    @property
+    def clock(self) -> Callable[[], float]: ...
+
+    def hint(
+        self,
+        *,
+        operation_id: str | None = None,
+        call_node_id: str | None = None,
+        status: str | None = None,
+        server: str | None = None,
+    ) -> concurrent.futures.Future[list[str]]: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -95,7 +111,7 @@ class WebhookReceiver:
 
     def __init__(
         self,
-        executor: Executor,
+        executor: Hinted,
         verifier: Verifier | None,
         *,
         clock: Callable[[], float] | None = None,
@@ -216,6 +232,7 @@ async def serve(receiver: WebhookReceiver, sock: socket.socket) -> None:
 
 __all__ = [
     "PATH",
+    "Hinted",
     "Named",
     "WebhookAnswer",
     "WebhookReceiver",

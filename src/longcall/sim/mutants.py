@@ -1,8 +1,9 @@
 """Mutation tests of the real code: does some gate or check catch each planted bug?
 
 Owns :data:`MUTANTS` — each a small, plausible bug in a REAL function of ``core``,
-``runtime``, ``adapters`` or ``ledger`` (or of the gateway's host-call decisions, run by
-the host world: ``Mutant.world``), applied by replacing that function (or table
+``runtime``, ``adapters`` or ``ledger`` (or of the webhook path, run with webhook
+deliveries, or of the gateway's host-call decisions, run by the host world:
+``Mutant.world``), applied by replacing that function (or table
 entry) for the length of one run and restoring it after; nothing in the product
 carries a flag for it — and :func:`catch_table`, which runs the CI seed corpus under
 each mutant until a permutation fails, and says which gate or check caught it, at
@@ -43,6 +44,7 @@ from longcall.errors import UnknownMutant
 from longcall.sim.config import DEFAULT, PROFILES, Profile
 from longcall.sim.hostworld import HostResult, guarded_host
 from longcall.sim.report import derive_seed, guarded
+from longcall.sim.webhooks import run_webhooks
 from longcall.sim.world import Result, run_one
 
 CI_PERMUTATIONS = 1000
@@ -60,7 +62,8 @@ class Mutant:
     bug: str
     patches: tuple[Patch, ...]
     world: str = "calls"
-    """The world that runs the code it plants in: ``calls`` or ``host`` (the gateway)."""
+    """The world that runs the code it plants in: ``calls``, ``webhooks`` (the calls with
+    webhook deliveries, ``longcall sim --webhooks``) or ``host`` (the gateway)."""
 
 
 # --- the replacements -------------------------------------------------------------------
@@ -260,6 +263,36 @@ def _principal_ignored(original: Callable[..., Any]) -> Callable[..., Any]:
 
 # --- the catalogue ------------------------------------------------------------------------
 
+
+def _any_signature(original: Callable[..., Any]) -> Callable[..., Any]:
+    def _any_matches(self: Any, content: bytes, signatures: Any) -> bool:
+        return True
+
+    return _any_matches
+
+
+def _woken_at_once(original: Callable[..., Any]) -> Callable[..., Any]:
+    def wake(self: Any, record: Any, *, now: float) -> None:
+        planned = self._pending.get((record.call_node_id, "Poll"))
+        if planned is not None and planned[0] > now:
+            self.plan(record.call_node_id, planned[2], now)
+
+    return wake
+
+
+def _cancelled_hint_is_outcome(original: Callable[..., Any]) -> Callable[..., Any]:
+    def hint(self: Any, *, status: str | None, now: float, **kw: Any) -> list[str]:
+        woken: list[str] = original(self, status=status, now=now, **kw)
+        if status == "cancelled":
+            body = canonical_json({"status": status})
+            evidence = CancellationObserved(result_digest=digest_bytes(body))
+            for node in woken:
+                self._apply(self.records[node], evidence, now=now, payload=body)
+        return woken
+
+    return hint
+
+
 _MACHINE = "longcall.core.machine"
 _MODERN = "longcall.adapters.mcp.modern"
 _LEGACY = "longcall.adapters.mcp.legacy"
@@ -406,6 +439,24 @@ MUTANTS += (
         bug="a worker hands back what it holds at every claim round: claims ping-pong",
         patches=(("longcall.runtime.claims", "Claims.share_round", _shed_every_round),),
     ),
+    Mutant(
+        name="webhook-unverified",
+        bug="the webhook receiver takes any signature: a forged delivery is a hint",
+        patches=(("longcall.adapters.webhooks", "Verifier._any_matches", _any_signature),),
+        world="webhooks",
+    ),
+    Mutant(
+        name="webhook-poll-at-once",
+        bug="a webhook hint polls at once, under the server's interval",
+        patches=(("longcall.runtime.scheduler", "Scheduler.wake", _woken_at_once),),
+        world="webhooks",
+    ),
+    Mutant(
+        name="webhook-status-is-outcome",
+        bug="a verified delivery saying cancelled is taken as the cancelled outcome",
+        patches=(("longcall.runtime.engine", "Engine.hint", _cancelled_hint_is_outcome),),
+        world="webhooks",
+    ),
 )
 _REPEATS = "longcall.gateway.repeats"
 MUTANTS += (
@@ -528,7 +579,8 @@ def _world_runner(world: str, profile: Profile) -> Callable[[int], Result | Host
     """One guarded permutation of the world a mutant's code runs in."""
     if world == "host":
         return functools.partial(guarded_host, profile=profile)
-    return functools.partial(guarded, functools.partial(run_one, profile=profile))
+    one = run_webhooks if world == "webhooks" else run_one
+    return functools.partial(guarded, functools.partial(one, profile=profile))
 
 
 def _catch_job(job: tuple[str, int, int, str]) -> Catch:

@@ -28,6 +28,7 @@ from typing import Any, TypeVar
 from longcall.sim.checks import Violation
 from longcall.sim.config import DEFAULT, PROFILES, Profile
 from longcall.sim.measures import PollJudgement
+from longcall.sim.webhooks import WebhookResult, WebhookStats, run_webhooks
 from longcall.sim.world import (
     CLAIMS_SLACK,
     FAULT_CLASSES,
@@ -49,8 +50,10 @@ def derive_seed(run_seed: int, index: int) -> int:
     return int.from_bytes(digest[:6], "big")
 
 
-def replay_command(seed: int, profile: str = DEFAULT.name) -> str:
+def replay_command(seed: int, profile: str = DEFAULT.name, *, webhooks: bool = False) -> str:
     suffix = "" if profile == DEFAULT.name else f" --profile {profile}"
+    if webhooks:
+        suffix += " --webhooks"
     return f"longcall sim --replay {seed}{suffix}"
 
 
@@ -121,6 +124,9 @@ class Report:
     failed_permutations: int = 0
     elapsed_s: float = 0.0
     permutations_per_s: float = 0.0
+    webhooks: WebhookStats | None = None
+    """Added up over the permutations when each ran with webhook deliveries (and its
+    poll-only twin); None: polling only."""
 
     @property
     def traceability(self) -> float:
@@ -197,6 +203,7 @@ class Report:
                 met=self.claims_over == 0,
             ),
             checks_gate(self.failed_permutations, self.permutations),
+            *(webhook_gates(self.webhooks) if self.webhooks is not None else []),
         ]
 
     def structural(self) -> list[Gate]:
@@ -285,6 +292,37 @@ def note_failure(
         )
 
 
+def webhook_gates(stats: WebhookStats) -> list[Gate]:
+    """The webhook channel's gates (S7): a delivery is a hint, never the truth."""
+    forged_arrived = stats.forged_refused + stats.forged_accepted
+    return [
+        Gate(
+            name="accepted terminals = polling only",
+            value=(
+                f"{stats.terminals_differ} call nodes differ"
+                f" ({stats.truth_moved} not compared: the server's truth itself moved)"
+            ),
+            judged=stats.nodes_compared,
+            judged_what="call nodes with the same truth in both runs",
+            met=stats.terminals_differ == 0,
+        ),
+        Gate(
+            name="forged webhooks refused",
+            value=f"{stats.forged_accepted} taken",
+            judged=forged_arrived,
+            judged_what="forgeries received",
+            met=stats.forged_accepted == 0,
+        ),
+        Gate(
+            name="no webhook moves an operation",
+            value=f"{stats.moved} deliveries wrote a record",
+            judged=stats.verified + stats.duplicates_ignored,
+            judged_what="verified deliveries",
+            met=stats.moved == 0,
+        ),
+    ]
+
+
 def p99(values: list[float]) -> float:
     if not values:
         return 0.0
@@ -320,11 +358,19 @@ def _run_chunk(job: tuple[list[int], str]) -> list[Result]:
     return [guarded(lambda s: run_one(s, profile=chosen), seed) for seed in seeds]
 
 
+def _run_webhook_chunk(job: tuple[list[int], str]) -> list[Result]:
+    seeds, profile = job
+    chosen = PROFILES[profile]
+    return [guarded(lambda s: run_webhooks(s, profile=chosen), seed) for seed in seeds]
+
+
 def results(
-    seeds: list[int], *, profile: Profile = DEFAULT, workers: int = 1
+    seeds: list[int], *, profile: Profile = DEFAULT, workers: int = 1, webhooks: bool = False
 ) -> Iterator[list[Result]]:
-    """The results of ``seeds``, in order, in batches (over ``workers`` processes)."""
-    return batches(_run_chunk, seeds, profile=profile, workers=workers)
+    """The results of ``seeds``, in order, in batches (over ``workers`` processes);
+    ``webhooks``: each with webhook deliveries, judged against its poll-only run."""
+    chunk = _run_webhook_chunk if webhooks else _run_chunk
+    return batches(chunk, seeds, profile=profile, workers=workers)
 
 
 def batches(
@@ -352,9 +398,11 @@ def run(
     workers: int | None = None,
     on_progress: Callable[[int], None] | None = None,
     runner: Runner | None = None,
+    webhooks: bool = False,
 ) -> Report:
     """Run ``permutations`` permutations and judge them. ``runner`` replaces
-    :func:`run_one` (it forces one process)."""
+    :func:`run_one` (it forces one process); ``webhooks``: each permutation also gets
+    webhook deliveries (:func:`~longcall.sim.webhooks.run_webhooks`)."""
     if permutations <= 0:
         raise ValueError(f"permutations must be a positive number, not {permutations}")
     started = time.perf_counter()
@@ -364,6 +412,7 @@ def run(
         seed=seed,
         profile=profile.name,
         cancel_ack_p99_limit_s=profile.cancel_ack_p99_limit_s,
+        webhooks=WebhookStats() if webhooks else None,
     )
     latencies: list[float] = []
     operator: list[float] = []
@@ -373,7 +422,7 @@ def run(
     if runner is not None:
         batches = ([guarded(runner, s)] for s in seeds)
     else:
-        batches = results(seeds, profile=profile, workers=workers)
+        batches = results(seeds, profile=profile, workers=workers, webhooks=webhooks)
     for batch in batches:
         for result in batch:
             _add(report, result, latencies, operator)
@@ -422,7 +471,11 @@ def _add(report: Report, result: Result, latencies: list[float], operator: list[
     report.virtual_hours += result.virtual_s / 3600.0
     for name, count in result.faults.items():
         report.fault_counts[name] = report.fault_counts.get(name, 0) + count
+    if isinstance(result, WebhookResult) and report.webhooks is not None:
+        report.webhooks.add(result.webhooks)
     if result.violations:
         report.failed_permutations += 1
-        replay = replay_command(result.seed or 0, report.profile)
+        replay = replay_command(
+            result.seed or 0, report.profile, webhooks=report.webhooks is not None
+        )
         note_failure(report.checks_failed, report.failures, result.seed, result.violations, replay)

@@ -39,7 +39,7 @@ import shutil
 import tempfile
 from collections import defaultdict
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import Any, Protocol
 
 import httpx
 
@@ -140,6 +140,13 @@ LedgerFactory = Callable[..., ObservedLedger]
 Exchange = Generator[Any, Any, Outcome | None]
 
 
+class Channel(Protocol):
+    """A push channel riding on a world (webhook deliveries): its events come back
+    through :meth:`World.at` as ``channel`` events."""
+
+    def on_event(self, what: str, *args: Any) -> None: ...
+
+
 STEPS_AT_ONE_INSTANT_MAX = 20_000
 """More loop steps than this at one virtual instant is a busy loop (a finding)."""
 
@@ -204,7 +211,10 @@ class World:
         trace: bool = False,
         profile: Profile = DEFAULT,
         ledger_factory: LedgerFactory = ObservedLedger,
+        channel: Callable[[World], Channel] | None = None,
     ) -> None:
+        """``channel``: builds a push channel over this world's servers and
+        processes (:mod:`longcall.sim.webhooks`); None: the caller only polls."""
         self.rng = rng
         self.seed = seed
         self.trace: list[str] | None = [] if trace else None
@@ -266,6 +276,7 @@ class World:
         self.actions_sent = 0
         self.cancels_requested: set[str] = set()
         self._essential = 0
+        self.channel = channel(self) if channel is not None else None
 
     def _draw(self, rng: random.Random, profile: Profile) -> Config:
         """The world's configuration (a world of another kind reshapes it)."""
@@ -554,6 +565,11 @@ class World:
                     self.at(self.now + lag, "send", eid, token)
                     continue
                 self._start_flight(eid, action)
+
+    def _on_channel(self, what: str, *args: Any) -> None:
+        """An event of the push channel (a delivery arriving, a server's next change)."""
+        assert self.channel is not None
+        self.channel.on_event(what, *args)
 
     def _on_send(self, eid: int, token: int) -> None:
         """The executor's request task reaches its adapter call (after the loop's lag)."""
