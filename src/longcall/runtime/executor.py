@@ -959,7 +959,8 @@ class Executor:
             pass  # the engine planned it again for the end of the Retry-After
         else:
             assert isinstance(outcome, Outcome)
-            await self._off_loop(self._apply_reply, action, outcome, self.clock())
+            in_hand = action.kind == "Poll" and self._holds_result(action)
+            await self._off_loop(self._apply_reply, action, outcome, self.clock(), in_hand)
             if isinstance(outcome.event, (SubmitAcknowledged, SubmissionFound)):
                 self._listen_dirty = True  # a new operation id to listen for (X3)
             if outcome.progress is not None or isinstance(outcome.event, WorkingObserved):
@@ -967,9 +968,20 @@ class Executor:
         self._signal_change(action.call_node_id)
         self._wakeup.set()
 
-    def _apply_reply(self, action: Action, outcome: Outcome, now: float) -> None:
+    def _holds_result(self, action: Action) -> bool:
+        """On the loop: whether the adapter that polled ``action`` now holds its result."""
+        adapter = self._adapters.get((action.server, action.record.protocol))
+        return adapter is not None and adapter.holds_result(action.record)
+
+    def _apply_reply(
+        self, action: Action, outcome: Outcome, now: float, in_hand: bool = False
+    ) -> None:
         """On the ledger thread: apply a reply, then keep the server's breaker in the
-        ledger if the reply opened or closed it (the operator's console reads it)."""
+        ledger if the reply opened or closed it (the operator's console reads it).
+        ``in_hand``: the poll's reply inlined the result, so the fetch that follows
+        sends nothing and waits for no send slot."""
+        if in_hand:
+            self.engine.scheduler.result_in_hand(action.call_node_id)
         before = self.engine.scheduler.breakers.get(action.server)
         self.engine.apply_reply(action, outcome, now=now)
         if self.engine.owner is not None:
