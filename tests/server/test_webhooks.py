@@ -694,3 +694,52 @@ async def test_registration_refuses_what_it_cannot_use(hook_server: HookServer) 
     shown = await hook_server.http.get(hook_server.base + f"/webhooks/endpoints/{made['id']}")
     assert "secret" not in shown.json()
     assert "whsec_" not in shown.text
+
+
+async def test_an_attempt_under_way_is_not_claimed_again_and_again(tmp_path: Path) -> None:
+    """A delivery stays pending (and due) until its attempt is stored: while the attempt
+    waits for an answer, the sender claims nothing again and again (each claim is a
+    write transaction beside the server's own); it waits for a nudge instead."""
+    hold = asyncio.Event()
+
+    async def silent(_reader: asyncio.StreamReader, _writer: asyncio.StreamWriter) -> None:
+        await hold.wait()
+
+    listener = await asyncio.start_server(silent, "127.0.0.1", 0)
+    port = listener.sockets[0].getsockname()[1]
+    options = dataclasses.replace(FAST, attempt_timeout_s=0.5)
+    server = LongcallServer(store=f"sqlite:///{tmp_path / 'tasks.db'}", webhooks=options)
+
+    @server.tool(task="required", poll_interval_ms=100)
+    async def quick() -> dict[str, Any]:
+        """Return at once."""
+        return {"ok": True}
+
+    attempts = Attempts()
+    assert server.webhooks is not None
+    sender = server.webhooks.sender
+    sender.on_attempt = attempts
+    claims: list[int] = []
+    claim = sender.store.claim_deliveries
+
+    async def counted(*args: Any, **kwargs: Any) -> Any:
+        claimed = await claim(*args, **kwargs)
+        claims.append(len(claimed))
+        return claimed
+
+    sender.store.claim_deliveries = counted  # type: ignore[method-assign]
+    try:
+        async with running_server(server) as url, httpx.AsyncClient(timeout=60) as http:
+            world = HookServer(
+                server, url.removesuffix("/mcp"), http, ModernClient(http, url), attempts
+            )
+            await world.endpoint(f"http://127.0.0.1:{port}/hook", events=["completed"])
+            await world.run_task()
+            [attempted] = await attempts.wait_for(lambda s: len(s) >= 1)
+    finally:
+        hold.set()
+        listener.close()
+    assert attempted.outcome is Outcome.TIMEOUT
+    # One empty claim per nudge that came while it was under way (the task's own
+    # changes), at most: never claim after claim for the attempt's whole timeout.
+    assert claims.count(0) <= 4, claims
