@@ -21,7 +21,7 @@ import contextlib
 import functools
 import os
 import sqlite3
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -403,7 +403,7 @@ class SQLiteLedger(SqlLedger):
                 "gone; move it away to start a new ledger"
             )
         self._written: dict[str, tuple[int, tuple[object, ...]]] = {}
-        """Per operation, the version and derived columns this ledger last wrote
+        """Per operation, the version and derived columns this ledger last committed
         (:meth:`update` writes only what changed; another process's write moves the
         version, and a stale entry is never trusted: the statement checks it)."""
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
@@ -463,7 +463,6 @@ class SQLiteLedger(SqlLedger):
     def _insert_receipt(
         self, conn: sqlite3.Connection, receipt: TerminalReceipt, now_utc: str
     ) -> int:
-        self._written.pop(receipt.call_node_id, None)  # accepted: never updated again
         cursor = conn.execute(
             "INSERT INTO receipts (call_node_id, result_digest, terminal_status,"
             " receipt_json, accepted_at_utc) VALUES (?, ?, ?, ?, ?)",
@@ -483,9 +482,7 @@ class SQLiteLedger(SqlLedger):
         self, record: OperationRecord, now_utc: str, owner: str | None
     ) -> dict[str, object]:
         # The identity digests have their own columns so the guarded update can check
-        # them without decoding the record. The derived columns are remembered for the
-        # next update (a create that fails leaves an entry the statement never trusts).
-        self._remember(record.call_node_id, record.version, _derived(record))
+        # them without decoding the record.
         return {
             **super()._operation_columns(record, now_utc, owner),
             "request_digest": record.request_digest,
@@ -547,10 +544,37 @@ class SQLiteLedger(SqlLedger):
         return _FENCED_UPDATE_TO_TERMINAL if terminal else _FENCED_UPDATE_TO_OPEN
 
     def _remember(self, node: str, version: int, derived: tuple[object, ...]) -> None:
-        """Remember the derived columns just written for ``node`` at ``version`` (the
+        """Remember the derived columns just committed for ``node`` at ``version`` (the
         next update sets only what changed); the oldest entry goes past the bound."""
         written = self._written
         written.pop(node, None)  # re-inserted last: the dict's order is the age
         written[node] = (version, derived)
         if len(written) > REMEMBERED_ROWS_MAX:
             del written[next(iter(written))]
+
+    def create(
+        self,
+        record: OperationRecord,
+        *,
+        blobs: Mapping[str, bytes] | None = None,
+        owner: str | None = None,
+    ) -> OperationRecord:
+        created = super().create(record, blobs=blobs, owner=owner)
+        self._remember(record.call_node_id, record.version, _derived(record))
+        return created
+
+    def accept_terminal(
+        self,
+        record: OperationRecord,
+        receipt: TerminalReceipt,
+        *,
+        expected_version: int,
+        result_payload: bytes,
+        event: str,
+        owner: str | None = None,
+    ) -> int:
+        self._written.pop(record.call_node_id, None)  # accepted: never updated again
+        return super().accept_terminal(
+            record, receipt, expected_version=expected_version,
+            result_payload=result_payload, event=event, owner=owner,
+        )  # fmt: skip
