@@ -18,10 +18,9 @@ process); ``sqlite:///path?synchronous=normal`` trades that for speed.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import sqlite3
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -262,43 +261,6 @@ _GUARDED_UPDATE = (
     " AND request_digest = ? AND tool_digest = ? AND submission_key = ?"
     " AND {state_guard}{fence}"
 )
-_DERIVED = ("state", "operation_id", "execution_epoch", "failing", "person_deadline")
-"""The columns an update derives from the record besides the version, the record and
-its stamp: written only where they changed (see :func:`_lean_update`)."""
-REMEMBERED_ROWS_MAX = 65_536
-"""Operations whose last written columns a ledger remembers (the oldest is forgotten
-first; a forgotten one is written in full)."""
-
-
-def _derived(record: OperationRecord) -> tuple[object, ...]:
-    """The values of :data:`_DERIVED` for ``record``, as stored."""
-    return (record.state.value, record.operation_id, record.execution_epoch,
-            failing_flag(record), person_deadline(record))  # fmt: skip
-
-
-@functools.cache
-def _lean_update(changed: tuple[bool, ...], terminal: bool, fenced: bool) -> str:
-    """The guarded update that sets only the derived columns that ``changed`` from the
-    row this ledger last wrote, and checks that the others still hold what it wrote.
-
-    SQLite maintains every index on a column an UPDATE sets, changed or not (and writes
-    its page at the commit): setting the state, operation id, epoch, failing flag and
-    deadline every time touched five indexes where a step changes one or two."""
-    sets = ", ".join(f"{name} = ?" for name, moved in zip(_DERIVED, changed, strict=True) if moved)
-    same = "".join(
-        f" AND {name} IS ?" for name, moved in zip(_DERIVED, changed, strict=True) if not moved
-    )
-    return (
-        "UPDATE operations SET version = ?, record_json = ?, updated_at_utc = ?"
-        + (", " + sets if sets else "")
-        + " WHERE call_node_id = ? AND version = ? AND version + 1 = ? AND request_digest = ?"
-        + " AND tool_digest = ? AND submission_key = ? AND "
-        + (_STATE_IS if terminal else _STATE_NOT_TERMINAL)
-        + (_FENCE if fenced else "")
-        + same
-    )
-
-
 _UPDATE_TO_TERMINAL = _GUARDED_UPDATE.format(state_guard=_STATE_IS, fence="")
 _UPDATE_TO_OPEN = _GUARDED_UPDATE.format(state_guard=_STATE_NOT_TERMINAL, fence="")
 _FENCED_UPDATE_TO_TERMINAL = _GUARDED_UPDATE.format(state_guard=_STATE_IS, fence=_FENCE)
@@ -402,10 +364,6 @@ class SQLiteLedger(SqlLedger):
                 f"the ledger {self.path} is an empty file (truncated?): its receipts are "
                 "gone; move it away to start a new ledger"
             )
-        self._written: dict[str, tuple[int, tuple[object, ...]]] = {}
-        """Per operation, the version and derived columns this ledger last committed
-        (:meth:`update` writes only what changed; another process's write moves the
-        version, and a stale entry is never trusted: the statement checks it)."""
         self._conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         try:
             self._conn.execute(f"PRAGMA synchronous={synchronous.upper()}")
@@ -505,76 +463,34 @@ class SQLiteLedger(SqlLedger):
         terminal = record.state in TERMINAL_STATES
         guard_values = (record.state.value,) if terminal else TERMINAL_VALUES
         fence_values = (owner, record.execution_epoch) if owner is not None else ()
-        node = record.call_node_id
-        derived = _derived(record)
-        identity = (node, expected_version, record.version, record.request_digest,
-                    record.tool_descriptor_digest, record.submission_key)  # fmt: skip
-        record_json = codec.dumps(record)
-        with self._write() as conn:
-            cursor = None
-            written = self._written.get(node)
-            if written is not None and written[0] == expected_version:
-                changed = tuple(a != b for a, b in zip(derived, written[1], strict=True))
-                cursor = conn.execute(
-                    _lean_update(changed, terminal, owner is not None),
-                    (record.version, record_json, now_utc,
-                     *(v for v, moved in zip(derived, changed, strict=True) if moved),
-                     *identity, *guard_values, *fence_values,
-                     *(v for v, moved in zip(derived, changed, strict=True) if not moved)),
-                )  # fmt: skip
-            if cursor is None or cursor.rowcount != 1:
-                # Nothing remembered of this row (or not what it holds): every column.
-                cursor = conn.execute(
-                    self._full_update(terminal, owner),
-                    (record.version, derived[0], derived[1], record_json, now_utc,
-                     *derived[2:], *identity, *guard_values, *fence_values),
-                )  # fmt: skip
-            if cursor.rowcount != 1:
-                self._written.pop(node, None)
-                row = self._locked_row(conn, node, owner=owner)
-                check_update(row, record, expected_version)
-                raise VersionConflict(f"operation {node!r}: version moved")
-            self._history(conn, record, event, now_utc, owner)
-        self._remember(node, record.version, derived)
-
-    @staticmethod
-    def _full_update(terminal: bool, owner: str | None) -> str:
         if owner is None:
-            return _UPDATE_TO_TERMINAL if terminal else _UPDATE_TO_OPEN
-        return _FENCED_UPDATE_TO_TERMINAL if terminal else _FENCED_UPDATE_TO_OPEN
-
-    def _remember(self, node: str, version: int, derived: tuple[object, ...]) -> None:
-        """Remember the derived columns just committed for ``node`` at ``version`` (the
-        next update sets only what changed); the oldest entry goes past the bound."""
-        written = self._written
-        written.pop(node, None)  # re-inserted last: the dict's order is the age
-        written[node] = (version, derived)
-        if len(written) > REMEMBERED_ROWS_MAX:
-            del written[next(iter(written))]
-
-    def create(
-        self,
-        record: OperationRecord,
-        *,
-        blobs: Mapping[str, bytes] | None = None,
-        owner: str | None = None,
-    ) -> OperationRecord:
-        created = super().create(record, blobs=blobs, owner=owner)
-        self._remember(record.call_node_id, record.version, _derived(record))
-        return created
-
-    def accept_terminal(
-        self,
-        record: OperationRecord,
-        receipt: TerminalReceipt,
-        *,
-        expected_version: int,
-        result_payload: bytes,
-        event: str,
-        owner: str | None = None,
-    ) -> int:
-        self._written.pop(record.call_node_id, None)  # accepted: never updated again
-        return super().accept_terminal(
-            record, receipt, expected_version=expected_version,
-            result_payload=result_payload, event=event, owner=owner,
-        )  # fmt: skip
+            statement = _UPDATE_TO_TERMINAL if terminal else _UPDATE_TO_OPEN
+        else:
+            statement = _FENCED_UPDATE_TO_TERMINAL if terminal else _FENCED_UPDATE_TO_OPEN
+        with self._write() as conn:
+            cursor = conn.execute(
+                statement,
+                (
+                    record.version,
+                    record.state.value,
+                    record.operation_id,
+                    codec.dumps(record),
+                    now_utc,
+                    record.execution_epoch,
+                    failing_flag(record),
+                    person_deadline(record),
+                    record.call_node_id,
+                    expected_version,
+                    record.version,
+                    record.request_digest,
+                    record.tool_descriptor_digest,
+                    record.submission_key,
+                    *guard_values,
+                    *fence_values,
+                ),
+            )
+            if cursor.rowcount != 1:
+                row = self._locked_row(conn, record.call_node_id, owner=owner)
+                check_update(row, record, expected_version)
+                raise VersionConflict(f"operation {record.call_node_id!r}: version moved")
+            self._history(conn, record, event, now_utc, owner)
