@@ -6,7 +6,8 @@
    A request log at the server gives, per task: requests per completed task, the
    shortest gap between two of our requests for it, and the time from the server's
    completion to the client's acceptance. Target: ours never polls sooner than
-   ``pollIntervalMs`` (the peer does) and accepts within ``pollIntervalMs`` × 1.25.
+   ``pollIntervalMs`` (the peer does) and accepts within ``pollIntervalMs`` × 1.25,
+   the longest over :data:`ROUNDS` rounds (each round: a new ledger, the same server).
 2. **Scale.** 10,000 operations in flight in one executor against the reference server
    (its own process) under a 20 QPS poll cap: the highest poll rate in any one-second
    window, the executor's RSS per in-flight operation (target ≤ 5 KB) and its CPU.
@@ -34,6 +35,7 @@ POLL_INTERVAL_S = 0.5
 ACCEPT_LATENCY_MAX = 1.25
 """Completion → acceptance may take at most this many poll intervals."""
 TASKS = 12
+ROUNDS = 3
 POLL_QPS_UNBOUND = 1000.0
 SCALE_OPS = int(os.environ.get("LONGCALL_BENCH_SCALE_OPS", "10000"))
 SCALE_QPS = 20.0
@@ -118,7 +120,9 @@ def _wait_port(port: int, process: subprocess.Popen[bytes]) -> None:
 # ---- 1. poll discipline -----------------------------------------------------------------------
 
 
-async def _ours(url: str, ledger_path: Path, durations: list[float]) -> dict[str, float]:
+async def _ours(
+    url: str, ledger_path: Path, durations: list[float], prefix: str
+) -> dict[str, float]:
     from longcall.ledger import SQLiteLedger
     from longcall.runtime.engine import CallSpec
     from longcall.runtime.executor import Executor
@@ -134,7 +138,7 @@ async def _ours(url: str, ledger_path: Path, durations: list[float]) -> dict[str
         binding = await executor.bind(url, "work")
 
         async def one(i: int, seconds: float) -> None:
-            node = f"ours-{i}"
+            node = f"{prefix}{i}"
             executor.call(CallSpec(call_node_id=node, binding=binding,
                                    arguments={"seconds": seconds, "tag": node}))  # fmt: skip
             await executor.wait_terminal(node)
@@ -147,7 +151,7 @@ async def _ours(url: str, ledger_path: Path, durations: list[float]) -> dict[str
     return accepted
 
 
-async def _peer(url: str, durations: list[float]) -> dict[str, float]:
+async def _peer(url: str, durations: list[float], prefix: str) -> dict[str, float]:
     import fastmcp_tasks  # noqa: F401 - registers the client extension
     from fastmcp import Client
     from fastmcp_tasks.client import call_tool_task
@@ -156,7 +160,7 @@ async def _peer(url: str, durations: list[float]) -> dict[str, float]:
     async with Client(url) as client:
 
         async def one(i: int, seconds: float) -> None:
-            tag = f"peer-{i}"
+            tag = f"{prefix}{i}"
             task = await call_tool_task(client, "work", {"seconds": seconds, "tag": tag})
             await task.result()
             accepted[tag] = time.time()
@@ -195,6 +199,7 @@ def _discipline(log_path: Path, accepted: dict[str, float], prefix: str) -> dict
 
 
 def poll_discipline() -> None:
+    rounds: list[tuple[dict[str, float], dict[str, float]]] = []
     with tempfile.TemporaryDirectory(prefix="longcall-bench-") as tmp:
         log_path = Path(tmp) / "requests.jsonl"
         port = _free_port()
@@ -204,34 +209,50 @@ def poll_discipline() -> None:
             _wait_port(port, process)
             url = f"http://127.0.0.1:{port}/mcp"
             rng = random.Random(7)
-            durations = [rng.uniform(1.0, 3.0) for _ in range(TASKS)]
-            accepted = asyncio.run(_ours(url, Path(tmp) / "ledger.db", durations))
-            accepted.update(asyncio.run(_peer(url, durations)))
+            for index in range(ROUNDS):
+                durations = [rng.uniform(1.0, 3.0) for _ in range(TASKS)]
+                ledger_path = Path(tmp) / f"ledger-{index}.db"
+                accepted = asyncio.run(_ours(url, ledger_path, durations, f"ours{index}-"))
+                accepted.update(asyncio.run(_peer(url, durations, f"peer{index}-")))
+                rounds.append((accepted, {}))
         finally:
             process.terminate()
             process.wait(timeout=10)
-        ours = _discipline(log_path, accepted, "ours-")
-        peer = _discipline(log_path, accepted, "peer-")
-    print(f"poll discipline, {TASKS} tasks each, pollIntervalMs={POLL_INTERVAL_S * 1000:.0f}:")
-    for name, figures in (("longcall", ours), ("fastmcp ", peer)):
-        print(
-            f"  {name}: {figures['requests_per_task']:.1f} requests/task, "
-            f"shortest gap {figures['min_gap_s'] * 1000:.0f} ms, completion→acceptance "
-            f"mean {figures['mean_accept_latency_s'] * 1000:.0f} ms, "
-            f"max {figures['max_accept_latency_s'] * 1000:.0f} ms"
-        )
-    floor_ok = ours["min_gap_s"] >= POLL_INTERVAL_S - 0.005
-    latency_ok = ours["max_accept_latency_s"] <= POLL_INTERVAL_S * ACCEPT_LATENCY_MAX
+        figures = [
+            (
+                _discipline(log_path, accepted, f"ours{i}-"),
+                _discipline(log_path, accepted, f"peer{i}-"),
+            )
+            for i, (accepted, _) in enumerate(rounds)
+        ]
+    print(f"poll discipline, {TASKS} tasks each, pollIntervalMs={POLL_INTERVAL_S * 1000:.0f}, "
+          f"{ROUNDS} rounds:")  # fmt: skip
+    for index, (ours, peer) in enumerate(figures):
+        for name, each in (("longcall", ours), ("fastmcp ", peer)):
+            print(
+                f"  round {index + 1} {name}: {each['requests_per_task']:.1f} requests/task, "
+                f"shortest gap {each['min_gap_s'] * 1000:.0f} ms, completion→acceptance "
+                f"mean {each['mean_accept_latency_s'] * 1000:.0f} ms, "
+                f"max {each['max_accept_latency_s'] * 1000:.0f} ms"
+            )
+    ours_all = [ours for ours, _peer in figures]
+    peer_all = [peer for _ours, peer in figures]
+    min_gap = min(f["min_gap_s"] for f in ours_all)
+    ratios = [f["max_accept_latency_s"] / POLL_INTERVAL_S for f in ours_all]
+    peer_ratios = [f["max_accept_latency_s"] / POLL_INTERVAL_S for f in peer_all]
+    requests = sum(f["requests_per_task"] for f in ours_all) / len(ours_all)
+    peer_requests = sum(f["requests_per_task"] for f in peer_all) / len(peer_all)
+    floor_ok = min_gap >= POLL_INTERVAL_S - 0.005
+    latency_ok = max(ratios) <= ACCEPT_LATENCY_MAX
     print(
-        f"  ratio requests/task ours/peer "
-        f"{ours['requests_per_task'] / peer['requests_per_task']:.2f}; "
+        f"  ratio requests/task ours/peer {requests / peer_requests:.2f}; "
         f"never before pollIntervalMs: {'yes' if floor_ok else 'NO'}"
     )
     print(
-        f"  completion→acceptance, longest / pollIntervalMs: ours "
-        f"{ours['max_accept_latency_s'] / POLL_INTERVAL_S:.2f}, fastmcp "
-        f"{peer['max_accept_latency_s'] / POLL_INTERVAL_S:.2f} "
-        f"({'meets' if latency_ok else 'misses'} the <= {ACCEPT_LATENCY_MAX:g} target)"
+        f"  completion→acceptance, longest / pollIntervalMs, max over {ROUNDS} rounds: ours "
+        f"{max(ratios):.2f} (rounds {', '.join(f'{r:.2f}' for r in ratios)}), fastmcp "
+        f"{max(peer_ratios):.2f} ({'meets' if latency_ok else 'misses'} the <= "
+        f"{ACCEPT_LATENCY_MAX:g} target)"
     )
 
 

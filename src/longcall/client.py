@@ -94,6 +94,8 @@ REACH_TIMEOUT_S = 5.0
 """How long a reachability check of a server that failed negotiation may take."""
 CALLBACK_FLUSH_S = 5.0
 """At close, how long the callbacks of changes already seen may take to run."""
+ENDED_REMEMBERED = 4096
+"""Call nodes a client remembers as reported terminal (a change report's memory)."""
 
 _T = TypeVar("_T")
 
@@ -455,6 +457,10 @@ class Client:
         """(server, tool, protocol) → the ``tools/list`` in flight for it, while it runs."""
         self._seen: dict[str, tuple[State, int, bool]] = {}
         """Per call node: the state, input round and unreachable flag last reported."""
+        self._ended: dict[str, tuple[State, int, bool]] = {}
+        """The last :data:`ENDED_REMEMBERED` call nodes reported terminal, out of
+        ``_seen``: a change still queued for one when it was reported (its result fetch
+        started, then its acceptance, read after both) reports nothing again."""
         self._left_to_person: dict[str, int] = {}
         """Per call node: the input round left to a person (no callback, or it deferred)."""
         self._asked: dict[str, int] = {}
@@ -979,11 +985,14 @@ class Client:
                     future.set_result(None)
         unreachable = record.failed_attempts > 0 and record.last_error is not None
         now = (record.state, record.input_round, unreachable)
-        before = self._seen.get(node)
+        before = self._seen.get(node) or self._ended.get(node)
         if before == now:
             return
         if record.is_terminal:
             self._seen.pop(node, None)
+            self._ended[node] = now
+            if len(self._ended) > ENDED_REMEMBERED:
+                del self._ended[next(iter(self._ended))]  # the oldest
         else:
             self._seen[node] = now
         if self.on_change is not None and (before is None or before[:2] != now[:2]):

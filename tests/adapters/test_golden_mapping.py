@@ -148,3 +148,29 @@ async def test_mapping_2026_07_28(data: Mapping[str, Any], case: Mapping[str, An
 async def test_mapping_2025_11_25(data: Mapping[str, Any], case: Mapping[str, Any]) -> None:
     """P2: a wire reply maps to exactly the fixture's event (and payload)."""
     await _run(data, case)
+
+
+async def test_a_terminal_poll_that_inlined_the_result_holds_it_until_fetched() -> None:
+    """2026-07-28: a poll whose terminal reply inlined the result leaves it in hand, so
+    the fetch that follows sends nothing (the executor does not wait for a send slot
+    for it); a working poll holds nothing, and the fetch uses the result up."""
+    data = json.loads((FIXTURES / "mcp_tasks_2026_07_28.json").read_text())
+    cases = {case["name"]: case for case in data["cases"]}
+    working = cases["poll: working, same message"]
+    completed = cases["poll: completed (result inlined)"]
+    record = _record(data, completed)
+    adapter = _adapter(data, working)
+    try:
+        await adapter.poll(_record(data, working))
+        assert not adapter.holds_result(record)
+    finally:
+        await adapter.aclose()
+    adapter = _adapter(data, completed)
+    try:
+        outcome = await adapter.poll(record)
+        assert outcome.event.name == "TerminalObserved"
+        assert adapter.holds_result(record)
+        await adapter.fetch_result(record)
+        assert not adapter.holds_result(record)
+    finally:
+        await adapter.aclose()

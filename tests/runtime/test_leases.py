@@ -196,3 +196,40 @@ def test_caller_waits_while_a_worker_holds_its_node(world: World) -> None:
     world.run(until=2.0 + LEASE.lease_s + 1.0)
     assert "n000" in caller.records
     assert caller.stats["takeovers"] == 1
+
+
+def _fetch_delay(tmp_path: Path, *, result_in_hand: bool) -> float:
+    """How long after the terminal poll's reply the result fetch leaves, for a worker on
+    a shared budget of one poll a second."""
+    engine = Engine(
+        SQLiteLedger(tmp_path / f"{result_in_hand}.db", synchronous="off"),
+        rng=random.Random(0),
+        owner="w",
+        lease=LEASE,
+        poll_qps_max=1.0,
+    )
+    server = ScriptedServer(polls_until_done=1, interval_s=0.5)
+    engine.start_call(CallSpec(call_node_id="n", binding=binding(), arguments={}), now=0.0)
+    replied_at = None
+    now = 0.0
+    while now < 30.0:
+        for action in engine.due(now):
+            if action.kind == "FetchResult":
+                assert replied_at is not None
+                return now - replied_at
+            outcome = server.answer(action, now)
+            assert outcome is not None
+            if action.kind == "Poll":
+                replied_at = now
+                if result_in_hand:  # what the executor says when the adapter holds it
+                    engine.scheduler.result_in_hand(action.call_node_id)
+            engine.apply_reply(action, outcome, now=now)
+        now = round(now + TICK_S, 6)
+    raise AssertionError("no result fetch")
+
+
+def test_a_result_in_hand_is_fetched_without_a_send_slot(tmp_path: Path) -> None:
+    """A terminal poll whose reply inlined the result: the fetch sends nothing, so it
+    leaves at once instead of waiting for the shared budget's next slot (X3)."""
+    assert _fetch_delay(tmp_path, result_in_hand=True) <= TICK_S
+    assert _fetch_delay(tmp_path, result_in_hand=False) >= 1.0 - TICK_S

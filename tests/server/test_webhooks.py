@@ -6,6 +6,7 @@ events (the receiver's requests, the sender's attempts), never on a fixed time."
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import itertools
 import json
@@ -563,9 +564,10 @@ async def test_throttling_answers_hold_the_whole_endpoint(hook_server: HookServe
     assert len(busy.requests) == 1  # the second task's delivery waits for the endpoint
 
 
-async def test_an_attempt_that_gets_no_answer_is_a_timeout(tmp_path: Path) -> None:
-    """A receiver that accepts the connection and never answers: the attempt ends at its
-    timeout, reported as the category ``timeout``."""
+@contextlib.asynccontextmanager
+async def silent_receiver(tmp_path: Path, *, timeout_s: float) -> AsyncIterator[HookServer]:
+    """A server whose attempts time out after ``timeout_s``, with an endpoint at a
+    receiver that accepts the connection and never answers."""
     hold = asyncio.Event()
 
     async def silent(_reader: asyncio.StreamReader, _writer: asyncio.StreamWriter) -> None:
@@ -573,7 +575,7 @@ async def test_an_attempt_that_gets_no_answer_is_a_timeout(tmp_path: Path) -> No
 
     listener = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
-    options = dataclasses.replace(FAST, attempt_timeout_s=0.3)
+    options = dataclasses.replace(FAST, attempt_timeout_s=timeout_s)
     server = LongcallServer(store=f"sqlite:///{tmp_path / 'tasks.db'}", webhooks=options)
 
     @server.tool(task="required", poll_interval_ms=100)
@@ -590,12 +592,19 @@ async def test_an_attempt_that_gets_no_answer_is_a_timeout(tmp_path: Path) -> No
                 server, url.removesuffix("/mcp"), http, ModernClient(http, url), attempts
             )
             await world.endpoint(f"http://127.0.0.1:{port}/hook", events=["completed"])
-            await world.run_task()
-            [attempted] = await attempts.wait_for(lambda s: len(s) >= 1)
-            listed = await world.deliveries()
+            yield world
     finally:
         hold.set()
         listener.close()
+
+
+async def test_an_attempt_that_gets_no_answer_is_a_timeout(tmp_path: Path) -> None:
+    """A receiver that accepts the connection and never answers: the attempt ends at its
+    timeout, reported as the category ``timeout``."""
+    async with silent_receiver(tmp_path, timeout_s=0.3) as world:
+        await world.run_task()
+        [attempted] = await world.attempts.wait_for(lambda s: len(s) >= 1)
+        listed = await world.deliveries()
     assert attempted.outcome is Outcome.TIMEOUT
     assert listed[0]["lastOutcome"] == "timeout"
     assert "lastHttpStatus" not in listed[0]
@@ -694,3 +703,28 @@ async def test_registration_refuses_what_it_cannot_use(hook_server: HookServer) 
     shown = await hook_server.http.get(hook_server.base + f"/webhooks/endpoints/{made['id']}")
     assert "secret" not in shown.json()
     assert "whsec_" not in shown.text
+
+
+async def test_an_attempt_under_way_is_not_claimed_again_and_again(tmp_path: Path) -> None:
+    """A delivery stays pending (and due) until its attempt is stored: while the attempt
+    waits for an answer, the sender claims nothing again and again (each claim is a
+    write transaction beside the server's own); it waits for a nudge instead."""
+    claims: list[int] = []
+    async with silent_receiver(tmp_path, timeout_s=0.5) as world:
+        assert world.server.webhooks is not None
+        store = world.server.webhooks.sender.store
+        claim = store.claim_deliveries
+
+        async def counted(*args: Any, **kwargs: Any) -> Any:
+            claimed = await claim(*args, **kwargs)
+            claims.append(len(claimed))
+            return claimed
+
+        store.claim_deliveries = counted  # type: ignore[method-assign]
+        await world.run_task()
+        [attempted] = await world.attempts.wait_for(lambda s: len(s) >= 1)
+    assert attempted.outcome is Outcome.TIMEOUT
+    assert 1 in claims
+    # One empty claim per nudge that came while it was under way (the task's own
+    # changes), at most: never claim after claim for the attempt's whole timeout.
+    assert claims.count(0) <= 4, claims

@@ -135,6 +135,12 @@ class Adapter(abc.ABC):
         offers none, refused it for good, or ended the stream because every operation is
         terminal. The default offers no push and returns at once."""
 
+    def holds_result(self, record: OperationRecord) -> bool:
+        """Whether the result of ``record``'s terminal operation is already in hand (a
+        poll's reply carried it inline), so :meth:`fetch_result` sends nothing. By
+        default it is not: every fetch is a request."""
+        return False
+
     async def aclose(self) -> None:  # noqa: B027 - optional hook, nothing to release by default
         """Release connections."""
 

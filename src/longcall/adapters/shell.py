@@ -126,6 +126,10 @@ class MappedAdapter(Adapter):
         outcome: Outcome = await self._run(self.mapping.fetch_result(record), record)
         return outcome
 
+    def holds_result(self, record: OperationRecord) -> bool:
+        holds = getattr(self.mapping, "holds_result", None)
+        return holds is not None and bool(holds(record))
+
     async def cancel(self, record: OperationRecord) -> Outcome:
         outcome: Outcome = await self._run(self.mapping.cancel(record), record)
         return outcome

@@ -5,8 +5,10 @@ Rules, in order:
 1. The server's suggested interval (``pollIntervalMs``, AIP-151 hints) is a floor:
    we never poll an operation sooner than that after the last poll.
 2. While the server gives an interval and answers normally, we poll at the floor plus
-   a jitter of at most ``jitter_fraction`` of it — so a completion is accepted within
-   ``floor * (1 + jitter_fraction)`` (the issue's 1.25× target with the default 0.2).
+   a jitter of at most ``jitter_fraction`` of it, counted from the reply — so a
+   completion is seen within ``floor * (1 + jitter_fraction)`` plus a poll's round trip
+   and its commits (the executor uses 0.1, leaving room for those within the issue's
+   1.25× target; the default 0.2 is the simulator's).
 3. Without a server interval, or after errors, the delay backs off exponentially
    (``floor * factor**step``, capped), with full jitter on the part above the floor.
 4. ``Retry-After`` pushes the next poll out, never below the floor.

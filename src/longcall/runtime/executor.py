@@ -56,8 +56,8 @@ from longcall.adapters.mcp.client import McpAdapter
 from longcall.adapters.oauth import default_token_dir
 from longcall.adapters.outcomes import failure_outcome
 from longcall.adapters.routing import Connector, connect_any
+from longcall.core import DEFAULT_POLICY, OperationRecord, Policy, State, TerminalReceipt
 from longcall.core import TERMINAL_STATES as TERMINAL
-from longcall.core import OperationRecord, State, TerminalReceipt
 from longcall.core.commands import (
     FetchResult,
     LookupSubmission,
@@ -96,6 +96,16 @@ for nearly every operation. Polling carries the operations a listener does not c
 yet (X3); a server's first listener, or one that has returned, opens at once."""
 LISTEN_RESYNC_S = 1.0
 """Beyond that, they are re-synced with the open operations at most this often."""
+
+EXECUTOR_POLICY = dataclasses.replace(
+    DEFAULT_POLICY, poll=dataclasses.replace(DEFAULT_POLICY.poll, jitter_fraction=0.1)
+)
+"""The machine's limits as an executor applies them: a poll jitter of at most a tenth of
+the server's interval (the core's default is a fifth). A completion just after a poll
+waits for the next one, up to the interval plus the jitter, and then for the poll's
+round trip, its commits and the result's: with a fifth, that wait ran past 1.25 times
+the interval (X3 "accepted within pollIntervalMs × 1.25"); a tenth still spreads the
+polls of operations created together."""
 
 AdapterFactory = Callable[[str, str], Awaitable[Adapter]]
 """(server URL, protocol name) → a connected adapter for that protocol version."""
@@ -171,6 +181,7 @@ class Executor:
         versions: Collection[tuple[str, str]] | None = None,
         push: bool = True,
         breaker: CircuitBreaker | None = None,
+        policy: Policy = EXECUTOR_POLICY,
     ) -> None:
         """``push=False``: never open a push listener (a caller that returns once its
         call is submitted would only open one to drop it as it exits, an aborted
@@ -184,7 +195,8 @@ class Executor:
         claims only operations bound to one of them, and a new call the rollout plan
         routes to another version is created and left to a worker that runs it
         (default: every version — one build on the ledger). ``breaker``: the circuit
-        breaker each server starts with (its limits; default ``CircuitBreaker()``)."""
+        breaker each server starts with (its limits; default ``CircuitBreaker()``). ``policy``: the
+        machine's limits (default :data:`EXECUTOR_POLICY`)."""
         if not poll_qps_max > 0:
             raise ValueError(f"poll_qps_max must be above 0, not {poll_qps_max!r}")
         self.ledger = ledger
@@ -249,6 +261,7 @@ class Executor:
             claim_all=adopt_new,
             versions=None if versions is None else frozenset(versions),
             breaker=breaker,
+            policy=policy,
         )
         self._shadows: dict[str, list[str]] = {}
         """Primary call node → the shadow call nodes this process started for it (R1),
@@ -949,7 +962,8 @@ class Executor:
             pass  # the engine planned it again for the end of the Retry-After
         else:
             assert isinstance(outcome, Outcome)
-            await self._off_loop(self._apply_reply, action, outcome, self.clock())
+            in_hand = action.kind == "Poll" and self._holds_result(action)
+            await self._off_loop(self._apply_reply, action, outcome, self.clock(), in_hand)
             if isinstance(outcome.event, (SubmitAcknowledged, SubmissionFound)):
                 self._listen_dirty = True  # a new operation id to listen for (X3)
             if outcome.progress is not None or isinstance(outcome.event, WorkingObserved):
@@ -957,9 +971,20 @@ class Executor:
         self._signal_change(action.call_node_id)
         self._wakeup.set()
 
-    def _apply_reply(self, action: Action, outcome: Outcome, now: float) -> None:
+    def _holds_result(self, action: Action) -> bool:
+        """On the loop: whether the adapter that polled ``action`` now holds its result."""
+        adapter = self._adapters.get((action.server, action.record.protocol))
+        return adapter is not None and adapter.holds_result(action.record)
+
+    def _apply_reply(
+        self, action: Action, outcome: Outcome, now: float, in_hand: bool = False
+    ) -> None:
         """On the ledger thread: apply a reply, then keep the server's breaker in the
-        ledger if the reply opened or closed it (the operator's console reads it)."""
+        ledger if the reply opened or closed it (the operator's console reads it).
+        ``in_hand``: the poll's reply inlined the result, so the fetch that follows
+        sends nothing and waits for no send slot."""
+        if in_hand:
+            self.engine.scheduler.result_in_hand(action.call_node_id)
         before = self.engine.scheduler.breakers.get(action.server)
         self.engine.apply_reply(action, outcome, now=now)
         if self.engine.owner is not None:

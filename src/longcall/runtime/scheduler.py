@@ -122,6 +122,9 @@ class Scheduler:
         server's interval after it (X3 rule 1)."""
         self._let_go_polls: collections.deque[tuple[float, str]] = collections.deque()
         """(last poll, node) of the operations let go, in the order they were let go."""
+        self._results_in_hand: set[str] = set()
+        """Operations whose result the adapter already holds (a poll's reply inlined
+        it): their next result fetch sends nothing, so it takes no send slot."""
         self._told_when_fenced: dict[str, float] = {}
         """The poll interval of a reply whose write was refused as Fenced (the ledger
         never learnt it), for as long as :attr:`last_poll_at` remembers the poll."""
@@ -142,6 +145,7 @@ class Scheduler:
 
     def forget(self, node: str) -> None:
         """Drop every planned request of ``node`` (and its held tokens and slots)."""
+        self._results_in_hand.discard(node)
         for cls in REQUEST_COMMANDS:
             self._pending.pop((node, cls.__name__), None)
             self._token_held.discard((node, cls.__name__))
@@ -151,6 +155,12 @@ class Scheduler:
         """``node`` reached a terminal state: nothing of it is kept."""
         self.forget(node)
         self.last_poll_at.pop(node, None)
+
+    def result_in_hand(self, node: str) -> None:
+        """The driver's adapter holds ``node``'s result (the terminal poll's reply
+        inlined it): its next result fetch reads it locally, so it waits for no send
+        slot of the shared budget (X3 protects the server, and nothing is sent)."""
+        self._results_in_hand.add(node)
 
     def let_go(self, node: str) -> None:
         """This process stops driving ``node``. Its last poll is kept: should it claim
@@ -274,7 +284,10 @@ class Scheduler:
                 self.plan(node, planned[2], not_before)
                 continue
             not_after = None
-            if kind in _BUDGETED and shared:
+            local = kind == "FetchResult" and node in self._results_in_hand
+            if local:
+                self._results_in_hand.discard(node)  # one fetch: a later one is a request
+            elif kind in _BUDGETED and shared:
                 slot = self._slot_of.pop((node, kind), None)
                 if slot is None or now > slot + SLOT_VALID_S:
                     # No send slot yet (or it passed unused): queue for the next grant

@@ -151,13 +151,16 @@ def drive(
     now: float,
     on_step: Callable[[OperationRecord], None] | None = None,
     steps_max: int = 100,
+    record: OperationRecord | None = None,
 ) -> OperationRecord:
     """Play ``scenario`` from wherever the ledger has the operation until it is terminal.
 
     Virtual time moves to each record's next planned action; the jitter draw is fixed,
-    so a run is reproducible.
+    so a run is reproducible. ``record``: the operation as the caller just committed it
+    (as the engine holds its records), instead of reading it back first.
     """
-    record = ledger.get(call_node_id)
+    if record is None:
+        record = ledger.get(call_node_id)
     for _ in range(steps_max):
         step = next_event(record, scenario)
         if step is None:

@@ -232,6 +232,11 @@ class ModernMapping(BindingCache):
 
     # --- result (X6) -------------------------------------------------------------------------
 
+    def holds_result(self, record: OperationRecord) -> bool:
+        """Whether the last poll's terminal reply inlined the result: the fetch that
+        follows reads it from here and sends nothing."""
+        return record.operation_id is not None and record.operation_id in self._terminal
+
     def fetch_result(self, record: OperationRecord) -> Exchange[Outcome]:
         task_id = record.operation_id
         if task_id is None:

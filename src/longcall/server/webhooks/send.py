@@ -248,8 +248,7 @@ class WebhookSender:
             while True:
                 self._wake.clear()
                 try:
-                    await self._round()
-                    wait_s = await self._until_next()
+                    wait_s = await self._pass()
                 except StoreUnavailable as exc:
                     logger.warning("webhook outbox unavailable: %s", exc)
                     wait_s = self.options.poll_s
@@ -270,26 +269,37 @@ class WebhookSender:
                 await listener.get()
                 self._wake.set()
 
-    async def _until_next(self) -> float:
-        due = await self.store.next_delivery_due(self.clock())
-        wait_s = self.options.poll_s
-        if due is not None:
-            wait_s = min(wait_s, max(0.0, due - self.clock()))
-        return wait_s
+    async def _pass(self) -> float:
+        """Claim and start what is due, and say how long to wait before the next pass.
 
-    async def _round(self) -> None:
+        The outbox is read before it is written: a change with no delivery due (most of
+        the hub's nudges) costs one read, not a claiming transaction. A delivery under
+        way stays pending (and due) until its attempt is stored, so a due time that has
+        passed while nothing more could be claimed means only attempts under way (ours,
+        or another process's lease): the next pass waits for a nudge (an attempt
+        stored, a change) or ``poll_s``, instead of claiming nothing again at once."""
+        due = await self.store.next_delivery_due(self.clock())
+        if due is None:
+            return self.options.poll_s
+        if due > self.clock():
+            return min(self.options.poll_s, due - self.clock())
+        asked, claimed = await self._round()
+        return 0.0 if asked and claimed >= asked else self.options.poll_s
+
+    async def _round(self) -> tuple[int, int]:
+        """Claim up to the free attempt slots and start each: (asked, claimed)."""
         free = self.options.max_in_flight - len(self._in_flight)
         if free <= 0:
-            return
+            return 0, 0  # a finished attempt nudges the next pass
         now = self.clock()
         until = now + self.options.attempt_timeout_s + LEASE_MARGIN_S
-        claimed = await self.store.claim_deliveries(
-            self.owner, now=now, until=until, limit=min(free, self.options.batch)
-        )
+        limit = min(free, self.options.batch)
+        claimed = await self.store.claim_deliveries(self.owner, now=now, until=until, limit=limit)
         for delivery, endpoint in claimed:
             task = asyncio.get_running_loop().create_task(self._send(delivery, endpoint))
             self._in_flight.add(task)
             task.add_done_callback(self._done)
+        return limit, len(claimed)
 
     def _done(self, task: asyncio.Task[None]) -> None:
         self._in_flight.discard(task)
