@@ -8,7 +8,7 @@ trace; the digest covers every trace line and every measured field of its result
 
 Must not: judge the gates (``longcall sim`` does), or write anywhere.
 
-With ``--webhooks``, a fourth line digests the default profile's worlds run with
+With ``--webhooks``, a last line digests the default profile's worlds run with
 webhook deliveries (each with its poll-only twin): the channel's own replay check.
 
 Usage: python scripts/sim_digests.py [WORLDS] [--webhooks]

@@ -7,7 +7,7 @@ Rules, in order:
 2. While the server gives an interval and answers normally, we poll at the floor plus
    a jitter of at most ``jitter_fraction`` of it, counted from the reply — so a
    completion is seen within ``floor * (1 + jitter_fraction)`` plus a poll's round trip
-   and its commits (the executor uses 0.1, leaving room for those within the issue's
+   and its commits (the executor uses 0.1, leaving room for those within X3's
    1.25× target; the default 0.2 is the simulator's).
 3. Without a server interval, or after errors, the delay backs off exponentially
    (``floor * factor**step``, capped), with full jitter on the part above the floor.
