@@ -32,6 +32,7 @@ from bench.bench_server import (
     ROUNDS,
     RUN_S,
     compare,
+    cpu_note,
     free_port,
     stop_server,
 )
@@ -125,8 +126,7 @@ def run() -> None:
         "redis": "FastMCP + fastmcp-tasks (Redis 127.0.0.1:6379)",
     }
     for name, rate in rates.items():
-        spent = f", server CPU {cpu[name] * 1000:5.2f} ms/task" if name in cpu else ""
-        print(f"{labels[name] + ':':56} {rate:8.1f} tasks/s{spent}")
+        print(f"{labels[name] + ':':56} {rate:8.1f} tasks/s{cpu_note(cpu, name)}")
     if "redis" not in rates:
         print(f"FastMCP + fastmcp-tasks (Redis): not measured ({redis_reason})")
     setup = f"{CONCURRENCY} clients, {ROUNDS} alternating rounds, {RUN_S:g} s per server"

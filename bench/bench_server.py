@@ -12,7 +12,8 @@ same poll pause, the same concurrency) drives them from this process.
    and its worker concurrency to the client's, so it never queues work ours would run.
    During each side's round the other server process is paused (SIGSTOP): a worker
    polling every millisecond is not idle, and would take CPU from the side being
-   measured. Target: ours / peer >= 2.0 while durable.
+   measured. Target: ours / peer >= 2.0 while durable. Each server's CPU per task is
+   printed too: on a machine other work loads, it is steadier than tasks/s.
 2. Several processes on one PostgreSQL store (D1): one ``longcall.server`` process, then
    three on a fresh schema behind a round-robin of their URLs, each task leased to the
    process that created it. Reported as tasks/s and the three/one ratio; on a machine
@@ -274,6 +275,13 @@ def only_running(
             process.send_signal(signal.SIGCONT)
 
 
+def cpu_note(cpu_per_task_s: dict[str, float], name: str) -> str:
+    """ ", server CPU N ms/task" for a server whose CPU was measured (else nothing)."""
+    if name not in cpu_per_task_s:
+        return ""
+    return f", server CPU {cpu_per_task_s[name] * 1000:5.2f} ms/task"
+
+
 def process_cpu_s(process: subprocess.Popen[bytes]) -> float | None:
     """CPU seconds (user and system) a child process has used so far; None where
     ``/proc`` does not say (not Linux)."""
@@ -366,14 +374,19 @@ def run_versus_peer() -> None:
     with tempfile.TemporaryDirectory() as directory:
         store = str(Path(directory) / "bench-tasks.db")
         servers = {"ours": start_server(["ours", "--store", store]), "peer": start_server(["peer"])}
+        cpu: dict[str, float] = {}
         try:
-            rates = asyncio.run(compare(servers))
+            rates = asyncio.run(compare(servers, cpu))
         finally:
             for _, process in servers.values():
                 stop_server(process)
     ours, peer = rates["ours"], rates["peer"]
-    print(f"longcall.server (SQLite file, synchronous=FULL): {ours:8.1f} tasks/s")
-    print(f"fastmcp + fastmcp-tasks (memory://, pickup {PEER_PICKUP_MS} ms): {peer:8.1f} tasks/s")
+    ours_cpu = cpu_note(cpu, "ours")
+    print(f"longcall.server (SQLite file, synchronous=FULL): {ours:8.1f} tasks/s{ours_cpu}")
+    print(
+        f"fastmcp + fastmcp-tasks (memory://, pickup {PEER_PICKUP_MS} ms): {peer:8.1f} tasks/s"
+        f"{cpu_note(cpu, 'peer')}"
+    )
     setup = f"{CONCURRENCY} clients, {ROUNDS} alternating rounds, {RUN_S:g} s per server"
     verdict = "meets" if ours / peer >= TARGET else "misses"
     print(f"ratio ours / peer: {ours / peer:.2f}x ({verdict} the >= {TARGET:g}x target; {setup})")
