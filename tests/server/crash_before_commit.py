@@ -20,10 +20,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.bounds import LOADED_MACHINE_S  # noqa: E402
+from tests.bounds import LOADED_MACHINE_S
 
-from longcall.server.model import NewTask, ProtocolVersion  # noqa: E402
-from longcall.server.store import SqliteTaskStore  # noqa: E402
+from longcall.server.model import NewTask, ProtocolVersion
+from longcall.server.store import SqliteTaskStore
 
 CRASHED = 17
 """The exit status of the crash: the test tells it from any other way to end."""

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from crash_before_commit import CRASHED, WriterGate, new_task
 from tests.bounds import LOADED_MACHINE_S
 
-from crash_before_commit import CRASHED, WriterGate, new_task
 from longcall.server.errors import StoreUnavailable, SubmissionKeyConflict
 from longcall.server.model import NewTask
 from longcall.server.states import Cause
@@ -108,7 +108,8 @@ async def test_a_failed_write_undoes_only_itself(tmp_path: Path) -> None:
     assert again == (first, False)
     assert isinstance(conflict, SubmissionKeyConflict)
     assert fresh[1] is True
-    assert completed is not None and completed.status.is_terminal
+    assert completed is not None
+    assert completed.status.is_terminal
     assert not_applied is None
     assert gate.commits == 2
     assert stored_ids(path) == {"first", "held", "fresh"}

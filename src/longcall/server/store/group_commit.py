@@ -102,7 +102,7 @@ class GroupCommit:
             return
         try:
             outcomes = self._commit([work for work, _ in batch])
-        except BaseException as exc:  # noqa: BLE001 - every waiter must get an answer
+        except BaseException as exc:
             for _, future in batch:
                 future.set_exception(exc)
             return
