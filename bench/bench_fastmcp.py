@@ -6,7 +6,8 @@ every commit fsynced), on fastmcp-tasks with its default ``memory://`` backend (
 durable), and on fastmcp-tasks with Redis at 127.0.0.1:6379 (skipped, said so, when no
 Redis answers). The client, concurrency and alternating short rounds are
 ``bench_server``'s, so load drift hits every side alike; fastmcp-tasks' worker is tuned
-as there (pickup interval 1 ms, concurrency = the client's). Target: LongcallTasks /
+as there (pickup interval 1 ms, concurrency = the client's), and each server process
+has a session of its own, as there. Target: LongcallTasks /
 each fastmcp-tasks backend >= 1.0. Each server's CPU per task over the measured rounds
 is printed too: on a machine other work loads, it is steadier than tasks/s.
 """
@@ -83,6 +84,7 @@ def start(backend: str, store: str) -> tuple[int, subprocess.Popen[bytes]]:
         env={**os.environ, "PYTHONPATH": path},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     return port, process
 

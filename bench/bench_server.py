@@ -2,8 +2,15 @@
 
 Every server runs in its own process on 127.0.0.1 and serves the same trivial
 required-task tool ``noop``; one raw 2026-07-28 client (httpx, the same headers, the
-same poll pause, the same concurrency) drives them from this process.
+same poll pause, the same concurrency) drives them from this process. Each server
+process gets a session of its own: Linux with autogroup scheduling shares the CPU
+between sessions first, so a server in the client's session shared the client's share
+(a deployed server does not), and on a loaded machine the client's own CPU then set
+the pace of every server alike.
 
+0. The SQLite store alone, no HTTP: group commit and a reader thread against one commit
+   per write with every read in the writer's queue (the store before them), alternating
+   rounds, ``synchronous=FULL``.
 1. Ours vs the peer, alternating short rounds: ``longcall.server`` on a SQLite file
    (``synchronous=FULL``: every commit fsynced) against ``fastmcp`` + ``fastmcp-tasks``
    on ``memory://`` (nothing durable). The peer is tuned fairly: its worker's pickup
@@ -33,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -208,6 +216,7 @@ def start_server(arguments: list[str]) -> tuple[int, subprocess.Popen[bytes]]:
         env={**os.environ, "PYTHONPATH": path},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     return port, process
 
@@ -345,9 +354,85 @@ def measure_postgres(count: int) -> float:
 
 
 def run() -> None:
-    """Ours vs the peer, then one vs three processes on PostgreSQL; figures and ratios."""
+    """The store alone, ours vs the peer, then one vs three processes on PostgreSQL."""
+    run_store()
     run_versus_peer()
     run_postgres()
+
+
+STORE_ROUNDS = 3
+STORE_ROUND_S = 2.0
+
+
+async def store_rate(store: Any, seconds: float) -> tuple[int, float]:
+    """(tasks, elapsed s): CONCURRENCY loops of create, get, complete, get on ``store``."""
+    from longcall.server.model import NewTask, ProtocolVersion
+    from longcall.server.states import Cause
+
+    done = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def loop() -> None:
+        nonlocal done
+        while time.perf_counter() < stop_at:
+            now = time.time()
+            new = NewTask(
+                task_id=uuid.uuid4().hex,
+                principal="bench",
+                tool_name="noop",
+                arguments={},
+                arguments_digest="-",
+                protocol=ProtocolVersion.MODERN,
+                submission_key=None,
+                created_at=now,
+                ttl_ms=None,
+                poll_interval_ms=50,
+            )
+            record, _ = await store.create(new, owner="bench", lease_until=now + 60)
+            await store.get(record.task_id)
+            await store.transition(record.task_id, Cause.TOOL_RETURNED, now=time.time())
+            await store.get(record.task_id)
+            done += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop() for _ in range(CONCURRENCY)))
+    return done, time.perf_counter() - started
+
+
+def run_store() -> None:
+    """The SQLite store alone (no HTTP): group commit and the reader thread against one
+    commit per write with reads in the writer's queue (the store before them), in
+    alternating rounds, each on a file of its own with ``synchronous=FULL``."""
+    from longcall.server.store import SqliteTaskStore
+
+    class OneCommitPerWrite(SqliteTaskStore):
+        group_commit = False
+        readers = 0
+
+    kinds = {"grouped": SqliteTaskStore, "one per write": OneCommitPerWrite}
+    totals = {name: [0, 0.0] for name in kinds}
+    with tempfile.TemporaryDirectory() as directory:
+        stores = {
+            name: kind(Path(directory) / f"{index}.db")
+            for index, (name, kind) in enumerate(kinds.items())
+        }
+        try:
+            for _ in range(STORE_ROUNDS):
+                for name, store in stores.items():
+                    done, elapsed = asyncio.run(store_rate(store, STORE_ROUND_S))
+                    totals[name][0] += done
+                    totals[name][1] += elapsed
+        finally:
+            for store in stores.values():
+                store.close()
+    rates = {name: done / elapsed for name, (done, elapsed) in totals.items()}
+    grouped, single = rates["grouped"], rates["one per write"]
+    print(f"SQLite store alone, group commit and a reader thread: {grouped:8.1f} tasks/s")
+    print(f"SQLite store alone, one commit per write, one thread: {single:8.1f} tasks/s")
+    print(
+        f"ratio grouped / one per write: {grouped / single:.2f}x ({CONCURRENCY} concurrent"
+        " create, get, complete, get; synchronous=FULL)"
+    )
 
 
 def run_postgres() -> None:
