@@ -369,6 +369,16 @@ async def store_rate(store: Any, seconds: float) -> tuple[int, float]:
     from longcall.server.model import NewTask, ProtocolVersion
     from longcall.server.states import Cause
 
+    task: dict[str, Any] = {
+        "principal": "bench",
+        "tool_name": "noop",
+        "arguments": {},
+        "arguments_digest": "-",
+        "protocol": ProtocolVersion.MODERN,
+        "submission_key": None,
+        "ttl_ms": None,
+        "poll_interval_ms": 50,
+    }
     done = 0
     stop_at = time.perf_counter() + seconds
 
@@ -376,18 +386,7 @@ async def store_rate(store: Any, seconds: float) -> tuple[int, float]:
         nonlocal done
         while time.perf_counter() < stop_at:
             now = time.time()
-            new = NewTask(
-                task_id=uuid.uuid4().hex,
-                principal="bench",
-                tool_name="noop",
-                arguments={},
-                arguments_digest="-",
-                protocol=ProtocolVersion.MODERN,
-                submission_key=None,
-                created_at=now,
-                ttl_ms=None,
-                poll_interval_ms=50,
-            )
+            new = NewTask(task_id=uuid.uuid4().hex, created_at=now, **task)
             record, _ = await store.create(new, owner="bench", lease_until=now + 60)
             await store.get(record.task_id)
             await store.transition(record.task_id, Cause.TOOL_RETURNED, now=time.time())

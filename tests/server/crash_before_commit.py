@@ -17,6 +17,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
@@ -53,19 +54,21 @@ class WriterGate:
             self.commits += 1
 
 
+TASK: dict[str, Any] = {
+    "principal": "p",
+    "tool_name": "tool",
+    "arguments": {"n": 1},
+    "arguments_digest": "d",
+    "protocol": ProtocolVersion.MODERN,
+    "submission_key": None,
+    "ttl_ms": 3_600_000,
+    "poll_interval_ms": 100,
+}
+"""Every field of the tasks created here but the id and the creation time."""
+
+
 def new_task(task_id: str) -> NewTask:
-    return NewTask(
-        task_id=task_id,
-        principal="p",
-        tool_name="tool",
-        arguments={"n": 1},
-        arguments_digest="d",
-        protocol=ProtocolVersion.MODERN,
-        submission_key=None,
-        created_at=time.time(),
-        ttl_ms=3_600_000,
-        poll_interval_ms=100,
-    )
+    return NewTask(task_id=task_id, created_at=time.time(), **TASK)
 
 
 async def create(store: SqliteTaskStore, task_id: str) -> None:

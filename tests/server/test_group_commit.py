@@ -5,6 +5,7 @@ stays atomic on its own, and none is answered before its commit (real files, a r
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import sqlite3
 import subprocess
 import sys
@@ -30,14 +31,11 @@ CHILD = Path(__file__).with_name("crash_before_commit.py")
 
 def keyed(task_id: str, key: str, arguments: dict[str, Any]) -> NewTask:
     """A task created under a submission key."""
-    plain = new_task(task_id)
-    return NewTask(
-        **{
-            **{name: getattr(plain, name) for name in plain.__dataclass_fields__},
-            "submission_key": key,
-            "arguments": arguments,
-            "arguments_digest": repr(sorted(arguments.items())),
-        }
+    return dataclasses.replace(
+        new_task(task_id),
+        submission_key=key,
+        arguments=arguments,
+        arguments_digest=repr(sorted(arguments.items())),
     )
 
 
