@@ -162,3 +162,20 @@ def test_no_create_is_answered_before_its_commit(tmp_path: Path) -> None:
     assert answered <= stored  # nothing was answered that a crash could take back
     assert answered == {"before", "held"}
     assert stored.isdisjoint(in_flight)  # the crash hit them before their one commit
+
+
+async def test_a_connection_left_in_a_transaction_is_never_written_through(
+    tmp_path: Path,
+) -> None:
+    """Writes on a connection something left inside a transaction would be savepoints that
+    nothing commits: the batch is refused instead, and the next one gets a new connection."""
+    path = tmp_path / "tasks.db"
+    store = SqliteTaskStore(path)
+    try:
+        store.run_sync(lambda conn: conn.execute("BEGIN"))
+        with pytest.raises(StoreUnavailable):
+            await store.create(new_task("refused"), owner="o", lease_until=1e12)
+        await store.create(new_task("accepted"), owner="o", lease_until=1e12)
+    finally:
+        store.close()
+    assert stored_ids(path) == {"accepted"}

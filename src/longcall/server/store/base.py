@@ -426,7 +426,9 @@ class SqlTaskStore(OutboxQueries):
 
     def _commit_batch(self, conn: Any, works: Sequence[Work]) -> list[Any]:
         if self._transaction_open(conn):
-            # The batch's own transaction must be the top one, or its commit would not be.
+            # The batch's own transaction must be the top one, or its commit would not be:
+            # a connection left inside one is dropped (rolled back) and opened anew.
+            self._forget_connection()
             raise StoreUnavailable("the task store's connection was left in a transaction")
         outcomes: list[Any] = []
         with self._transaction(conn):
