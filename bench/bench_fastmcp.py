@@ -6,7 +6,8 @@ every commit fsynced), on fastmcp-tasks with its default ``memory://`` backend (
 durable), and on fastmcp-tasks with Redis at 127.0.0.1:6379 (skipped, said so, when no
 Redis answers). The client, concurrency and alternating short rounds are
 ``bench_server``'s, so load drift hits every side alike; fastmcp-tasks' worker is tuned
-as there (pickup interval 1 ms, concurrency = the client's). Target: LongcallTasks /
+as there (pickup interval 1 ms, concurrency = the client's), and each server process
+has a session of its own, as there. Target: LongcallTasks /
 each fastmcp-tasks backend >= 1.0. Each server's CPU per task over the measured rounds
 is printed too: on a machine other work loads, it is steadier than tasks/s.
 """
@@ -32,6 +33,7 @@ from bench.bench_server import (
     ROUNDS,
     RUN_S,
     compare,
+    cpu_note,
     free_port,
     stop_server,
 )
@@ -82,6 +84,7 @@ def start(backend: str, store: str) -> tuple[int, subprocess.Popen[bytes]]:
         env={**os.environ, "PYTHONPATH": path},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     return port, process
 
@@ -125,8 +128,7 @@ def run() -> None:
         "redis": "FastMCP + fastmcp-tasks (Redis 127.0.0.1:6379)",
     }
     for name, rate in rates.items():
-        spent = f", server CPU {cpu[name] * 1000:5.2f} ms/task" if name in cpu else ""
-        print(f"{labels[name] + ':':56} {rate:8.1f} tasks/s{spent}")
+        print(f"{labels[name] + ':':56} {rate:8.1f} tasks/s{cpu_note(cpu, name)}")
     if "redis" not in rates:
         print(f"FastMCP + fastmcp-tasks (Redis): not measured ({redis_reason})")
     setup = f"{CONCURRENCY} clients, {ROUNDS} alternating rounds, {RUN_S:g} s per server"

@@ -2,8 +2,15 @@
 
 Every server runs in its own process on 127.0.0.1 and serves the same trivial
 required-task tool ``noop``; one raw 2026-07-28 client (httpx, the same headers, the
-same poll pause, the same concurrency) drives them from this process.
+same poll pause, the same concurrency) drives them from this process. Each server
+process gets a session of its own: Linux with autogroup scheduling shares the CPU
+between sessions first, so a server in the client's session shared the client's share
+(a deployed server does not), and on a loaded machine the client's own CPU then set
+the pace of every server alike.
 
+0. The SQLite store alone, no HTTP: group commit and a reader thread against one commit
+   per write with every read in the writer's queue (the store before them), alternating
+   rounds, ``synchronous=FULL``.
 1. Ours vs the peer, alternating short rounds: ``longcall.server`` on a SQLite file
    (``synchronous=FULL``: every commit fsynced) against ``fastmcp`` + ``fastmcp-tasks``
    on ``memory://`` (nothing durable). The peer is tuned fairly: its worker's pickup
@@ -12,7 +19,8 @@ same poll pause, the same concurrency) drives them from this process.
    and its worker concurrency to the client's, so it never queues work ours would run.
    During each side's round the other server process is paused (SIGSTOP): a worker
    polling every millisecond is not idle, and would take CPU from the side being
-   measured. Target: ours / peer >= 2.0 while durable.
+   measured. Target: ours / peer >= 2.0 while durable. Each server's CPU per task is
+   printed too: on a machine other work loads, it is steadier than tasks/s.
 2. Several processes on one PostgreSQL store (D1): one ``longcall.server`` process, then
    three on a fresh schema behind a round-robin of their URLs, each task leased to the
    process that created it. Reported as tasks/s and the three/one ratio; on a machine
@@ -32,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -207,6 +216,7 @@ def start_server(arguments: list[str]) -> tuple[int, subprocess.Popen[bytes]]:
         env={**os.environ, "PYTHONPATH": path},
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        start_new_session=True,
     )
     return port, process
 
@@ -274,6 +284,13 @@ def only_running(
             process.send_signal(signal.SIGCONT)
 
 
+def cpu_note(cpu_per_task_s: dict[str, float], name: str) -> str:
+    """ ", server CPU N ms/task" for a server whose CPU was measured (else nothing)."""
+    if name not in cpu_per_task_s:
+        return ""
+    return f", server CPU {cpu_per_task_s[name] * 1000:5.2f} ms/task"
+
+
 def process_cpu_s(process: subprocess.Popen[bytes]) -> float | None:
     """CPU seconds (user and system) a child process has used so far; None where
     ``/proc`` does not say (not Linux)."""
@@ -337,9 +354,84 @@ def measure_postgres(count: int) -> float:
 
 
 def run() -> None:
-    """Ours vs the peer, then one vs three processes on PostgreSQL; figures and ratios."""
+    """The store alone, ours vs the peer, then one vs three processes on PostgreSQL."""
+    run_store()
     run_versus_peer()
     run_postgres()
+
+
+STORE_ROUNDS = 3
+STORE_ROUND_S = 2.0
+
+
+async def store_rate(store: Any, seconds: float) -> tuple[int, float]:
+    """(tasks, elapsed s): CONCURRENCY loops of create, get, complete, get on ``store``."""
+    from longcall.server.model import NewTask, ProtocolVersion
+    from longcall.server.states import Cause
+
+    task: dict[str, Any] = {
+        "principal": "bench",
+        "tool_name": "noop",
+        "arguments": {},
+        "arguments_digest": "-",
+        "protocol": ProtocolVersion.MODERN,
+        "submission_key": None,
+        "ttl_ms": None,
+        "poll_interval_ms": 50,
+    }
+    done = 0
+    stop_at = time.perf_counter() + seconds
+
+    async def loop() -> None:
+        nonlocal done
+        while time.perf_counter() < stop_at:
+            now = time.time()
+            new = NewTask(task_id=uuid.uuid4().hex, created_at=now, **task)
+            record, _ = await store.create(new, owner="bench", lease_until=now + 60)
+            await store.get(record.task_id)
+            await store.transition(record.task_id, Cause.TOOL_RETURNED, now=time.time())
+            await store.get(record.task_id)
+            done += 1
+
+    started = time.perf_counter()
+    await asyncio.gather(*(loop() for _ in range(CONCURRENCY)))
+    return done, time.perf_counter() - started
+
+
+def run_store() -> None:
+    """The SQLite store alone (no HTTP): group commit and the reader thread against one
+    commit per write with reads in the writer's queue (the store before them), in
+    alternating rounds, each on a file of its own with ``synchronous=FULL``."""
+    from longcall.server.store import SqliteTaskStore
+
+    class OneCommitPerWrite(SqliteTaskStore):
+        group_commit = False
+        readers = 0
+
+    kinds = {"grouped": SqliteTaskStore, "one per write": OneCommitPerWrite}
+    totals = {name: [0, 0.0] for name in kinds}
+    with tempfile.TemporaryDirectory() as directory:
+        stores = {
+            name: kind(Path(directory) / f"{index}.db")
+            for index, (name, kind) in enumerate(kinds.items())
+        }
+        try:
+            for _ in range(STORE_ROUNDS):
+                for name, store in stores.items():
+                    done, elapsed = asyncio.run(store_rate(store, STORE_ROUND_S))
+                    totals[name][0] += done
+                    totals[name][1] += elapsed
+        finally:
+            for store in stores.values():
+                store.close()
+    rates = {name: done / elapsed for name, (done, elapsed) in totals.items()}
+    grouped, single = rates["grouped"], rates["one per write"]
+    print(f"SQLite store alone, group commit and a reader thread: {grouped:8.1f} tasks/s")
+    print(f"SQLite store alone, one commit per write, one thread: {single:8.1f} tasks/s")
+    print(
+        f"ratio grouped / one per write: {grouped / single:.2f}x ({CONCURRENCY} concurrent"
+        " create, get, complete, get; synchronous=FULL)"
+    )
 
 
 def run_postgres() -> None:
@@ -366,14 +458,19 @@ def run_versus_peer() -> None:
     with tempfile.TemporaryDirectory() as directory:
         store = str(Path(directory) / "bench-tasks.db")
         servers = {"ours": start_server(["ours", "--store", store]), "peer": start_server(["peer"])}
+        cpu: dict[str, float] = {}
         try:
-            rates = asyncio.run(compare(servers))
+            rates = asyncio.run(compare(servers, cpu))
         finally:
             for _, process in servers.values():
                 stop_server(process)
     ours, peer = rates["ours"], rates["peer"]
-    print(f"longcall.server (SQLite file, synchronous=FULL): {ours:8.1f} tasks/s")
-    print(f"fastmcp + fastmcp-tasks (memory://, pickup {PEER_PICKUP_MS} ms): {peer:8.1f} tasks/s")
+    ours_cpu = cpu_note(cpu, "ours")
+    print(f"longcall.server (SQLite file, synchronous=FULL): {ours:8.1f} tasks/s{ours_cpu}")
+    print(
+        f"fastmcp + fastmcp-tasks (memory://, pickup {PEER_PICKUP_MS} ms): {peer:8.1f} tasks/s"
+        f"{cpu_note(cpu, 'peer')}"
+    )
     setup = f"{CONCURRENCY} clients, {ROUNDS} alternating rounds, {RUN_S:g} s per server"
     verdict = "meets" if ours / peer >= TARGET else "misses"
     print(f"ratio ours / peer: {ours / peer:.2f}x ({verdict} the >= {TARGET:g}x target; {setup})")

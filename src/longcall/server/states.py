@@ -10,6 +10,7 @@ code. Must not: do I/O.
 
 from __future__ import annotations
 
+import functools
 from enum import StrEnum
 
 from longcall.server.model import TaskStatus
@@ -50,12 +51,14 @@ TRANSITIONS: dict[tuple[TaskStatus, Cause], TaskStatus] = {
 }
 
 
+@functools.cache  # the table is constant; every status write asks
 def target(cause: Cause) -> TaskStatus:
     """The one status a cause leads to (every cause has exactly one)."""
     (found,) = {to for (_, why), to in TRANSITIONS.items() if why is cause}
     return found
 
 
+@functools.cache
 def sources(cause: Cause) -> frozenset[TaskStatus]:
     """The statuses a cause may leave (the compare-and-set's ``WHERE status IN``)."""
     return frozenset(status for (status, why) in TRANSITIONS if why is cause)

@@ -10,7 +10,10 @@ event loop. Must not: run tools, speak a wire protocol, or read a clock (callers
 Why a thread pool: a store call can wait (another process holds the SQLite write lock,
 a PostgreSQL round trip, an fsync); on the event loop that wait would stall every
 request of the process (a ``ping`` took 10–15 s behind a held lock). Each worker thread
-has its own connection, so a call never shares one with another thread.
+has its own connection, so a call never shares one with another thread. A backend may
+add reader threads (reads then never queue behind a commit) and group commit (the task
+writes that arrive together share one commit: ``group_commit.py``); either way a call's
+result is handed back only after its transaction committed.
 
 Fencing (D1): every write made on behalf of a running execution names the execution
 epoch it belongs to; a claim by another process raises the epoch first, so a stale
@@ -47,6 +50,7 @@ from longcall.server.model import (
     TaskStatus,
 )
 from longcall.server.states import Cause, sources, target
+from longcall.server.store.group_commit import Failed, GroupCommit, Work
 from longcall.server.store.outbox import OutboxQueries
 from longcall.server.store.owners import OwnerLocks
 
@@ -257,13 +261,25 @@ class SqlTaskStore(OutboxQueries):
     migrations: tuple[str, ...] = ()
     workers = 1
     """Threads (each with its own connection) serving this store's calls."""
+    group_commit = False
+    """Whether task writes that arrive together share one transaction (needs one worker:
+    the batches are that thread's, and nested ``_transaction`` calls become savepoints)."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, readers: int = 0) -> None:
+        """``readers``: threads with connections of their own for the reads (0: reads
+        share the workers' threads and wait in their queue)."""
         self._local = threading.local()
         self._connections: list[Any] = []
         self._connections_lock = threading.Lock()
-        self._executor = ThreadPoolExecutor(
-            max_workers=self.workers, thread_name_prefix=f"longcall-{type(self).__name__}"
+        name = f"longcall-{type(self).__name__}"
+        self._executor = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix=name)
+        self._readers = (
+            ThreadPoolExecutor(max_workers=readers, thread_name_prefix=f"{name}-read")
+            if readers
+            else None
+        )
+        self._group = (
+            GroupCommit(self._executor.submit, self._commit_group) if self.group_commit else None
         )
         self._closed = False
         self._owner_locks: OwnerLocks | None = None
@@ -287,6 +303,11 @@ class SqlTaskStore(OutboxQueries):
 
     def _check_alive(self, conn: Any) -> None:
         """Refuse to work on a store that vanished under us (fail closed, C5)."""
+
+    def _transaction_open(self, conn: Any) -> bool:
+        """Whether ``conn`` is inside a transaction (group commit asks after a failed write:
+        some driver errors end the whole transaction, not only the write's savepoint)."""
+        raise NotImplementedError
 
     # ---- proof of an owner's death (D1; docs/design/server-task-store.md) --------------------
 
@@ -373,10 +394,63 @@ class SqlTaskStore(OutboxQueries):
             raise translated from exc
 
     async def _run(self, work: Callable[[Any], T]) -> T:
+        """``work(conn)`` on a worker thread, alone in the worker's queue."""
         if self._closed:
             raise StoreUnavailable("the task store is closed")
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._executor, self._in_thread, work)
+
+    async def _read(self, work: Callable[[Any], T]) -> T:
+        """A read: on a reader thread when the store has them (it sees every commit that
+        returned before it started), else as :meth:`_run`."""
+        if self._readers is None:
+            return await self._run(work)
+        if self._closed:
+            raise StoreUnavailable("the task store is closed")
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._readers, self._in_thread, work)
+
+    async def _write(self, work: Callable[[Any], T]) -> T:
+        """A task write: committed with the writes queued beside it when the store
+        groups commits, else as :meth:`_run`. Either way ``work`` is atomic on its own
+        (a savepoint in the group) and its result returns only after the commit."""
+        if self._group is None:
+            return await self._run(work)
+        if self._closed:
+            raise StoreUnavailable("the task store is closed")
+        return await self._group.write(work)
+
+    def _commit_group(self, works: Sequence[Work]) -> list[Any]:
+        """On the writer thread: one transaction, each write in a savepoint of its own."""
+        return self._in_thread(lambda conn: self._commit_batch(conn, works))
+
+    def _commit_batch(self, conn: Any, works: Sequence[Work]) -> list[Any]:
+        if self._transaction_open(conn):
+            # The batch's own transaction must be the top one, or its commit would not be:
+            # a connection left inside one is dropped (rolled back) and opened anew.
+            self._forget_connection()
+            raise StoreUnavailable("the task store's connection was left in a transaction")
+        outcomes: list[Any] = []
+        with self._transaction(conn):
+            for work in works:
+                try:
+                    with self._transaction(conn):  # nested: a savepoint
+                        outcomes.append(work(conn))
+                except Exception as exc:
+                    if not self._transaction_open(conn):
+                        raise  # the driver ended the whole transaction: none of it commits
+                    outcomes.append(Failed(self._translated(exc)))
+        return outcomes
+
+    def _translated(self, exc: Exception) -> Exception:
+        """The error a caller sees for ``exc`` raised by its own write."""
+        if isinstance(exc, StoreError):
+            return exc
+        translated = self._translate(exc)
+        if translated is None:
+            return exc
+        translated.__cause__ = exc
+        return translated
 
     def run_sync(self, work: Callable[[Any], T]) -> T:
         """Run ``work(conn)`` on a store thread and wait (setup code outside any loop)."""
@@ -388,6 +462,8 @@ class SqlTaskStore(OutboxQueries):
             return
         self._closed = True
         self._executor.shutdown(wait=True)
+        if self._readers is not None:
+            self._readers.shutdown(wait=True)
         with self._connections_lock:
             for conn in self._connections:
                 with contextlib.suppress(Exception):
@@ -436,7 +512,7 @@ class SqlTaskStore(OutboxQueries):
 
     async def get(self, task_id: str) -> TaskRecord | None:
         """One task by id, expired or not (the caller decides visibility)."""
-        return await self._run(lambda conn: self._select_task(conn, task_id))
+        return await self._read(lambda conn: self._select_task(conn, task_id))
 
     async def list_for_principal(
         self, principal: str, protocol: ProtocolVersion, *, after: str | None, limit: int
@@ -457,7 +533,7 @@ class SqlTaskStore(OutboxQueries):
             rows = self._execute(conn, query, (*params, limit)).fetchall()
             return [task_from_row(row) for row in rows]
 
-        return await self._run(read)
+        return await self._read(read)
 
     async def lookup_submission(self, principal: str, key: str) -> str | None:
         """The id of the task created under a submission key, if any (S3)."""
@@ -470,7 +546,7 @@ class SqlTaskStore(OutboxQueries):
             ).fetchone()
             return None if row is None else str(row[0])
 
-        return await self._run(read)
+        return await self._read(read)
 
     async def input_requests(self, task_id: str) -> list[InputRequest]:
         """All input requests of a task, in issue order."""
@@ -484,7 +560,7 @@ class SqlTaskStore(OutboxQueries):
             ).fetchall()
             return [input_from_row(row) for row in rows]
 
-        return await self._run(read)
+        return await self._read(read)
 
     async def history(self, task_id: str) -> list[StatusChange]:
         """The append-only status history of a task (S4)."""
@@ -503,7 +579,7 @@ class SqlTaskStore(OutboxQueries):
                 for r in rows
             ]
 
-        return await self._run(read)
+        return await self._read(read)
 
     # ---- writes ------------------------------------------------------------------------------
 
@@ -598,7 +674,7 @@ class SqlTaskStore(OutboxQueries):
                 raise StoreError(f"task {new.task_id!r} vanished after its creation")
             return record, True
 
-        return await self._run(write)
+        return await self._write(write)
 
     def _existing_submission(self, conn: Any, new: NewTask) -> TaskRecord | None:
         if new.submission_key is None:
@@ -674,7 +750,7 @@ class SqlTaskStore(OutboxQueries):
                     self._enqueue_events(conn, changed)
                 return changed
 
-        return await self._run(write)
+        return await self._write(write)
 
     async def set_status_message(
         self, task_id: str, message: str, *, now: float, epoch: int
@@ -690,7 +766,7 @@ class SqlTaskStore(OutboxQueries):
             )
             return bool(cursor.rowcount == 1)
 
-        return await self._run(write)
+        return await self._write(write)
 
     async def open_input_request(
         self,
@@ -731,7 +807,7 @@ class SqlTaskStore(OutboxQueries):
                 raise StoreError(f"input request {sequence} of task {task_id!r} vanished")
             return input_from_row(row)
 
-        return await self._run(write)
+        return await self._write(write)
 
     async def answer_inputs(
         self, task_id: str, answers: Mapping[str, Mapping[str, Any]], *, now: float
@@ -752,7 +828,7 @@ class SqlTaskStore(OutboxQueries):
                         answered.append(key)
             return answered
 
-        return await self._run(write)
+        return await self._write(write)
 
     # ---- leases (D1) -------------------------------------------------------------------------
 
@@ -897,7 +973,7 @@ class SqlTaskStore(OutboxQueries):
                 (at, task_id),
             )
 
-        await self._run(write)
+        await self._write(write)
 
     async def mark_deleted(self, task_id: str) -> bool:
         """AIP-151 ``DeleteOperation``: hide the task for good (the row stays for key proofs)."""
@@ -908,7 +984,7 @@ class SqlTaskStore(OutboxQueries):
             )
             return bool(cursor.rowcount == 1)
 
-        return await self._run(write)
+        return await self._write(write)
 
     async def purge(self, now: float) -> int:
         """Delete rows expired for longer than the retention window."""

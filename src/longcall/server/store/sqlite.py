@@ -10,6 +10,12 @@ returned survives even power loss; ``NORMAL`` survives a process kill (SIGKILL) 
 OS crash may lose the last commits. Several processes on one host may share the file:
 each running task is leased to one of them (D1), as on PostgreSQL.
 
+One writer thread groups the task writes that queue up during a commit into the next
+one (each in a savepoint, one fsync for all; ``group_commit.py``), and a reader thread
+with its own connection answers reads: in WAL mode a reader sees every committed
+transaction and never waits for the writer's fsync. A store in memory has one
+connection only, so there reads share the writer's thread.
+
 Each process holds the lock of a file of its own in ``PATH-owners/`` for as long as it
 lives (:mod:`longcall.server.store.owners`): a takeover that finds a lease holder's lock
 free knows that process is gone and claims its tasks at once instead of waiting for the
@@ -158,7 +164,10 @@ class SqliteTaskStore(SqlTaskStore):
 
     migrations = MIGRATIONS
     workers = 1
-    """One writer thread: SQLite serialises writers anyway, and calls keep their order."""
+    """One writer thread: SQLite serialises writers anyway, and writes keep their order."""
+    group_commit = True
+    readers = 1
+    """Reads need no lock in WAL mode; one thread keeps them out of the writer's queue."""
 
     def __init__(
         self,
@@ -169,7 +178,7 @@ class SqliteTaskStore(SqlTaskStore):
     ) -> None:
         if synchronous.upper() not in SYNCHRONOUS_MODES:
             raise StoreError(f"synchronous must be one of {sorted(SYNCHRONOUS_MODES)}")
-        super().__init__()
+        super().__init__(readers=0 if str(path) == MEMORY else self.readers)
         self.path = str(path)
         self._synchronous = synchronous.upper()
         self._busy_timeout_s = busy_timeout_s
@@ -225,16 +234,17 @@ class SqliteTaskStore(SqlTaskStore):
 
     # ---- driver ------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _transaction(self, conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
-        conn.execute("BEGIN IMMEDIATE")
-        try:
-            yield conn
-        except BaseException:
-            if conn.in_transaction:
-                conn.execute("ROLLBACK")
-            raise
-        conn.execute("COMMIT")
+    def _transaction(
+        self, conn: sqlite3.Connection
+    ) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT``; inside an open transaction (a group commit's),
+        a savepoint: the part rolls back alone, and commits with the whole."""
+        if conn.in_transaction:
+            return _savepoint(conn)
+        return _immediate(conn)
+
+    def _transaction_open(self, conn: sqlite3.Connection) -> bool:
+        return conn.in_transaction
 
     def _execute(
         self, conn: sqlite3.Connection, query: str, params: Sequence[Any] = ()
@@ -276,6 +286,34 @@ class SqliteTaskStore(SqlTaskStore):
                 self.path,
             )
             raise StoreLost(f"the task store {self.path} was deleted or replaced; restart")
+
+
+@contextlib.contextmanager
+def _immediate(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+        conn.execute("COMMIT")
+    except BaseException:
+        # A failed COMMIT too: the connection must not stay in a transaction, where the
+        # next call's writes would become a savepoint that nothing commits.
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+
+
+@contextlib.contextmanager
+def _savepoint(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    conn.execute("SAVEPOINT part")
+    try:
+        yield conn
+    except BaseException:
+        if conn.in_transaction:
+            conn.execute("ROLLBACK TO part")
+            conn.execute("RELEASE part")
+        raise
+    conn.execute("RELEASE part")
 
 
 def _file_identity(path: str) -> tuple[int, int]:
