@@ -260,7 +260,7 @@ async def test_a_refused_connection_and_an_html_error_page(
     def invoke(*args: str) -> tuple[int, str, str]:
         return run(*args)
 
-    with anyio.fail_after(60):
+    with anyio.fail_after(LOADED_MACHINE_S):
         code, _, err = await anyio.to_thread.run_sync(
             invoke, "call", f"http://127.0.0.1:{closed_port}/mcp", "echo", "--ledger", url
         )

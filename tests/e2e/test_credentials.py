@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 from longcall.adapters.routing import Connector
 from longcall.adapters.servers import load_servers
@@ -258,7 +259,7 @@ async def test_the_cli_calls_a_configured_server_by_name(
             "--ledger", f"sqlite:///{tmp_path / 'cli-ledger.db'}", "--wait", "--json",
             env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         )  # fmt: skip
-        async with asyncio.timeout(60):
+        async with asyncio.timeout(LOADED_MACHINE_S):
             out, err = await process.communicate()
     assert process.returncode == 0, err.decode()
     assert json.loads(out)["outcome"] == "ok"

@@ -6,6 +6,7 @@ import asyncio
 import json
 
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.e2e.conftest import World
 
 from longcall.core import ResultKind, ServerStatus, State
@@ -69,7 +70,7 @@ async def test_cancel_mid_flight(world: World, version: str) -> None:
     runner_stop = asyncio.Event()
     runner = asyncio.create_task(world.executor.run(stop=runner_stop))
     try:
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(LOADED_MACHINE_S):
             await stop_waiting
     finally:
         runner_stop.set()

@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.e2e.conftest import PHASE_TIMEOUT_S, Fault, FaultLayer, World, serve
 
 from longcall.core import ResultKind, State
@@ -56,7 +57,7 @@ async def test_truncated_result_is_refetched_never_accepted(
     stop = asyncio.Event()
     runner = asyncio.create_task(world.executor.run(stop=stop))
     try:
-        async with asyncio.timeout(30):
+        async with asyncio.timeout(LOADED_MACHINE_S):
             await world.executor.wait_for(
                 "n",
                 lambda r: (
@@ -114,7 +115,7 @@ async def test_server_restart_mid_task(tmp_path: Path) -> None:
                 await world.call("n", "sleep_report", {"seconds": 3, "rows": 2})
                 stop = asyncio.Event()
                 runner = asyncio.create_task(executor.run(stop=stop))
-                async with asyncio.timeout(30):
+                async with asyncio.timeout(LOADED_MACHINE_S):
                     await executor.wait_for("n", lambda r: r.state is State.WORKING)
                 stop.set()
                 await runner

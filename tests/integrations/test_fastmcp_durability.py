@@ -14,12 +14,13 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.integrations.conftest import SUBMISSION_KEY, App, RawClient, running
 
 pytestmark = pytest.mark.anyio
 
 
-async def wait_for_lines(path: Path, count: int, limit_s: float = 60.0) -> None:
+async def wait_for_lines(path: Path, count: int, limit_s: float = LOADED_MACHINE_S) -> None:
     """Until ``path`` has ``count`` lines (a tool run writes one when it starts)."""
     with anyio.fail_after(limit_s):
         # The tool runs in another process: its log is the only sign it started.

@@ -11,6 +11,7 @@ from pathlib import Path
 import anyio
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 from tests.integrations.conftest import App, RawClient
 
 pytestmark = [pytest.mark.anyio, pytest.mark.postgres, pytest.mark.slow]
@@ -25,7 +26,7 @@ def runs(log: Path) -> collections.Counter[str]:
     return collections.Counter(line.split()[0] for line in lines)
 
 
-async def wait_runs(log: Path, total: int, limit_s: float = 60.0) -> None:
+async def wait_runs(log: Path, total: int, limit_s: float = LOADED_MACHINE_S) -> None:
     with anyio.fail_after(limit_s):
         while sum(runs(log).values()) < total:  # noqa: ASYNC110 (other processes write it)
             await anyio.sleep(0.05)

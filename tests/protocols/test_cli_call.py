@@ -8,6 +8,7 @@ from pathlib import Path
 import anyio
 import pytest
 from click.testing import CliRunner
+from tests.bounds import LOADED_MACHINE_S
 
 from longcall.adapters.routing import protocol_of_url
 from longcall.cli import main
@@ -44,7 +45,7 @@ async def test_one_command_shape_for_three_protocols(
         result = CliRunner().invoke(main, args, catch_exceptions=False)
         return result.exit_code, result.stdout
 
-    with anyio.fail_after(30):
+    with anyio.fail_after(LOADED_MACHINE_S):
         code, out = await anyio.to_thread.run_sync(invoke)
     assert code == 0, out
     view = json.loads(out)

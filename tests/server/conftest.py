@@ -167,7 +167,7 @@ class ModernClient:
         return await self.result("tasks/get", {"taskId": task_id})
 
     async def wait_status(
-        self, task_id: str, statuses: set[str], *, limit_s: float = 10.0
+        self, task_id: str, statuses: set[str], *, limit_s: float = LOADED_MACHINE_S
     ) -> dict[str, Any]:
         """Wait (bounded) for a status in ``statuses`` on a ``subscriptions/listen`` stream."""
         headers = self.headers("subscriptions/listen", None)

@@ -13,6 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
+from tests.bounds import LOADED_MACHINE_S
 
 from conftest import ModernClient
 from longcall.server import (
@@ -261,7 +262,9 @@ async def test_unbounded_arguments_are_refused_and_results_are_capped(
     assert huge["code"] == -32602
     assert task_count(store_path) == 0
     task = await client.create("crawl", {"pages": 1000, "items_per_page": 100})
-    done = await client.wait_status(task["taskId"], {"completed", "failed"}, limit_s=30)
+    done = await client.wait_status(
+        task["taskId"], {"completed", "failed"}, limit_s=LOADED_MACHINE_S
+    )
     assert done["status"] == "failed"
     assert "bytes" in done["error"]["message"]
     assert done["error"]["data"]["limitBytes"] == MAX_RESULT_BYTES

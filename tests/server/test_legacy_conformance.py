@@ -10,6 +10,7 @@ import anyio
 import httpx
 import pytest
 from mcp_types import methods as sdk_methods
+from tests.bounds import LOADED_MACHINE_S
 
 from conftest import LegacyClient, ManualClock, ModernClient
 from longcall.server import LongcallServer, running_server
@@ -125,7 +126,7 @@ async def test_tasks_result_blocks_until_terminal(http: httpx.AsyncClient, store
                 ] == "working"
             assert not answered.is_set()
             gate.set()
-            with anyio.fail_after(5):
+            with anyio.fail_after(LOADED_MACHINE_S):
                 await answered.wait()
         assert outcome["result"]["structuredContent"] == {"opened": True}
 
@@ -201,7 +202,7 @@ async def test_input_through_the_tasks_result_side_channel(legacy: LegacyClient)
         "params": {"taskId": task["taskId"]},
     }
     final: dict[str, Any] = {}
-    with anyio.fail_after(10):
+    with anyio.fail_after(LOADED_MACHINE_S):
         async with legacy.http.stream(
             "POST", legacy.url, json=body, headers=legacy.headers()
         ) as stream:
@@ -236,7 +237,7 @@ async def test_status_notifications_on_the_get_stream(legacy: LegacyClient) -> N
     """The standalone GET stream pushes notifications/tasks/status for the caller's tasks."""
     headers = {**legacy.headers(), "accept": "text/event-stream"}
     statuses: list[str] = []
-    with anyio.fail_after(10):
+    with anyio.fail_after(LOADED_MACHINE_S):
         async with legacy.http.stream("GET", legacy.url, headers=headers) as stream:
             task = await legacy.create("crawl", {"pages": 1, "items_per_page": 1})
             async for line in stream.aiter_lines():
@@ -303,7 +304,7 @@ async def test_progress_token_outlives_the_create(legacy: LegacyClient) -> None:
         "task": {},
         "_meta": {"progressToken": "p-1"},
     }
-    with anyio.fail_after(10):
+    with anyio.fail_after(LOADED_MACHINE_S):
         async with legacy.http.stream("GET", legacy.url, headers=headers) as stream:
             task = (await legacy.result("tools/call", params))["task"]
             async for line in stream.aiter_lines():

@@ -11,6 +11,7 @@ import anyio
 import httpx
 import pytest
 from mcp_types import methods as sdk_methods
+from tests.bounds import LOADED_MACHINE_S
 
 from conftest import TASKS_EXTENSION, ManualClock, ModernClient, envelope
 from longcall.server import LongcallServer, TaskContext, running_server
@@ -429,7 +430,9 @@ async def test_partial_answers_keep_the_task_waiting(
         client = ModernClient(http, url)
         task = await client.create("two_questions", {})
         both = await client.wait_status(task["taskId"], {"input_required"})
-        with anyio.fail_after(5):  # both requests are issued in one loop turn; bounded anyway
+        with anyio.fail_after(
+            LOADED_MACHINE_S
+        ):  # both requests are issued in one loop turn; bounded anyway
             while len(both["inputRequests"]) < 2:
                 both = await client.get(task["taskId"])
         keys = {req["params"]["message"]: key for key, req in both["inputRequests"].items()}
