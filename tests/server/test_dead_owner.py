@@ -108,11 +108,11 @@ async def test_a_live_owner_keeps_its_tasks_and_a_dead_one_loses_them_at_once(
     store = open_store(store_url)
     try:
         now = time.time()
-        assert await store.claim_expired("probe", now=now, until=now + LEASE_S) == []
+        assert await store.claim_expired("probe", clock=lambda: now, lease_s=LEASE_S) == []
         child.send_signal(signal.SIGKILL)
         child.wait(timeout=CHILD_LIMIT_S)
         now = time.time()
-        (claimed,) = await store.claim_expired("probe", now=now, until=now + LEASE_S)
+        (claimed,) = await store.claim_expired("probe", clock=lambda: now, lease_s=LEASE_S)
         assert claimed.task_id == "t-held"
         assert claimed.execution_epoch == 2
         history = await store.history("t-held")
@@ -130,9 +130,9 @@ async def test_an_owner_of_another_host_waits_for_its_lease(store_url: str) -> N
             child.send_signal(signal.SIGKILL)
             child.wait(timeout=CHILD_LIMIT_S)
             now = time.time()
-            assert await store.claim_expired("probe", now=now, until=now + LEASE_S) == []
+            assert await store.claim_expired("probe", clock=lambda: now, lease_s=LEASE_S) == []
             later = now + LEASE_S + 1
-            (claimed,) = await store.claim_expired("probe", now=later, until=later + LEASE_S)
+            (claimed,) = await store.claim_expired("probe", clock=lambda: later, lease_s=LEASE_S)
             history = await store.history(claimed.task_id)
             assert history[-1].reason == f"claimed by probe from {owner}"
     finally:
@@ -151,7 +151,7 @@ async def test_a_lock_file_of_another_boot_proves_nothing(store_url: str) -> Non
             assert locks is not None
             locks.path_of(owner).write_text(f"{owner}\nanother-boot\n")
             now = time.time()
-            assert await store.claim_expired("probe", now=now, until=now + LEASE_S) == []
+            assert await store.claim_expired("probe", clock=lambda: now, lease_s=LEASE_S) == []
     finally:
         store.close()
 
@@ -170,8 +170,9 @@ async def test_a_dead_owner_with_more_tasks_than_a_batch_loses_them_all_at_once(
             child.wait(timeout=CHILD_LIMIT_S)
             taken: list[str] = []
             for expected in (2, 2, 1):
-                now = time.time()
-                batch = await store.claim_expired("probe", now=now, until=now + LEASE_S, limit=2)
+                batch = await store.claim_expired(
+                    "probe", clock=time.time, lease_s=LEASE_S, limit=2
+                )
                 assert len(batch) == expected
                 taken += [record.task_id for record in batch]
                 assert store.owner_locks is not None
@@ -251,7 +252,7 @@ async def test_two_live_servers_never_take_each_others_tasks(
         store = open_store(store_url)
         try:
             now = time.time()
-            assert await store.claim_expired("probe", now=now, until=now + LEASE_S) == []
+            assert await store.claim_expired("probe", clock=lambda: now, lease_s=LEASE_S) == []
             history = await store.history(task["taskId"])
         finally:
             store.close()

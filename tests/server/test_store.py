@@ -88,10 +88,12 @@ async def test_a_live_lease_is_never_claimed(store_url: str) -> None:
     try:
         now = time.time()
         await store.create(new_task("t1"), owner="a", lease_until=now + LEASE_S)
-        assert await store.claim_expired("b", now=now, until=now + LEASE_S) == []
-        assert await store.claim_expired("a", now=now + 2 * LEASE_S, until=now) == []
+        assert await store.claim_expired("b", clock=lambda: now, lease_s=LEASE_S) == []
+        later = now + 2 * LEASE_S
+        assert await store.claim_expired("a", clock=lambda: later, lease_s=LEASE_S) == []
         assert await store.renew_leases("a", until=now + 2 * LEASE_S) == {"t1": 1}
-        assert await store.claim_expired("b", now=now + 1.5 * LEASE_S, until=now) == []
+        sooner = now + 1.5 * LEASE_S
+        assert await store.claim_expired("b", clock=lambda: sooner, lease_s=LEASE_S) == []
     finally:
         store.close()
 
@@ -104,7 +106,7 @@ async def test_a_claim_fences_the_old_owner_off(store_url: str) -> None:
         await store.create(new_task("t1"), owner="a", lease_until=now + LEASE_S)
         assert await store.set_status_message("t1", "step 3/9", now=now, epoch=1)
         later = now + 2 * LEASE_S
-        (claimed,) = await store.claim_expired("b", now=later, until=later + LEASE_S)
+        (claimed,) = await store.claim_expired("b", clock=lambda: later, lease_s=LEASE_S)
         assert claimed.owner == "b"
         assert claimed.execution_epoch == 2
         assert claimed.status_message == RERUN_MESSAGE  # the old run's progress is stale
@@ -137,7 +139,7 @@ async def test_released_leases_are_claimed_at_once(store_url: str) -> None:
         now = time.time()
         await store.create(new_task("t1"), owner="a", lease_until=now + LEASE_S)
         assert await store.release("a") == 1
-        (claimed,) = await store.claim_expired("b", now=now, until=now + LEASE_S)
+        (claimed,) = await store.claim_expired("b", clock=lambda: now, lease_s=LEASE_S)
         assert claimed.task_id == "t1"
     finally:
         store.close()
@@ -157,7 +159,7 @@ def test_two_claimers_never_take_one_task_twice(store_url: str) -> None:
             barrier.wait()
             while True:
                 got = asyncio.run(
-                    store.claim_expired(owner, now=now, until=now + LEASE_S, limit=3)  # type: ignore[attr-defined]
+                    store.claim_expired(owner, clock=lambda: now, lease_s=LEASE_S, limit=3)  # type: ignore[attr-defined]
                 )
                 if not got:
                     return

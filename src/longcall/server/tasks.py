@@ -450,7 +450,7 @@ class TaskManager:
     async def _claim_expired(self) -> None:
         while True:
             claimed = await self.store.claim_expired(
-                self.owner, now=self.clock(), until=self.lease_until()
+                self.owner, clock=self.clock, lease_s=self.options.lease_s
             )
             for record in claimed:
                 await self._resume(record)

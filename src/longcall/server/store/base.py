@@ -161,9 +161,11 @@ class TaskStore(Protocol):
         ...
 
     async def claim_expired(
-        self, owner: str, *, now: float, until: float, limit: int = CLAIM_BATCH
+        self, owner: str, *, clock: Callable[[], float], lease_s: float, limit: int = CLAIM_BATCH
     ) -> list[TaskRecord]:
-        """Take over active tasks whose lease expired (another owner's): epoch + 1 (D1)."""
+        """Take over active tasks whose lease expired (another owner's): epoch + 1 (D1).
+        ``clock`` is the caller's, read when the claim is made (after the write waited
+        its turn, and after an owner is proven dead)."""
         ...
 
     async def release(self, owner: str) -> int:
@@ -335,7 +337,7 @@ class SqlTaskStore(OutboxQueries):
         if locks is not None:
             locks.hold(owner, lambda other: self._holds_tasks(conn, other))
 
-    def _prove_dead(self, conn: Any, owner: str, now: float, until: float) -> bool:
+    def _prove_dead(self, conn: Any, owner: str) -> bool:
         """True only when ``owner``'s process is provably gone; its lock is then held by
         us until :meth:`_proofs_done`, so it cannot come back meanwhile. False when the
         lock is held or cannot be checked: the owner's lease decides."""
@@ -863,12 +865,14 @@ class SqlTaskStore(OutboxQueries):
         return [(str(row[0]), int(row[1])) for row in rows]
 
     async def claim_expired(
-        self, owner: str, *, now: float, until: float, limit: int = CLAIM_BATCH
+        self, owner: str, *, clock: Callable[[], float], lease_s: float, limit: int = CLAIM_BATCH
     ) -> list[TaskRecord]:
         """Take over active tasks whose lease expired (another owner's): epoch + 1 (D1).
 
         Each claim is a compare-and-set on the epoch it read, so two claimers of one task
-        cannot both win; the history records who took it over from whom.
+        cannot both win; the history records who took it over from whom, and when: the
+        caller's ``clock`` is read once the write has its turn, and again once an owner
+        is proven dead, so no claim is dated before what allowed it.
         """
 
         def write(conn: Any) -> list[TaskRecord]:
@@ -876,18 +880,23 @@ class SqlTaskStore(OutboxQueries):
             proven: list[str] = []
             try:
                 with self._transaction(conn):
+                    now = clock()
                     for task_id, epoch in self._expired_ids(conn, owner, now, limit):
-                        self._claim_one(conn, owner, task_id, epoch, now, until, claimed, "")
+                        self._claim_one(
+                            conn, owner, task_id, epoch, now, now + lease_s, claimed, ""
+                        )
                     # A lease that has not run out yet, of an owner proven dead: taken
                     # over now instead of when the lease ends (D1).
                     for dead in self._leaseholders(conn, owner, now):
-                        if len(claimed) >= limit or not self._prove_dead(conn, dead, now, until):
+                        if len(claimed) >= limit or not self._prove_dead(conn, dead):
                             continue
                         proven.append(dead)
+                        at = clock()
                         for task_id, epoch in self._owned_ids(conn, dead, limit - len(claimed)):
                             self._claim_one(
-                                conn, owner, task_id, epoch, now, until, claimed, DEAD_OWNER_NOTE
-                            )
+                                conn, owner, task_id, epoch, at, at + lease_s, claimed,
+                                DEAD_OWNER_NOTE,
+                            )  # fmt: skip
             except BaseException:
                 self._proofs_done(conn, proven, committed=False)
                 raise
