@@ -504,11 +504,15 @@ def test_a_wildcard_bind_answers_at_the_allowed_hosts_only(ledger_path: Path) ->
     assert "without scheme, port or path" in refused.output
 
 
-def test_servers_and_workers_page(page: Any, console: Console, shots: Shots) -> None:
+def test_servers_and_workers_page(
+    page: Any, console: Console, shots: Shots, ledger_path: Path
+) -> None:
     """Servers with their protocol versions and failing counts; each server's poll cap
     and the slots taken from it, and the workers' breakers; workers with lease,
     operations held and their epochs; the rollout plan."""
+    before = time.time()
     page.goto(f"{base(console)}/servers")
+    after = time.time()
     servers = page.locator("#servers").inner_text()
     assert "2026-07-28" in servers
     assert SERVER in servers
@@ -518,7 +522,13 @@ def test_servers_and_workers_page(page: Any, console: Console, shots: Shots) -> 
     ]
     assert budget[0] == SERVER
     assert budget[1] == "5/s (at most 240 slots a minute)"  # a slot every 1.25 / 5 s
-    assert budget[3] == str(min(3, grant_size_max(BUDGET_QPS)))
+    # The slots count in the minute they were taken, and in the last whole minute once
+    # the next one began: as of when the page was made, between these two reads.
+    with SQLiteLedger(ledger_path) as ledger:
+        (use,) = [b.use for b in ledger.poll_budgets()]
+    assert use.this_minute == min(3, grant_size_max(BUDGET_QPS))
+    shown = (int(budget[2].split(" ", 1)[0]), int(budget[3]))
+    assert shown in {use.seen_at(before), use.seen_at(after)}, (shown, use)
     assert budget[4].startswith("worker-2: open until")
     assert f"503 {HOSTILE}" in budget[4]
     workers = {
