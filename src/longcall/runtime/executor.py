@@ -7,11 +7,13 @@ action through the adapter of the operation's server and protocol, and hands the
 reply back. Nothing here decides a state: a crash of this process loses no decision,
 because the engine committed each one to the ledger before the action existed.
 
-Push (X3: "poll for truth, listen for speed"): while it holds operations on a server,
-one listener per (server, protocol) keeps the adapter's push stream open
+Push (X3: "poll for truth, listen for speed"): while it holds operations on a server
+that are polled less often than every :data:`PUSH_POLL_INTERVAL_MIN_S`, one listener
+per (server, protocol) keeps the adapter's push stream open
 (:meth:`~longcall.adapters.base.Adapter.listen`); a pushed change of a status we have
 not yet seen only asks the engine to poll that operation soon (:meth:`Executor.notify`),
-never sooner than the server's interval after the previous poll. A missing or broken
+once per version of its record, never sooner than the server's interval after the
+previous poll. A missing or broken
 stream costs speed, never correctness: the planned polls go on regardless.
 
 Time is wall-clock seconds since the epoch (``time.time()``): records outlive the
@@ -95,6 +97,11 @@ pool: replaced at every create, a caller opened a new connection (and a new stre
 for nearly every operation. Polling carries the operations a listener does not cover
 yet (X3); a server's first listener, or one that has returned, opens at once."""
 LISTEN_RESYNC_S = 1.0
+PUSH_POLL_INTERVAL_MIN_S = 1.0
+"""Operations whose server asks to be polled more often than this get no push stream:
+a push could only bring their poll forward by less than this, and each stream costs a
+request and a connection of its own (reopened as operations come and go) — more than
+the polls it would save. Polling carries them, as it always may (X3)."""
 """Beyond that, they are re-synced with the open operations at most this often."""
 
 EXECUTOR_POLICY = dataclasses.replace(
@@ -231,6 +238,8 @@ class Executor:
         """(server, protocol) → the operation ids its push stream covers, and its task."""
         self._push_nodes: dict[tuple[str, str], str] = {}
         """(server, operation id) → call node, for the operations a listener covers."""
+        self._pushed: dict[str, int] = {}
+        """Call node → the record version a push last asked a poll for (one per version)."""
         self._listen_dirty = True
         self._next_listen_sync = 0.0
         self._listener_opened_at: dict[tuple[str, str], float] = {}
@@ -836,6 +845,9 @@ class Executor:
         for node, record in self.engine.records.items() if self.push else ():
             if record.operation_id is None or record.state is State.RECONCILIATION_REQUIRED:
                 continue
+            interval = record.poll_interval_s
+            if interval is not None and interval < PUSH_POLL_INTERVAL_MIN_S:
+                continue  # polled soon enough: a stream would cost more than it saves
             wanted.setdefault((record.server, record.protocol), set()).add(record.operation_id)
             nodes[(record.server, record.operation_id)] = node
         return wanted, nodes
@@ -851,6 +863,8 @@ class Executor:
         it when an operation it does not cover appears (a running stream at most once
         per :data:`LISTEN_COALESCE_S`), stop it when none is left."""
         self._push_nodes = nodes
+        listened = set(nodes.values())
+        self._pushed = {n: v for n, v in self._pushed.items() if n in listened}
         self._listen_retry_at = None
         for key in [k for k in self._listeners if k not in wanted]:
             self._listeners.pop(key)[1].cancel()
@@ -888,6 +902,9 @@ class Executor:
                 return  # not ours, or no longer open
             if status is not None and status == record.server_status_raw:
                 return  # nothing we have not polled already (a snapshot, a progress tick)
+            if self._pushed.get(node) == record.version:
+                return  # its poll is asked for already: the poll reads the newest status
+            self._pushed[node] = record.version
             self.notify(node)
 
         try:
