@@ -36,6 +36,7 @@ taking the node over only if that worker's lease lapses.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -147,8 +148,8 @@ class _Step:
     listeners: tuple[dict[tuple[str, str], set[str]], dict[tuple[str, str], str]] | None
     finished: list[OperationRecord]
     changed: list[str]
-    """Call nodes another process changed (a refresh re-planned them, or a watched one
-    moved): whoever waits on them re-checks."""
+    """Call nodes a reply applied in this turn changed, or another process changed (a
+    refresh re-planned them, or a watched one moved): whoever waits on them re-checks."""
     settled: bool
     """Nothing is planned: every held operation waits for a person (or none is held)."""
 
@@ -233,6 +234,10 @@ class Executor:
         self._accepted: dict[str, list[asyncio.Future[OperationRecord]]] = {}
         self._escalated: dict[str, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._replies: collections.deque[tuple[str, Callable[[], None]]] = collections.deque()
+        """What requests came back with, to apply on the ledger thread at its next turn
+        (the loop appends, the ledger thread takes): the replies of one wake in one turn,
+        and before that turn plans anything."""
         self._changed = asyncio.Event()
         self._listeners: dict[tuple[str, str], tuple[frozenset[str], asyncio.Task[None]]] = {}
         """(server, protocol) → the operation ids its push stream covers, and its task."""
@@ -741,6 +746,7 @@ class Executor:
         """One turn of the engine, on the ledger thread: keep the leases, notice other
         processes' writes, read the watched nodes, and pop what is due."""
         finished: list[OperationRecord] = []
+        changed = self._apply_replies()
         refresh_due = now >= self._next_refresh
         housekeeping = self.engine.next_housekeeping()
         rounds_due = refresh_due or (housekeeping is not None and now >= housekeeping)
@@ -749,7 +755,6 @@ class Executor:
             if rounds_due
             else {}
         )
-        changed: list[str] = []
         if refresh_due:
             self._next_refresh = now + self.refresh_interval_s
             self._listen_dirty = True
@@ -831,6 +836,14 @@ class Executor:
             task.cancel()
         if self._tasks or listeners:
             await asyncio.gather(*self._tasks, *listeners, return_exceptions=True)
+        if self._replies:  # what came back before the stop is kept
+            try:
+                applied = await self._off_loop(self._apply_replies)
+            except Exception:  # the ledger failed (the loop's failure, say)
+                log.exception("replies not applied at the stop")
+            else:
+                for node in applied:
+                    self._signal_change(node)
 
     # --- push (X3: listen for speed) -------------------------------------------------
 
@@ -971,22 +984,56 @@ class Executor:
         except Exception as exc:  # an adapter bug must not kill the executor
             log.exception("adapter failed on %s for %s", action.kind, action.call_node_id)
             outcome = failure_outcome(action.kind, _failure(FailureKind.TRANSPORT, repr(exc)))
+        # Applied at the ledger thread's next turn, with whatever else came back by then;
+        # the loop reports the node changed once it is applied (_step).
+        now = self.clock()
+        node = action.call_node_id
         if outcome is None:
-            await self._off_loop(self.engine.end_without_reply, action)
+            self._replies.append((node, functools.partial(self.engine.end_without_reply, action)))
         elif outcome is NotSent.SLOT_MISSED:
-            await self._off_loop(self.engine.slot_missed, action, now=self.clock())
+            self._replies.append(
+                (node, functools.partial(self.engine.slot_missed, action, now=now))
+            )
         elif outcome is NotSent.HELD:
-            pass  # the engine planned it again for the end of the Retry-After
+            self._signal_change(node)  # the engine planned it again for the Retry-After's end
         else:
             assert isinstance(outcome, Outcome)
             in_hand = action.kind == "Poll" and self._holds_result(action)
-            await self._off_loop(self._apply_reply, action, outcome, self.clock(), in_hand)
+            apply = functools.partial(self._apply_reply, action, outcome, now, in_hand)
+            self._replies.append((node, apply))
             if isinstance(outcome.event, (SubmitAcknowledged, SubmissionFound)):
                 self._listen_dirty = True  # a new operation id to listen for (X3)
             if outcome.progress is not None or isinstance(outcome.event, WorkingObserved):
-                self._report_progress(action.call_node_id, outcome)
-        self._signal_change(action.call_node_id)
+                self._report_progress(node, outcome)
         self._wakeup.set()
+
+    def _apply_replies(self) -> list[str]:
+        """On the ledger thread (the engine held): apply every reply waiting, in the
+        order they came; the call nodes they changed."""
+        applied = []
+        while self._replies:
+            node, apply = self._replies.popleft()
+            apply()
+            applied.append(node)
+        return applied
+
+    async def _is_held(self, action: Action) -> bool:
+        """:meth:`Engine.held` at the moment ``action`` would leave. It reads and plans in
+        memory only: on the loop at once while nobody holds the engine and no reply
+        waits to be applied (one may hold the server: a 429), else on the ledger
+        thread after the replies waiting (the loop never waits for the engine's lock:
+        a commit may hold it)."""
+        if not self._replies and self._engine_lock.acquire(blocking=False):
+            try:
+                return self.engine.held(action, now=self.clock())
+            finally:
+                self._engine_lock.release()
+        return await self._off_loop(self._held_after_replies, action)
+
+    def _held_after_replies(self, action: Action) -> bool:
+        for node in self._apply_replies():
+            self._wake_soon(node)
+        return self.engine.held(action, now=self.clock())
 
     def _holds_result(self, action: Action) -> bool:
         """On the loop: whether the adapter that polled ``action`` now holds its result."""
@@ -1021,7 +1068,7 @@ class Executor:
         record = action.record
         # Other replies ran since due() issued this: a 429/503 among them holds the
         # server (X3, X9), and nothing leaves before its Retry-After is over.
-        if await self._off_loop(self.engine.held, action, now=self.clock()):
+        if await self._is_held(action):
             return NotSent.HELD
         match action.command:
             case SendSubmit():
