@@ -98,6 +98,9 @@ pool: replaced at every create, a caller opened a new connection (and a new stre
 for nearly every operation. Polling carries the operations a listener does not cover
 yet (X3); a server's first listener, or one that has returned, opens at once."""
 LISTEN_RESYNC_S = 1.0
+FINISHED_KEPT = 1024
+"""How many records accepted lately :meth:`Executor.latest` still knows (the waits of
+their calls read them there, not in the ledger)."""
 PUSH_POLL_INTERVAL_MIN_S = 1.0
 """Operations whose server asks to be polled more often than this get no push stream:
 a push could only bring their poll forward by less than this, and each stream costs a
@@ -232,6 +235,8 @@ class Executor:
         self._adapter_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._wakeup = asyncio.Event()
         self._accepted: dict[str, list[asyncio.Future[OperationRecord]]] = {}
+        self._finished: dict[str, OperationRecord] = {}
+        """The last :data:`FINISHED_KEPT` records accepted here, oldest first."""
         self._escalated: dict[str, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
         self._replies: collections.deque[tuple[str, Callable[[], None]]] = collections.deque()
@@ -444,7 +449,14 @@ class Executor:
     async def aadopt(self, call_node_id: str) -> OperationRecord:
         """Drive the call node's stored operation from here (if it is still open), with
         no need to know its request (``ops wait``): attach with the request the ledger
-        holds. Raises UnknownCallNode."""
+        holds. Raises UnknownCallNode. A node held here already (a call just made) needs
+        no ledger read: it is adopted on the loop at once, unless the engine is busy."""
+        if call_node_id in self.engine.records and self._engine_lock.acquire(blocking=False):
+            try:
+                if call_node_id in self.engine.records:
+                    return self._adopt(call_node_id)
+            finally:
+                self._engine_lock.release()
         return await self._off_loop(self._adopt, call_node_id)
 
     def _adopt(self, call_node_id: str) -> OperationRecord:
@@ -509,6 +521,12 @@ class Executor:
     def held(self, call_node_id: str) -> OperationRecord | None:
         """The record this executor drives ``call_node_id`` at (None: not held here)."""
         return self.engine.records.get(call_node_id)
+
+    def latest(self, call_node_id: str) -> OperationRecord | None:
+        """The record as this executor last knew it: held here, or accepted here lately
+        (a terminal record changes no more); None: read the ledger."""
+        held = self.engine.records.get(call_node_id)
+        return held if held is not None else self._finished.get(call_node_id)
 
     def held_records(self) -> list[OperationRecord]:
         """The records of the call nodes this executor drives now (a snapshot)."""
@@ -1166,6 +1184,10 @@ class Executor:
     def _resolve(self, record: OperationRecord) -> None:
         """On the loop: wake whoever waits on this call node."""
         self._watched.discard(record.call_node_id)
+        if record.is_terminal:
+            self._finished[record.call_node_id] = record
+            if len(self._finished) > FINISHED_KEPT:
+                del self._finished[next(iter(self._finished))]
         for future in self._accepted.pop(record.call_node_id, []):
             if not future.done():
                 future.set_result(record)
