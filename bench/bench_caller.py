@@ -361,10 +361,7 @@ def run() -> None:
         f"caller CPU per operation, sleep_report(seconds=0) against longcall serve, "
         f"{OPERATIONS} operations {CONCURRENCY} at a time (median of {ROUNDS} alternating rounds):"
     )
-    print(
-        f"  wire floor (bare httpx, no ledger): {floor * 1000:6.2f} ms "
-        f"[{exchanges['floor']}]"
-    )
+    print(f"  wire floor (bare httpx, no ledger): {floor * 1000:6.2f} ms [{exchanges['floor']}]")
     for name, figure in (("longcall.Client", client), ("longcall worker", worker)):
         verdict = "meets" if figure / floor <= TARGET else "misses"
         detail = f" [{exchanges['client']}]" if name == "longcall.Client" else ""
