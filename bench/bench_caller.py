@@ -6,20 +6,41 @@ alternating rounds so that load swings hit each alike:
 
 - **floor**: a bare client (httpx, no ledger, no engine) making the same wire exchanges
   as ours: one 2026-07-28 ``tools/call`` with the tasks extension, then ``tasks/get``
-  (the task's pollInterval apart) until ``completed``, each sequence over one
-  keep-alive connection of its own; ``CONCURRENCY`` sequences at a time;
+  (the task's pollInterval apart) until ``completed``; ``CONCURRENCY`` lanes, each a
+  client of its own over one keep-alive connection, making sequence after sequence.
+  Nothing is counted per request but what the client side counts too (an event hook);
+  connections are counted where they are opened. (The floor once shared one pool of 32
+  connections and put a trace hook on every request: httpcore's pool upkeep, which
+  scans every pooled connection and counts each idle one against all the others,
+  made that floor 3–4 times dearer than the exchanges themselves.)
 - **client**: the public ``longcall.Client`` with its own SQLite ledger
-  (``synchronous=normal``), ``CONCURRENCY`` calls at a time;
+  (``synchronous=normal``), ``CONCURRENCY`` calls at a time. It makes one exchange the
+  floor does not: each call describes its tool (``tools/list``; calls made together
+  share one), so that no call is made on idempotency hints older than itself;
 - **worker**: ``longcall worker --until-idle --quiet`` (a child process) driving the same
   number of operations written unowned into its ledger beforehand; its start-up (a run
   that finds nothing to do) is taken off. It makes one exchange more per operation than
-  the others: a record it did not create may have been sent already, so it looks the
+  the floor: a record it did not create may have been sent already, so it looks the
   submission up by its key before it sends it.
 
 The figure is CPU time of the caller process (user + system, ``getrusage``), never wall
 time: other processes share the machine's cores. Targets: client / floor <= 5 and
-worker / floor <= 5. The exchanges per operation are counted for the floor and the
-client (the server's request log is not needed: both go through httpx in this process).
+worker / floor <= 5. The exchanges per operation and the connections opened are counted
+for the floor and the client.
+
+Where the client's time went (py-spy ``--gil``, 192 calls, shares of the samples):
+
+- before (22–25 ms/op): the push stream, reopened for nearly every call (0.8
+  ``subscriptions/listen`` per call) 22%; httpx/httpcore for ``tools/call`` and
+  ``tasks/get`` 16%, with a new connection for a request in 13 (httpx keeps 20 alive);
+  asyncio's loop 14%; handing work to the ledger thread and back (20 turns per call)
+  12%; ``tools/list`` 10%; the ledger thread's own work 8%; the adapters 3%.
+- after (13–16 ms/op on the same machine): httpx/httpcore 19% (one connection per
+  call in flight, reused); asyncio's loop 18%; ledger-thread handoffs (11 turns per
+  call) 16%; ``tools/list`` 14%; the adapters 9%; the ledger thread 7%. No push stream
+  is opened for operations polled more often than every second, each request runs on
+  a keep-alive lane of its own (:class:`longcall.adapters.http.LaneTransport`), and
+  the replies that came back are applied together at the engine's next turn.
 
 ``python -m bench.bench_caller floor|client|worker`` runs one side alone (for a profiler).
 """
