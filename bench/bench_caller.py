@@ -30,12 +30,12 @@ for the floor and the client.
 
 Where the client's time went (py-spy ``--gil``, 192 calls, shares of the samples):
 
-- before (22–25 ms/op): the push stream, reopened for nearly every call (0.8
+- before (22–24 ms/op): the push stream, reopened for nearly every call (0.8
   ``subscriptions/listen`` per call) 22%; httpx/httpcore for ``tools/call`` and
-  ``tasks/get`` 16%, with a new connection for a request in 13 (httpx keeps 20 alive);
-  asyncio's loop 14%; handing work to the ledger thread and back (20 turns per call)
-  12%; ``tools/list`` 10%; the ledger thread's own work 8%; the adapters 3%.
-- after (13–16 ms/op on the same machine): httpx/httpcore 19% (one connection per
+  ``tasks/get`` 16% (one shared pool of connections); asyncio's loop 14%; handing work
+  to the ledger thread and back (20 turns per call) 12%; ``tools/list`` 10%; the ledger
+  thread's own work 8%; the adapters 3%.
+- after (15–17 ms/op on the same machine): httpx/httpcore 19% (one connection per
   call in flight, reused); asyncio's loop 18%; ledger-thread handoffs (11 turns per
   call) 16%; ``tools/list`` 14%; the adapters 9%; the ledger thread 7%. No push stream
   is opened for operations polled more often than every second, each request runs on
