@@ -35,7 +35,7 @@ Where the client's time went (py-spy ``--gil``, 192 calls, shares of the samples
   ``tasks/get`` 16% (one shared pool of connections); asyncio's loop 14%; handing work
   to the ledger thread and back (20 turns per call) 12%; ``tools/list`` 10%; the ledger
   thread's own work 8%; the adapters 3%.
-- after (15–17 ms/op on the same machine): httpx/httpcore 19% (one connection per
+- after (13–17 ms/op on the same machine): httpx/httpcore 19% (one connection per
   call in flight, reused); asyncio's loop 18%; ledger-thread handoffs (11 turns per
   call) 16%; ``tools/list`` 14%; the adapters 9%; the ledger thread 7%. No push stream
   is opened for operations polled more often than every second, each request runs on
