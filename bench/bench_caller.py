@@ -6,20 +6,41 @@ alternating rounds so that load swings hit each alike:
 
 - **floor**: a bare client (httpx, no ledger, no engine) making the same wire exchanges
   as ours: one 2026-07-28 ``tools/call`` with the tasks extension, then ``tasks/get``
-  (the task's pollInterval apart) until ``completed``, each sequence over one
-  keep-alive connection of its own; ``CONCURRENCY`` sequences at a time;
+  (the task's pollInterval apart) until ``completed``; ``CONCURRENCY`` lanes, each a
+  client of its own over one keep-alive connection, making sequence after sequence.
+  Nothing is counted per request but what the client side counts too (an event hook);
+  connections are counted where they are opened. (The floor once shared one pool of 32
+  connections and put a trace hook on every request: httpcore's pool upkeep, which
+  scans every pooled connection and counts each idle one against all the others,
+  made that floor 3–4 times dearer than the exchanges themselves.)
 - **client**: the public ``longcall.Client`` with its own SQLite ledger
-  (``synchronous=normal``), ``CONCURRENCY`` calls at a time;
+  (``synchronous=normal``), ``CONCURRENCY`` calls at a time. It makes one exchange the
+  floor does not: each call describes its tool (``tools/list``; calls made together
+  share one), so that no call is made on idempotency hints older than itself;
 - **worker**: ``longcall worker --until-idle --quiet`` (a child process) driving the same
   number of operations written unowned into its ledger beforehand; its start-up (a run
   that finds nothing to do) is taken off. It makes one exchange more per operation than
-  the others: a record it did not create may have been sent already, so it looks the
+  the floor: a record it did not create may have been sent already, so it looks the
   submission up by its key before it sends it.
 
 The figure is CPU time of the caller process (user + system, ``getrusage``), never wall
 time: other processes share the machine's cores. Targets: client / floor <= 5 and
-worker / floor <= 5. The exchanges per operation are counted for the floor and the
-client (the server's request log is not needed: both go through httpx in this process).
+worker / floor <= 5. The exchanges per operation and the connections opened are counted
+for the floor and the client.
+
+Where the client's time went (py-spy ``--gil``, 192 calls, shares of the samples):
+
+- before (22–24 ms/op): the push stream, reopened for nearly every call (0.8
+  ``subscriptions/listen`` per call) 22%; httpx/httpcore for ``tools/call`` and
+  ``tasks/get`` 16% (one shared pool of connections); asyncio's loop 14%; handing work
+  to the ledger thread and back (20 turns per call) 12%; ``tools/list`` 10%; the ledger
+  thread's own work 8%; the adapters 3%.
+- after (13–17 ms/op on the same machine): httpx/httpcore 19% (one connection per
+  call in flight, reused); asyncio's loop 18%; ledger-thread handoffs (11 turns per
+  call) 16%; ``tools/list`` 14%; the adapters 9%; the ledger thread 7%. No push stream
+  is opened for operations polled more often than every second, each request runs on
+  a keep-alive lane of its own (:class:`longcall.adapters.http.LaneTransport`), and
+  the replies that came back are applied together at the engine's next turn.
 
 ``python -m bench.bench_caller floor|client|worker`` runs one side alone (for a profiler).
 """
@@ -27,6 +48,7 @@ client (the server's request log is not needed: both go through httpx in this pr
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import json
 import os
@@ -40,11 +62,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+import httpcore
 import httpx
 
 OPERATIONS = int(os.environ.get("LONGCALL_BENCH_CALLER_OPS", "192"))
 CONCURRENCY = 32
-FLOOR_CONNECTIONS = int(os.environ.get("LONGCALL_BENCH_FLOOR_CONNECTIONS", str(CONCURRENCY)))
+FLOOR_LANES = CONCURRENCY
 ROUNDS = 3
 TARGET = 5.0
 STARTUP_LIMIT_S = 60.0
@@ -103,7 +126,11 @@ def stop_server(process: subprocess.Popen[bytes]) -> None:
 
 
 class Counted:
-    """Requests sent, by JSON-RPC method (read from the ``mcp-method`` header)."""
+    """Requests sent, by JSON-RPC method (read from the ``mcp-method`` header), and TCP
+    connections opened. Both are counted where they cost nothing per request: an event
+    hook on the request (the same for the floor and the client), and the connection
+    pool's network backend (per connection, not per request: a trace hook on every
+    request made the floor itself several times dearer than the wire exchanges)."""
 
     def __init__(self) -> None:
         self.by_method: dict[str, int] = {}
@@ -113,17 +140,40 @@ class Counted:
         method = request.headers.get("mcp-method", request.method)
         self.by_method[method] = self.by_method.get(method, 0) + 1
 
-    def trace(self) -> Any:
-        async def trace(event: str, _info: object) -> None:
-            if event == "connection.connect_tcp.complete":
-                self.connections += 1
+    def watch(self, http: httpx.AsyncClient) -> None:
+        """Count the connections ``http`` opens (through its transport's pools)."""
+        transport = http._transport
+        make_lane = getattr(transport, "_lane", None)
+        if make_lane is None:  # httpx's own transport: one pool
+            self._watch_pool(transport)
+            return
 
-        return trace
+        def lane(limits: httpx.Limits) -> Any:  # longcall's lanes: a pool each
+            made = make_lane(limits)
+            self._watch_pool(made)
+            return made
+
+        transport._lane = lane  # type: ignore[attr-defined]
+
+    def _watch_pool(self, transport: Any) -> None:
+        pool = transport._pool
+        pool._network_backend = _CountingBackend(pool._network_backend, self)
 
 
-async def _floor_sequence(
-    http: httpx.AsyncClient, url: str, ids: itertools.count[int], counted: Counted
-) -> None:
+class _CountingBackend(httpcore.AsyncNetworkBackend):
+    def __init__(self, inner: httpcore.AsyncNetworkBackend, counted: Counted) -> None:
+        self.inner = inner
+        self.counted = counted
+
+    async def connect_tcp(self, *args: Any, **kwargs: Any) -> httpcore.AsyncNetworkStream:
+        self.counted.connections += 1
+        return await self.inner.connect_tcp(*args, **kwargs)
+
+    async def sleep(self, seconds: float) -> None:
+        await self.inner.sleep(seconds)
+
+
+async def _floor_sequence(http: httpx.AsyncClient, url: str, ids: itertools.count[int]) -> None:
     """One operation as a bare client makes it, over one keep-alive connection."""
 
     async def call(method: str, params: dict[str, Any], name: str) -> dict[str, Any]:
@@ -136,12 +186,7 @@ async def _floor_sequence(
         }
         body = {"jsonrpc": "2.0", "id": next(ids), "method": method,
                 "params": {**params, "_meta": ENVELOPE}}  # fmt: skip
-        response = await http.post(
-            url,
-            content=json.dumps(body).encode(),
-            headers=headers,
-            extensions={"trace": counted.trace()},
-        )
+        response = await http.post(url, content=json.dumps(body).encode(), headers=headers)
         payload = response.json()
         if "result" not in payload:
             raise RuntimeError(f"{method} failed: {payload}")
@@ -165,22 +210,29 @@ async def floor_round(url: str, count: int) -> tuple[float, Counted]:
     """CPU seconds of ``count`` bare operations, ``CONCURRENCY`` at a time."""
     counted = Counted()
     ids = itertools.count(1)
-    gate = asyncio.Semaphore(CONCURRENCY)
-    # One pool of keep-alive connections, one per sequence in flight: each sequence
-    # holds one connection at a time, and a connection serves sequence after sequence.
-    limits = httpx.Limits(
-        max_connections=FLOOR_CONNECTIONS, max_keepalive_connections=FLOOR_CONNECTIONS
-    )
-    async with httpx.AsyncClient(
-        timeout=TASK_LIMIT_S, limits=limits, event_hooks={"request": [counted.request]}
-    ) as http:
+    left = iter(range(count))
+    # One keep-alive connection per sequence in flight, each in a client of its own: a
+    # lane makes sequence after sequence over its connection. (One shared pool of 32
+    # connections cost several times the wire exchanges themselves: httpcore scans
+    # every pooled connection, and checks each against every other, per request.)
+    limits = httpx.Limits(max_connections=1, max_keepalive_connections=1)
+    async with contextlib.AsyncExitStack() as stack:
+        lanes = []
+        for _ in range(min(FLOOR_LANES, count)):
+            http = await stack.enter_async_context(
+                httpx.AsyncClient(
+                    timeout=TASK_LIMIT_S, limits=limits, event_hooks={"request": [counted.request]}
+                )
+            )
+            counted.watch(http)
+            lanes.append(http)
 
-        async def one() -> None:
-            async with gate:
-                await _floor_sequence(http, url, ids, counted)
+        async def lane(http: httpx.AsyncClient) -> None:
+            for _ in left:
+                await _floor_sequence(http, url, ids)
 
         started = cpu_s()
-        await asyncio.gather(*(one() for _ in range(count)))
+        await asyncio.gather(*(lane(http) for http in lanes))
         spent = cpu_s() - started
     return spent, counted
 
@@ -199,6 +251,7 @@ async def client_round(url: str, count: int, ledger_path: Path, tag: str) -> tup
     def counting_init(self: Any, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         self.http.event_hooks["request"].append(counted.request)
+        counted.watch(self.http)
 
     http_driver.HttpDriver.__init__ = counting_init  # type: ignore[method-assign]
     try:
@@ -206,6 +259,7 @@ async def client_round(url: str, count: int, ledger_path: Path, tag: str) -> tup
             # The binding (negotiation, tools/list) is made once, outside the figure.
             await client.call(url, "sleep_report", ARGUMENTS, node=f"{tag}-warm")
             counted.by_method.clear()
+            counted.connections = 0
             gate = asyncio.Semaphore(CONCURRENCY)
 
             async def one(i: int) -> None:
@@ -298,7 +352,7 @@ def worker_idle(ledger_path: Path) -> float:
 
 def _per_method(counted: Counted, count: int) -> str:
     parts = [f"{m} {n / count:.2f}" for m, n in sorted(counted.by_method.items())]
-    return ", ".join(parts)
+    return ", ".join(parts) + f"; {counted.connections} connections"
 
 
 def run() -> None:
@@ -313,7 +367,6 @@ def run() -> None:
                 spent, counted = asyncio.run(floor_round(url, OPERATIONS))
                 figures["floor"].append(spent / OPERATIONS)
                 exchanges["floor"] = _per_method(counted, OPERATIONS)
-                connections = counted.connections
                 ledger = directory / f"client-{index}.db"
                 spent, counted = asyncio.run(client_round(url, OPERATIONS, ledger, f"c{index}"))
                 figures["client"].append(spent / OPERATIONS)
@@ -329,10 +382,7 @@ def run() -> None:
         f"caller CPU per operation, sleep_report(seconds=0) against longcall serve, "
         f"{OPERATIONS} operations {CONCURRENCY} at a time (median of {ROUNDS} alternating rounds):"
     )
-    print(
-        f"  wire floor (bare httpx, no ledger): {floor * 1000:6.2f} ms "
-        f"[{exchanges['floor']}; {connections} connections]"
-    )
+    print(f"  wire floor (bare httpx, no ledger): {floor * 1000:6.2f} ms [{exchanges['floor']}]")
     for name, figure in (("longcall.Client", client), ("longcall worker", worker)):
         verdict = "meets" if figure / floor <= TARGET else "misses"
         detail = f" [{exchanges['client']}]" if name == "longcall.Client" else ""

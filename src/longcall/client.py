@@ -953,8 +953,8 @@ class Client:
                 waiters.remove(entry)
 
     async def _current(self, node: str) -> OperationRecord:
-        held = self._executor.held(node) if self._executor else None
-        return held if held is not None else await self._on_ledger(self.ledger.get, node)
+        known = self._executor.latest(node) if self._executor else None
+        return known if known is not None else await self._on_ledger(self.ledger.get, node)
 
     def _observe(self, node: str) -> None:
         """From the driver, on the loop: ``node`` changed (or a change was noticed). The

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from longcall.adapters.exchange import HttpReply, HttpRequest, StreamWatch, TransportFailure
-from longcall.adapters.http import HttpDriver, send_window
+from longcall.adapters.http import HttpDriver, LaneTransport, send_window
 from longcall.adapters.mcp.rpc import RpcChannel, call
 from longcall.core.retry import FailureKind
 from longcall.errors import SendWindowPassed
@@ -255,6 +255,23 @@ async def test_an_event_stream_answer_read_to_its_end_keeps_the_connection() -> 
         assert isinstance(reply, HttpReply)
         assert [e.data for e in reply.events] == ['{"jsonrpc":"2.0","id":1,"result":{}}']
     assert (server.requests, server.connections) == (3, 1)
+
+
+async def test_requests_in_flight_each_keep_a_connection_of_their_own() -> None:
+    """Eight requests at a time, three rounds: a lane per request in flight, each of its
+    connection reused round after round (httpx's shared pool kept 20 alive, and closed
+    the rest); beyond the lanes, the overflow pool serves."""
+    async with CountingServer() as server:
+        d = HttpDriver(server.url, http=httpx.AsyncClient(transport=LaneTransport(lanes_max=6)))
+        for _ in range(3):
+            replies = await asyncio.gather(*(d.send(HttpRequest(body=b"{}")) for _ in range(8)))
+            assert all(isinstance(r, HttpReply) and r.status == 200 for r in replies)
+        assert (server.requests, server.connections) == (24, 8)
+        transport = d.http._transport
+        assert isinstance(transport, LaneTransport)
+        assert len(transport._idle) == 6
+        await d.http.aclose()
+    assert transport._idle == []  # closed with its client: nothing kept
 
 
 async def test_a_send_window_already_passed_stops_the_request_before_a_connection() -> None:

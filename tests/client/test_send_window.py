@@ -81,6 +81,8 @@ async def test_a_poll_leaves_only_within_its_slot_when_written(
                 not_after=clock.now + SLOT_VALID_S,
             )
             await executor._perform(action)
+            # What came back is applied at the engine's next turn: taken here.
+            await executor.on_ledger_thread(executor._apply_replies)
             missed = executor.engine.stats["slots_missed"]
         finally:
             await executor.aclose()

@@ -8,7 +8,10 @@ each event to an observer as it arrives (progress, X11), adds the configured hea
 (credentials: C1), follows same-origin 307/308 redirects with the method and body kept
 (:mod:`longcall.adapters.redirects` decides which), and translates httpx's exceptions
 into :class:`~longcall.adapters.exchange.TransportFailure` once, here, where they enter.
-It also owns the *send window* (:class:`SendWindow`): a poll that holds a send slot of
+It also owns :class:`LaneTransport`, the keep-alive connections a driver's own client
+sends over (each connection a pool of its own: httpcore's shared pool scans every
+pooled connection, and checks each against every other, for each request), and the
+*send window* (:class:`SendWindow`): a poll that holds a send slot of
 its server's shared budget is checked once more at the last moment before its bytes
 are written, and does not leave if the slot has passed (X3, D1).
 
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import functools
 import json
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Mapping
@@ -47,6 +51,12 @@ from longcall.core.retry import FailureKind
 from longcall.errors import SendWindowPassed
 
 DEFAULT_CONNECT_TIMEOUT_S = 5.0
+LANES_MAX = 64
+"""Keep-alive connections a driver's own client keeps to its server, one request on
+each at a time (as many as the executor has requests in flight, by default); the
+requests beyond them share one overflow pool."""
+OVERFLOW_LIMITS = httpx.Limits(max_connections=100, max_keepalive_connections=20)
+"""The overflow pool's bounds (httpx's default pool)."""
 ANSWER_DRAIN_S = 0.1
 """How long the end of an event stream is awaited after the answer came (the
 connection then goes back to the pool); a stream still open then is cut."""
@@ -129,6 +139,75 @@ def _window_trace(window: SendWindow) -> Callable[[str, object], Awaitable[None]
     return trace
 
 
+class LaneTransport(httpx.AsyncBaseTransport):
+    """Keep-alive HTTP connections for one client, each in a connection pool of its own
+    (a *lane*): a request takes the idle lane used last (its connection is warm), or a
+    new lane while there are fewer than ``lanes_max``, or else the shared overflow pool;
+    its lane is idle again once its response is closed. The wire is httpx's own (each
+    lane is an :class:`httpx.AsyncHTTPTransport` of one connection): what it saves is
+    httpcore's pool upkeep, which scans every pooled connection (a socket check each,
+    and each idle one counted against all the others) whenever a request is queued or
+    a response closed: with 32 calls in flight that cost several times the exchange.
+    One TLS context serves every lane."""
+
+    def __init__(self, *, lanes_max: int = LANES_MAX, **options: object) -> None:
+        self._options = {"verify": httpx.create_ssl_context(), **options}
+        self._lanes_max = lanes_max
+        self._lanes: list[httpx.AsyncHTTPTransport] = []
+        self._idle: list[httpx.AsyncHTTPTransport] = []
+        self._overflow: httpx.AsyncHTTPTransport | None = None
+
+    def _lane(self, limits: httpx.Limits) -> httpx.AsyncHTTPTransport:
+        return httpx.AsyncHTTPTransport(limits=limits, **self._options)  # type: ignore[arg-type]
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if self._idle:
+            lane = self._idle.pop()
+        elif len(self._lanes) < self._lanes_max:
+            lane = self._lane(httpx.Limits(max_connections=1, max_keepalive_connections=1))
+            self._lanes.append(lane)
+        else:
+            if self._overflow is None:
+                self._overflow = self._lane(OVERFLOW_LIMITS)
+            return await self._overflow.handle_async_request(request)
+        try:
+            response = await lane.handle_async_request(request)
+        except BaseException:
+            self._idle.append(lane)
+            raise
+        assert isinstance(response.stream, httpx.AsyncByteStream)
+        response.stream = _LaneStream(response.stream, functools.partial(self._idle.append, lane))
+        return response
+
+    async def aclose(self) -> None:
+        lanes, self._lanes, self._idle = self._lanes, [], []
+        if self._overflow is not None:
+            lanes.append(self._overflow)
+            self._overflow = None
+        for lane in lanes:
+            await lane.aclose()
+
+
+class _LaneStream(httpx.AsyncByteStream):
+    """A lane's response body: closing it hands the lane back (once)."""
+
+    def __init__(self, inner: httpx.AsyncByteStream, release: Callable[[], None]) -> None:
+        self._inner = inner
+        self._release: Callable[[], None] | None = release
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        async for chunk in self._inner:
+            yield chunk
+
+    async def aclose(self) -> None:
+        try:
+            await self._inner.aclose()
+        finally:
+            release, self._release = self._release, None
+            if release is not None:
+                release()
+
+
 def failure_of_exception(exc: BaseException) -> TransportFailure:
     """Translate an httpx exception once, at the boundary (docs/design/layers.md)."""
     name = type(exc).__name__
@@ -170,7 +249,7 @@ class HttpDriver:
         self.line_bytes_max = line_bytes_max
         self._owns_http = http is None
         self.http = http or httpx.AsyncClient(
-            timeout=httpx.Timeout(None, connect=connect_timeout_s)
+            timeout=httpx.Timeout(None, connect=connect_timeout_s), transport=LaneTransport()
         )
 
     async def run(self, exchange: Exchange[_T], *, on_event: EventObserver | None = None) -> _T:
@@ -475,6 +554,7 @@ __all__ = [
     "DEFAULT_CONNECT_TIMEOUT_S",
     "EventObserver",
     "HttpDriver",
+    "LaneTransport",
     "SendWindow",
     "SendWindowPassed",
     "failure_of_exception",

@@ -7,11 +7,13 @@ action through the adapter of the operation's server and protocol, and hands the
 reply back. Nothing here decides a state: a crash of this process loses no decision,
 because the engine committed each one to the ledger before the action existed.
 
-Push (X3: "poll for truth, listen for speed"): while it holds operations on a server,
-one listener per (server, protocol) keeps the adapter's push stream open
+Push (X3: "poll for truth, listen for speed"): while it holds operations on a server
+that are polled less often than every :data:`PUSH_POLL_INTERVAL_MIN_S`, one listener
+per (server, protocol) keeps the adapter's push stream open
 (:meth:`~longcall.adapters.base.Adapter.listen`); a pushed change of a status we have
 not yet seen only asks the engine to poll that operation soon (:meth:`Executor.notify`),
-never sooner than the server's interval after the previous poll. A missing or broken
+once per version of its record, never sooner than the server's interval after the
+previous poll. A missing or broken
 stream costs speed, never correctness: the planned polls go on regardless.
 
 Time is wall-clock seconds since the epoch (``time.time()``): records outlive the
@@ -34,6 +36,7 @@ taking the node over only if that worker's lease lapses.
 from __future__ import annotations
 
 import asyncio
+import collections
 import concurrent.futures
 import contextlib
 import dataclasses
@@ -95,6 +98,14 @@ pool: replaced at every create, a caller opened a new connection (and a new stre
 for nearly every operation. Polling carries the operations a listener does not cover
 yet (X3); a server's first listener, or one that has returned, opens at once."""
 LISTEN_RESYNC_S = 1.0
+FINISHED_KEPT = 1024
+"""How many records accepted lately :meth:`Executor.latest` still knows (the waits of
+their calls read them there, not in the ledger)."""
+PUSH_POLL_INTERVAL_MIN_S = 1.0
+"""Operations whose server asks to be polled more often than this get no push stream:
+a push could only bring their poll forward by less than this, and each stream costs a
+request and a connection of its own (reopened as operations come and go) — more than
+the polls it would save. Polling carries them, as it always may (X3)."""
 """Beyond that, they are re-synced with the open operations at most this often."""
 
 EXECUTOR_POLICY = dataclasses.replace(
@@ -140,8 +151,8 @@ class _Step:
     listeners: tuple[dict[tuple[str, str], set[str]], dict[tuple[str, str], str]] | None
     finished: list[OperationRecord]
     changed: list[str]
-    """Call nodes another process changed (a refresh re-planned them, or a watched one
-    moved): whoever waits on them re-checks."""
+    """Call nodes a reply applied in this turn changed, or another process changed (a
+    refresh re-planned them, or a watched one moved): whoever waits on them re-checks."""
     settled: bool
     """Nothing is planned: every held operation waits for a person (or none is held)."""
 
@@ -224,13 +235,21 @@ class Executor:
         self._adapter_locks: dict[tuple[str, str], asyncio.Lock] = {}
         self._wakeup = asyncio.Event()
         self._accepted: dict[str, list[asyncio.Future[OperationRecord]]] = {}
+        self._finished: dict[str, OperationRecord] = {}
+        """The last :data:`FINISHED_KEPT` records accepted here, oldest first."""
         self._escalated: dict[str, str] = {}
         self._tasks: set[asyncio.Task[None]] = set()
+        self._replies: collections.deque[tuple[str, Callable[[], None]]] = collections.deque()
+        """What requests came back with, to apply on the ledger thread at its next turn
+        (the loop appends, the ledger thread takes): the replies of one wake in one turn,
+        and before that turn plans anything."""
         self._changed = asyncio.Event()
         self._listeners: dict[tuple[str, str], tuple[frozenset[str], asyncio.Task[None]]] = {}
         """(server, protocol) → the operation ids its push stream covers, and its task."""
         self._push_nodes: dict[tuple[str, str], str] = {}
         """(server, operation id) → call node, for the operations a listener covers."""
+        self._pushed: dict[str, int] = {}
+        """Call node → the record version a push last asked a poll for (one per version)."""
         self._listen_dirty = True
         self._next_listen_sync = 0.0
         self._listener_opened_at: dict[tuple[str, str], float] = {}
@@ -430,7 +449,14 @@ class Executor:
     async def aadopt(self, call_node_id: str) -> OperationRecord:
         """Drive the call node's stored operation from here (if it is still open), with
         no need to know its request (``ops wait``): attach with the request the ledger
-        holds. Raises UnknownCallNode."""
+        holds. Raises UnknownCallNode. A node held here already (a call just made) needs
+        no ledger read: it is adopted on the loop at once, unless the engine is busy."""
+        if call_node_id in self.engine.records and self._engine_lock.acquire(blocking=False):
+            try:
+                if call_node_id in self.engine.records:
+                    return self._adopt(call_node_id)
+            finally:
+                self._engine_lock.release()
         return await self._off_loop(self._adopt, call_node_id)
 
     def _adopt(self, call_node_id: str) -> OperationRecord:
@@ -495,6 +521,12 @@ class Executor:
     def held(self, call_node_id: str) -> OperationRecord | None:
         """The record this executor drives ``call_node_id`` at (None: not held here)."""
         return self.engine.records.get(call_node_id)
+
+    def latest(self, call_node_id: str) -> OperationRecord | None:
+        """The record as this executor last knew it: held here, or accepted here lately
+        (a terminal record changes no more); None: read the ledger."""
+        held = self.engine.records.get(call_node_id)
+        return held if held is not None else self._finished.get(call_node_id)
 
     def held_records(self) -> list[OperationRecord]:
         """The records of the call nodes this executor drives now (a snapshot)."""
@@ -732,6 +764,7 @@ class Executor:
         """One turn of the engine, on the ledger thread: keep the leases, notice other
         processes' writes, read the watched nodes, and pop what is due."""
         finished: list[OperationRecord] = []
+        changed = self._apply_replies()
         refresh_due = now >= self._next_refresh
         housekeeping = self.engine.next_housekeeping()
         rounds_due = refresh_due or (housekeeping is not None and now >= housekeeping)
@@ -740,7 +773,6 @@ class Executor:
             if rounds_due
             else {}
         )
-        changed: list[str] = []
         if refresh_due:
             self._next_refresh = now + self.refresh_interval_s
             self._listen_dirty = True
@@ -822,6 +854,14 @@ class Executor:
             task.cancel()
         if self._tasks or listeners:
             await asyncio.gather(*self._tasks, *listeners, return_exceptions=True)
+        if self._replies:  # what came back before the stop is kept
+            try:
+                applied = await self._off_loop(self._apply_replies)
+            except Exception:  # the ledger failed (the loop's failure, say)
+                log.exception("replies not applied at the stop")
+            else:
+                for node in applied:
+                    self._signal_change(node)
 
     # --- push (X3: listen for speed) -------------------------------------------------
 
@@ -836,6 +876,9 @@ class Executor:
         for node, record in self.engine.records.items() if self.push else ():
             if record.operation_id is None or record.state is State.RECONCILIATION_REQUIRED:
                 continue
+            interval = record.poll_interval_s
+            if interval is not None and interval < PUSH_POLL_INTERVAL_MIN_S:
+                continue  # polled soon enough: a stream would cost more than it saves
             wanted.setdefault((record.server, record.protocol), set()).add(record.operation_id)
             nodes[(record.server, record.operation_id)] = node
         return wanted, nodes
@@ -851,6 +894,8 @@ class Executor:
         it when an operation it does not cover appears (a running stream at most once
         per :data:`LISTEN_COALESCE_S`), stop it when none is left."""
         self._push_nodes = nodes
+        listened = set(nodes.values())
+        self._pushed = {n: v for n, v in self._pushed.items() if n in listened}
         self._listen_retry_at = None
         for key in [k for k in self._listeners if k not in wanted]:
             self._listeners.pop(key)[1].cancel()
@@ -888,6 +933,9 @@ class Executor:
                 return  # not ours, or no longer open
             if status is not None and status == record.server_status_raw:
                 return  # nothing we have not polled already (a snapshot, a progress tick)
+            if self._pushed.get(node) == record.version:
+                return  # its poll is asked for already: the poll reads the newest status
+            self._pushed[node] = record.version
             self.notify(node)
 
         try:
@@ -954,22 +1002,56 @@ class Executor:
         except Exception as exc:  # an adapter bug must not kill the executor
             log.exception("adapter failed on %s for %s", action.kind, action.call_node_id)
             outcome = failure_outcome(action.kind, _failure(FailureKind.TRANSPORT, repr(exc)))
+        # Applied at the ledger thread's next turn, with whatever else came back by then;
+        # the loop reports the node changed once it is applied (_step).
+        now = self.clock()
+        node = action.call_node_id
         if outcome is None:
-            await self._off_loop(self.engine.end_without_reply, action)
+            self._replies.append((node, functools.partial(self.engine.end_without_reply, action)))
         elif outcome is NotSent.SLOT_MISSED:
-            await self._off_loop(self.engine.slot_missed, action, now=self.clock())
+            self._replies.append(
+                (node, functools.partial(self.engine.slot_missed, action, now=now))
+            )
         elif outcome is NotSent.HELD:
-            pass  # the engine planned it again for the end of the Retry-After
+            self._signal_change(node)  # the engine planned it again for the Retry-After's end
         else:
             assert isinstance(outcome, Outcome)
             in_hand = action.kind == "Poll" and self._holds_result(action)
-            await self._off_loop(self._apply_reply, action, outcome, self.clock(), in_hand)
+            apply = functools.partial(self._apply_reply, action, outcome, now, in_hand)
+            self._replies.append((node, apply))
             if isinstance(outcome.event, (SubmitAcknowledged, SubmissionFound)):
                 self._listen_dirty = True  # a new operation id to listen for (X3)
             if outcome.progress is not None or isinstance(outcome.event, WorkingObserved):
-                self._report_progress(action.call_node_id, outcome)
-        self._signal_change(action.call_node_id)
+                self._report_progress(node, outcome)
         self._wakeup.set()
+
+    def _apply_replies(self) -> list[str]:
+        """On the ledger thread (the engine held): apply every reply waiting, in the
+        order they came; the call nodes they changed."""
+        applied = []
+        while self._replies:
+            node, apply = self._replies.popleft()
+            apply()
+            applied.append(node)
+        return applied
+
+    async def _is_held(self, action: Action) -> bool:
+        """:meth:`Engine.held` at the moment ``action`` would leave. It reads and plans in
+        memory only: on the loop at once while nobody holds the engine and no reply
+        waits to be applied (one may hold the server: a 429), else on the ledger
+        thread after the replies waiting (the loop never waits for the engine's lock:
+        a commit may hold it)."""
+        if not self._replies and self._engine_lock.acquire(blocking=False):
+            try:
+                return self.engine.held(action, now=self.clock())
+            finally:
+                self._engine_lock.release()
+        return await self._off_loop(self._held_after_replies, action)
+
+    def _held_after_replies(self, action: Action) -> bool:
+        for node in self._apply_replies():
+            self._wake_soon(node)
+        return self.engine.held(action, now=self.clock())
 
     def _holds_result(self, action: Action) -> bool:
         """On the loop: whether the adapter that polled ``action`` now holds its result."""
@@ -1004,7 +1086,7 @@ class Executor:
         record = action.record
         # Other replies ran since due() issued this: a 429/503 among them holds the
         # server (X3, X9), and nothing leaves before its Retry-After is over.
-        if await self._off_loop(self.engine.held, action, now=self.clock()):
+        if await self._is_held(action):
             return NotSent.HELD
         match action.command:
             case SendSubmit():
@@ -1102,6 +1184,10 @@ class Executor:
     def _resolve(self, record: OperationRecord) -> None:
         """On the loop: wake whoever waits on this call node."""
         self._watched.discard(record.call_node_id)
+        if record.is_terminal:
+            self._finished[record.call_node_id] = record
+            if len(self._finished) > FINISHED_KEPT:
+                del self._finished[next(iter(self._finished))]
         for future in self._accepted.pop(record.call_node_id, []):
             if not future.done():
                 future.set_result(record)
