@@ -15,7 +15,9 @@ import os
 import shutil
 import sys
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -45,6 +47,21 @@ LONGEST_WINDOW_S = 3_600.0
 LONGEST_REPEAT_S = 86_400.0
 
 
+def _repeat_option(
+    flag: str, default: float, help_text: str
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A window of the same-call rule, in seconds of the gateway's uptime."""
+    return click.option(
+        flag,
+        flag.removeprefix("--").replace("-", "_") + "_s",
+        default=default,
+        show_default=True,
+        type=FiniteFloatRange(min=0, min_open=True, max=LONGEST_REPEAT_S),
+        metavar="SECONDS",
+        help=help_text + " The gateway's own downtime does not count.",
+    )
+
+
 @click.command()
 @servers_option
 @ledger_option
@@ -71,26 +88,18 @@ LONGEST_REPEAT_S = 86_400.0
     help="A host that speaks no tasks gets the real result if the upstream finishes within"
     " this, else a handle; keep it below the host's own timeout.",
 )
-@click.option(
+@_repeat_option(
     "--repeat-grace",
-    "repeat_grace_s",
-    default=GatewayOptions().repeat_grace_s,
-    show_default=True,
-    type=FiniteFloatRange(min=0, min_open=True, max=LONGEST_REPEAT_S),
-    metavar="SECONDS",
-    help="A same call this soon after its outcome was given to a host is its retry and"
-    " gets that outcome; later, it runs the tool again. Keep it above the hosts' timeout"
-    " plus a retry. The gateway's own downtime does not count.",
+    GatewayOptions().repeat_grace_s,
+    "A same call this soon after its outcome was given to a host is its retry and gets"
+    " that outcome; later, it runs the tool again. Keep it above the hosts' timeout plus a"
+    " retry.",
 )
-@click.option(
+@_repeat_option(
     "--repeat-window",
-    "repeat_window_s",
-    default=GatewayOptions().repeat_window_s,
-    show_default=True,
-    type=FiniteFloatRange(min=0, min_open=True, max=LONGEST_REPEAT_S),
-    metavar="SECONDS",
-    help="A same call this soon after the call ended, its outcome never given to a host,"
-    " gets that outcome. The gateway's own downtime does not count.",
+    GatewayOptions().repeat_window_s,
+    "A same call this soon after the call ended, its outcome never given to a host, gets"
+    " that outcome.",
 )
 @click.option(
     "--page-tokens",

@@ -38,6 +38,7 @@ Must not: import the gateway's I/O shell (``gateway.app``) or the server library
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import random
 import time
@@ -87,6 +88,10 @@ DURATIONS_S = (1.0, 30.0, 90.0, 400.0)
 past the window, past every host's timeout."""
 GATEWAY_LEASE = LeasePolicy()
 """The lease of the gateway's ``Client`` worker, as the product runs it by default."""
+note_gateway_start = functools.partial(
+    note_start, lease_s=GATEWAY_LEASE.lease_s, heartbeat_s=GATEWAY_LEASE.renew_every_s
+)
+"""The gateway's ``note_start`` with that lease."""
 PRINCIPALS = ("alice", "bob")
 CHAINS_MAX = 5
 CHAINS_START_S = 900.0
@@ -451,13 +456,7 @@ class HostWorld(World):
         """A gateway process starts as the product's does: before its worker renews or
         claims anything, ``note_start`` reads the lease rows and records the downtime
         this start ends; then its worker's lease row is registered."""
-        downtime = note_start(
-            self.ledger,
-            now=self.now,
-            lease_s=GATEWAY_LEASE.lease_s,
-            heartbeat_s=GATEWAY_LEASE.renew_every_s,
-            options=self.options,
-        )
+        downtime = note_gateway_start(self.ledger, now=self.now, options=self.options)
         if downtime is not None:
             self.host.downtime_s += round(downtime[1] - downtime[0])
             self.log("gateway", f"down {downtime[0]:g}–{downtime[1]:g} s, recorded")
