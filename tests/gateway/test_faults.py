@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import signal
+import time
 from pathlib import Path
 from typing import Any
 
@@ -68,6 +69,53 @@ async def test_sigkill_and_restart_mid_call_loses_nothing(
         )
         assert done["structuredContent"] == {"items": [0, 1]}
     assert upstream.runs["kill"] == 1
+
+
+REPEAT_GRACE_S = 8.0
+"""The grace of the downtime test: longer than a restarted gateway's time from reading
+its ledger to answering a host, on a loaded machine."""
+
+
+async def until_wall_clock(at: float) -> None:
+    """Wall time passes until ``at``: the same-call rule is about elapsed time (a lower
+    bound, which a loaded machine only makes longer)."""
+    await asyncio.sleep(max(0.0, at - time.time()))
+
+
+async def test_a_retry_after_a_downtime_longer_than_the_grace_attaches(
+    upstream: Upstream, http: httpx.AsyncClient, tmp_path: Path
+) -> None:
+    """The outcome is given, the gateway is killed before the host hears it, and stays
+    down longer than two grace periods (past any reading of the grace in wall time). The
+    restarted gateway recorded the downtime from the ledger's lease rows, so the host's
+    retry still attaches to the call: the upstream ran once. A same call made a grace of
+    uptime later is a deliberate repeat and runs again."""
+    grace = str(REPEAT_GRACE_S)
+    argv = gateway_argv(
+        tmp_path,
+        servers_file(tmp_path, upstream.url),
+        "--repeat-grace",
+        grace,
+        "--repeat-window",
+        grace,
+    )
+    async with gateway_process(argv) as (process, url):
+        first = await Host(http, url).call("quick", {"x": 3})
+        given = time.time()
+        process.send_signal(signal.SIGKILL)
+        await process.wait()
+    assert first["structuredContent"] == {"x": 3, "items": [3]}
+    await until_wall_clock(given + 2 * REPEAT_GRACE_S + 1)
+    async with gateway_process(argv) as (_, url):
+        host = Host(http, url)
+        retry = await host.call("quick", {"x": 3})
+        assert time.time() - given > 2 * REPEAT_GRACE_S
+        assert retry["structuredContent"] == first["structuredContent"]
+        assert "the tool did not run again" in text_of(retry)
+        assert upstream.runs["quick-3"] == 1
+        await until_wall_clock(time.time() + 2 * REPEAT_GRACE_S + 1)
+        await host.call("quick", {"x": 3})
+        assert upstream.runs["quick-3"] == 2
 
 
 class Proxy:

@@ -122,12 +122,32 @@ def test_cli_runs_and_replays_the_host_world() -> None:
     assert "unknown world" in refused.output
 
 
-def test_a_retry_a_gateway_outage_pushed_past_the_grace_is_judged_apart() -> None:
-    """An outcome lost on its way, then the gateway down when the host's retry comes
-    due: the retry arrives beyond the grace and runs anew (the rule cannot tell it from
-    a deliberate repeat); the chain is counted apart and still gets one outcome."""
+def test_a_retry_a_gateway_outage_pushed_past_the_grace_still_attaches() -> None:
+    """An outcome given at 290.7 s and lost on its way, the host's 240 s timeout, then
+    the gateway down from 522 s to 600 s when the retry comes due: the retry reaches it
+    at 631 s, past the grace in wall time, but the restart recorded the downtime and the
+    rule counts only uptime, so the retry attaches and the tool does not run again."""
     result = run_host(8507569210774, trace=True)
     assert result.violations == []
-    assert result.beyond_grace == 1
+    # Two crashes, each from the last heartbeat before it to the restart.
+    assert result.downtime_s == round(441.505 - 370) + round(600.249 - 521.505)
     assert result.trace is not None
-    assert any("after its outcome" in line for line in result.trace)
+    assert any("down 521.505–600.249 s, recorded" in line for line in result.trace)
+    assert any("chain 1 -> lc-me1v-5p32r joined=True" in line for line in result.trace)
+    chain_starts = [line for line in result.trace if "joined=False" in line]
+    assert len(chain_starts) == result.upstream_runs
+
+
+def test_without_the_downtime_the_same_retry_runs_the_tool_again() -> None:
+    """The gate is what catches it: a gateway that records no downtime (its lease row
+    gone at the crash, as if it had never run) runs seed 8507569210774 twice."""
+
+    class Forgetful(HostWorld):
+        def _last_heartbeat(self) -> None:
+            self.ledger.retire_worker(self.gateway_owner)
+
+    seed = 8507569210774
+    world = Forgetful(random.Random(seed), seed=seed)
+    result = world.run_host()
+    assert result.downtime_s == 0
+    assert "duplicate upstream executions" in {v.check for v in result.violations}

@@ -15,7 +15,9 @@ import os
 import shutil
 import sys
 import urllib.parse
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -30,6 +32,8 @@ from longcall.cli.common import (
 )
 from longcall.cli.serve import Handover, stopped_line
 from longcall.errors import LongcallError, MetricsPortUnavailable
+from longcall.gateway.hostcalls import GatewayOptions
+from longcall.gateway.pages import CHARS_PER_TOKEN
 
 HOST_CALLS_CARRIED_ON = Handover(
     noun="host call in flight",
@@ -40,6 +44,22 @@ HOST_CALLS_CARRIED_ON = Handover(
 
 HOST_CHOICES = ("claude-desktop", "cursor", "vscode")
 LONGEST_WINDOW_S = 3_600.0
+LONGEST_REPEAT_S = 86_400.0
+
+
+def _repeat_option(
+    flag: str, default: float, help_text: str
+) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """A window of the same-call rule, in seconds of the gateway's uptime."""
+    return click.option(
+        flag,
+        flag.removeprefix("--").replace("-", "_") + "_s",
+        default=default,
+        show_default=True,
+        type=FiniteFloatRange(min=0, min_open=True, max=LONGEST_REPEAT_S),
+        metavar="SECONDS",
+        help=help_text + " The gateway's own downtime does not count.",
+    )
 
 
 @click.command()
@@ -67,6 +87,19 @@ LONGEST_WINDOW_S = 3_600.0
     metavar="SECONDS",
     help="A host that speaks no tasks gets the real result if the upstream finishes within"
     " this, else a handle; keep it below the host's own timeout.",
+)
+@_repeat_option(
+    "--repeat-grace",
+    GatewayOptions().repeat_grace_s,
+    "A same call this soon after its outcome was given to a host is its retry and gets"
+    " that outcome; later, it runs the tool again. Keep it above the hosts' timeout plus a"
+    " retry.",
+)
+@_repeat_option(
+    "--repeat-window",
+    GatewayOptions().repeat_window_s,
+    "A same call this soon after the call ended, its outcome never given to a host, gets"
+    " that outcome.",
 )
 @click.option(
     "--page-tokens",
@@ -105,6 +138,8 @@ def gateway(
     port: int,
     stdio: bool,
     early_return_s: float,
+    repeat_grace_s: float,
+    repeat_window_s: float,
     page_tokens: int,
     token_env: str | None,
     lease_seconds: float,
@@ -152,8 +187,12 @@ def gateway(
                 host=host,
                 port=port,
                 stdio=stdio,
-                early_return_s=early_return_s,
-                page_tokens=page_tokens,
+                options=GatewayOptions(
+                    early_return_s=early_return_s,
+                    page_chars=page_tokens * CHARS_PER_TOKEN,
+                    repeat_grace_s=repeat_grace_s,
+                    repeat_window_s=repeat_window_s,
+                ),
                 token=token,
                 lease_s=lease_seconds,
                 metrics_port=metrics_port,
@@ -195,8 +234,7 @@ async def _serve(
     host: str,
     port: int,
     stdio: bool,
-    early_return_s: float,
-    page_tokens: int,
+    options: GatewayOptions,
     token: str | None,
     lease_s: float,
     metrics_port: int | None,
@@ -204,8 +242,7 @@ async def _serve(
 ) -> None:
     # The gateway (the server library, the executor) loads only when it starts.
     from longcall.client import default_ledger_path
-    from longcall.gateway import Gateway, GatewayOptions, serve_stdio
-    from longcall.gateway.pages import CHARS_PER_TOKEN
+    from longcall.gateway import Gateway, serve_stdio
     from longcall.runtime.listen import listening_socket
     from longcall.runtime.metrics import http_url
     from longcall.server import StaticTokens, token_principal
@@ -214,9 +251,6 @@ async def _serve(
     if task_store is None:
         default_ledger_path().parent.mkdir(parents=True, exist_ok=True)
         task_store = str(default_ledger_path().parent / "gateway-tasks.db")
-    options = GatewayOptions(
-        early_return_s=early_return_s, page_chars=page_tokens * CHARS_PER_TOKEN
-    )
     authenticator = token_principal if token is None else StaticTokens({token: "gateway-token"})
     gateway = Gateway(
         servers=servers_from(servers_path),
@@ -232,7 +266,7 @@ async def _serve(
         where = "stdio" if sock is None else http_url(host, sock.getsockname()[1], MCP_PATH)
         print(
             f"longcall: gateway serving {served} upstream tools at {where}"
-            f" (early return after {early_return_s:g} s)",
+            f" (early return after {options.early_return_s:g} s)",
             file=sys.stderr if stdio else sys.stdout,
             flush=True,
         )

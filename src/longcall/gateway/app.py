@@ -54,6 +54,8 @@ from longcall.gateway.hostcalls import (
     answer_for,
     early_wait_s,
     mark_delivered,
+    note_start,
+    note_stop,
     owned_node,
     resolve_call,
     status_wait_s,
@@ -76,6 +78,7 @@ from longcall.gateway.replies import (
 from longcall.gateway.upstreams import UpstreamTool, name_tools
 from longcall.ledger import Ledger
 from longcall.runtime.inputs import REQUEST_BLOB_PREFIX
+from longcall.runtime.leases import LeasePolicy
 from longcall.server import LongcallServer, ServerOptions, TaskContext, ToolError, token_principal
 from longcall.server.app import running_server
 from longcall.server.auth import Authenticator
@@ -134,6 +137,8 @@ class Gateway:
         self.options = options or GatewayOptions()
         self.servers = servers
         self._clock = clock
+        self._lease = LeasePolicy.of(lease_s) if lease_s is not None else LeasePolicy()
+        self._up = False
         self.client = Client(
             ledger, servers=servers, drive_all=True, lease_s=lease_s, on_progress=self._progress
         )
@@ -153,7 +158,15 @@ class Gateway:
     # --- life -------------------------------------------------------------------------
 
     async def __aenter__(self) -> Gateway:
+        # Before the Client renews or claims anything: the worker rows still say when
+        # the last gateway process of this ledger was alive.
+        try:
+            await asyncio.to_thread(self._note_start)
+        except BaseException:
+            self.client.close()
+            raise
         await self.client.__aenter__()
+        self._up = True
         try:
             missing = await self.list_upstreams()
             if missing:
@@ -173,7 +186,28 @@ class Gateway:
             with contextlib.suppress(asyncio.CancelledError):
                 await self._lister
         self.metrics.close()
+        if self._up:
+            self._up = False
+            try:
+                await asyncio.to_thread(self._note_stop)
+            except LongcallError as exc:  # unrecorded: the next start reads the lease rows
+                log.warning("could not record the gateway's stop: %s", exc)
         await self.client.aclose()
+
+    def _note_start(self) -> None:
+        downtime = note_start(
+            self.client.ledger,
+            now=self._clock(),
+            lease_s=self._lease.lease_s,
+            heartbeat_s=self._lease.renew_every_s,
+            options=self.options,
+        )
+        if downtime is not None:
+            began, ended = downtime
+            log.info("no gateway was up for %.0f s: not counted in repeat windows", ended - began)
+
+    def _note_stop(self) -> None:
+        note_stop(self.client.ledger, now=self._clock())
 
     async def list_upstreams(self, names: list[str] | None = None) -> list[str]:
         """List the upstreams' tools and serve the ones not served yet; returns the

@@ -7,14 +7,16 @@ what the ledger holds of the call's nodes, at ``now``); how long a task-unaware 
 call (:func:`early_wait_s`) and a status call (:func:`status_wait_s`) wait for the
 upstream; what the host is answered when the wait ends (:func:`answer_for`: the outcome,
 or the handle with where to go next); the delivery marks an outcome leaves in the
-ledger (:func:`mark_delivered`, which the same-call rule reads back); and the call node
-a handle names for a principal (:func:`owned_node`, or the refusal).
+ledger (:func:`mark_delivered`, which the same-call rule reads back); the call node
+a handle names for a principal (:func:`owned_node`, or the refusal); and the gateway's
+downtimes, which the rule counts out of its windows (:func:`note_start` when a gateway
+process starts, :func:`note_stop` when it stops cleanly).
 
 The gateway (``app``) runs these on its ledger thread with its clock's ``now``; the
 simulator's host world (``longcall.sim.hostworld``) runs them on its ledger at virtual
 time, so the decisions it checks are these very functions. Must not: read a clock,
-await, or touch anything but the ledger it is handed (reads, and the write-once
-delivery marks).
+await, or touch anything but the ledger it is handed (reads, the write-once delivery
+marks, and the downtimes).
 """
 
 from __future__ import annotations
@@ -33,10 +35,12 @@ from longcall.gateway.repeats import (
     DEFAULT_GRACE_S,
     DEFAULT_UNDELIVERED_S,
     Earlier,
+    Span,
     delivery_period,
     last_delivery,
     resolve,
 )
+from longcall.ledger import WORKER, Downtime, WorkerRow
 
 DELIVERED_BLOB = "gateway:delivered"
 """Written once, when a call's outcome first reaches a host."""
@@ -61,6 +65,11 @@ class GatewayOptions:
     recent_handles: int = 5
     """How many of a principal's handles a refusal names."""
 
+    @property
+    def longest_window_s(self) -> float:
+        """No downtime that ended longer ago than this can make a call join."""
+        return max(self.repeat_grace_s, self.repeat_window_s)
+
     def __post_init__(self) -> None:
         for name in ("early_return_s", "repeat_grace_s", "repeat_window_s"):
             value = getattr(self, name)
@@ -80,11 +89,23 @@ class LedgerReads(Protocol):
 
     def blob(self, call_node_id: str, name: str) -> bytes | None: ...
 
+    def downtimes(self, *, ending_after: float) -> list[Downtime]: ...
+
 
 class LedgerMarks(LedgerReads, Protocol):
     """A ledger the delivery marks can be written to."""
 
     def put_blob(self, call_node_id: str, name: str, payload: bytes) -> bool: ...
+
+
+class LedgerLife(LedgerReads, Protocol):
+    """A ledger a gateway's start and stop are recorded in."""
+
+    def workers(self) -> list[WorkerRow]: ...
+
+    def record_downtime(
+        self, started_at: float, ended_at: float | None, *, forget_before: float
+    ) -> None: ...
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -111,8 +132,10 @@ def resolve_call(
     ledger: LedgerReads, call: HostCall, *, now: float, options: GatewayOptions
 ) -> Start:
     """The node a host call names under the same-call rule, from what ``ledger`` holds
-    of the call's nodes at ``now``; ValueError when it was repeated too often."""
+    of the call's nodes and of the gateway's downtimes at ``now``; ValueError when it
+    was repeated too often."""
     records: dict[str, OperationRecord] = {}
+    downtimes = recent_downtimes(ledger, now=now, options=options)
 
     def find(node: str) -> Earlier | None:
         record = ledger.find(node)
@@ -128,7 +151,7 @@ def resolve_call(
         return Earlier(
             is_open=False,
             ended_at=record.updated_at,
-            delivered_at=last_delivery(marked, now, options.repeat_grace_s),
+            delivered_at=last_delivery(marked, now, options.repeat_grace_s, downtimes),
             ever_delivered=ledger.blob(node, DELIVERED_BLOB) is not None,
         )
 
@@ -139,9 +162,57 @@ def resolve_call(
         now=now,
         grace_s=options.repeat_grace_s,
         undelivered_s=options.repeat_window_s,
+        downtimes=downtimes,
     )
     existing = records[found.node] if found.joined else None
     return Start(handle=found.handle, node=found.node, existing=existing)
+
+
+def recent_downtimes(ledger: LedgerReads, *, now: float, options: GatewayOptions) -> list[Span]:
+    """The gateway's downtimes that may still count in a window at ``now`` (a clean stop
+    not settled yet is none: this process is up, so another was meanwhile)."""
+    return [
+        (downtime.started_at, downtime.ended_at)
+        for downtime in ledger.downtimes(ending_after=now - options.longest_window_s)
+        if downtime.ended_at is not None
+    ]
+
+
+def downtime_began(last_alive: list[float], *, now: float, heartbeat_s: float) -> float | None:
+    """When the downtime that a gateway process starting at ``now`` ends began: the
+    latest moment a gateway was known alive (a lease renewal, a clean stop), unless that
+    is within one heartbeat (another process is alive); None: no downtime (or the first
+    start: nothing known)."""
+    latest = max(last_alive, default=None)
+    if latest is None or now - latest <= heartbeat_s:
+        return None
+    return latest
+
+
+def note_start(
+    ledger: LedgerLife,
+    *,
+    now: float,
+    lease_s: float,
+    heartbeat_s: float,
+    options: GatewayOptions,
+) -> Span | None:
+    """A gateway process starts, before it renews or claims anything: record the downtime
+    it ends (from the worker rows' last renewals, a lease being renewed ``lease_s`` long
+    every ``heartbeat_s``, and the clean stops), and return it; None: no downtime."""
+    stops = [d.started_at for d in ledger.downtimes(ending_after=now) if d.ended_at is None]
+    renewals = [row.lease_until - lease_s for row in ledger.workers() if row.kind == WORKER]
+    began = downtime_began(renewals + stops, now=now, heartbeat_s=heartbeat_s)
+    if began is None:
+        return None
+    ledger.record_downtime(began, now, forget_before=now - options.longest_window_s)
+    return (began, now)
+
+
+def note_stop(ledger: LedgerLife, *, now: float) -> None:
+    """A gateway process stops cleanly (its lease row goes with it): record when, so that
+    the next start knows since when no gateway was alive."""
+    ledger.record_downtime(now, None, forget_before=now)
 
 
 def early_wait_s(options: GatewayOptions, *, started: float, now: float) -> float:
@@ -203,14 +274,19 @@ __all__ = [
     "Answer",
     "GatewayOptions",
     "HostCall",
+    "LedgerLife",
     "LedgerMarks",
     "LedgerReads",
     "Start",
     "answer_for",
     "delivery_marks",
+    "downtime_began",
     "early_wait_s",
     "mark_delivered",
+    "note_start",
+    "note_stop",
     "owned_node",
+    "recent_downtimes",
     "resolve_call",
     "status_wait_s",
 ]

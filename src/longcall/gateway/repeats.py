@@ -16,12 +16,17 @@ again.
 Deliveries are kept as write-once marks, one per grace period (:func:`delivery_period`):
 the last delivery is known to lie in the newest period marked, and is taken to be as
 late as that period allows (:func:`last_delivery`), so a retry is never cut off early.
+
+Both windows count only the gateway's uptime (:func:`uptime_since`): a span in which no
+gateway process was alive (a downtime, from the ledger) is taken out of the time since
+the end or the delivery, so a host whose retry could not reach a gateway that was down
+still finds its outcome when the gateway is back.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from longcall.gateway.handles import HostCall, handle_for, node_for
 
@@ -31,6 +36,22 @@ DEFAULT_GRACE_S = 300.0
 """After an outcome reached a host: longer than a host's timeout plus its retry."""
 DEFAULT_UNDELIVERED_S = 600.0
 """An ended call whose outcome never reached a host is joined this long."""
+
+Span = tuple[float, float]
+"""(start, end) of a downtime: no gateway process was alive."""
+
+
+def uptime_since(then: float, now: float, downtimes: Sequence[Span] = ()) -> float:
+    """The time from ``then`` to ``now`` that a gateway was up: the elapsed time minus
+    its overlap with the downtimes (which may overlap each other)."""
+    up = now - then
+    covered = then
+    for start, end in sorted(downtimes):
+        start, end = max(start, covered), min(end, now)
+        if end > start:
+            up -= end - start
+            covered = end
+    return up
 
 
 def joins(
@@ -42,13 +63,15 @@ def joins(
     now: float,
     grace_s: float = DEFAULT_GRACE_S,
     undelivered_s: float = DEFAULT_UNDELIVERED_S,
+    downtimes: Sequence[Span] = (),
 ) -> bool:
-    """Whether a same call made at ``now`` attaches to this earlier call node."""
+    """Whether a same call made at ``now`` attaches to this earlier call node; the time
+    since its end or its delivery counts the gateway's uptime only."""
     if is_open:
         return True
-    if delivered_at is not None and now - delivered_at < grace_s:
+    if delivered_at is not None and uptime_since(delivered_at, now, downtimes) < grace_s:
         return True
-    return not ever_delivered and now - ended_at < undelivered_s
+    return not ever_delivered and uptime_since(ended_at, now, downtimes) < undelivered_s
 
 
 def delivery_period(now: float, grace_s: float = DEFAULT_GRACE_S) -> int:
@@ -57,16 +80,24 @@ def delivery_period(now: float, grace_s: float = DEFAULT_GRACE_S) -> int:
 
 
 def last_delivery(
-    marked: Callable[[int], bool], now: float, grace_s: float = DEFAULT_GRACE_S
+    marked: Callable[[int], bool],
+    now: float,
+    grace_s: float = DEFAULT_GRACE_S,
+    downtimes: Sequence[Span] = (),
 ) -> float | None:
-    """The latest time an outcome may have been given, from the marks of this period and
-    the one before (older ones cannot make a call join); None: not given lately, or never."""
-    period = delivery_period(now, grace_s)
-    if marked(period):
-        return now
-    if marked(period - 1):
-        return period * grace_s
-    return None
+    """The latest time an outcome may have been given, from the marks of this period
+    back to the newest one that can still make a call join (this one and the one before,
+    and one more for each grace period of downtime since); None: not given lately, or
+    never."""
+    newest = delivery_period(now, grace_s)
+    period = newest
+    while True:
+        latest = now if period == newest else (period + 1) * grace_s
+        if uptime_since(latest, now, downtimes) >= grace_s:
+            return None
+        if marked(period):
+            return latest
+        period -= 1
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,10 +130,12 @@ def resolve(
     now: float,
     grace_s: float = DEFAULT_GRACE_S,
     undelivered_s: float = DEFAULT_UNDELIVERED_S,
+    downtimes: Sequence[Span] = (),
 ) -> Resolution:
     """The first node, by repeat counter, that the call joins or that does not exist yet.
 
-    ``find(node)`` reads what the ledger holds of a node (None: no such node)."""
+    ``find(node)`` reads what the ledger holds of a node (None: no such node);
+    ``downtimes``: the gateway's downtimes that may overlap the windows."""
     for repeat in range(REPEATS_MAX):
         handle = handle_for(key, call, repeat)
         node = node_for(call.principal, handle)
@@ -117,6 +150,7 @@ def resolve(
             now=now,
             grace_s=grace_s,
             undelivered_s=undelivered_s,
+            downtimes=downtimes,
         ):
             return Resolution(repeat=repeat, handle=handle, node=node, joined=True)
     raise ValueError(f"the same call was repeated more than {REPEATS_MAX} times")

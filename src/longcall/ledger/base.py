@@ -86,6 +86,15 @@ class WorkerRow:
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Downtime:
+    """A span in which no gateway process of this ledger was alive (its clock)."""
+
+    started_at: float
+    ended_at: float | None
+    """None: a clean stop, the gateway not started again yet."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class Census:
     """What a worker needs to size its share of the open operations (D1)."""
 
@@ -526,6 +535,22 @@ class Ledger(abc.ABC):
     @abc.abstractmethod
     def workers(self) -> list[WorkerRow]:
         """Every registered lease holder."""
+
+    # --- the gateway's downtimes ---------------------------------------------------
+
+    @abc.abstractmethod
+    def record_downtime(
+        self, started_at: float, ended_at: float | None, *, forget_before: float
+    ) -> None:
+        """Record that no gateway process of this ledger was alive from ``started_at``
+        to ``ended_at``; None: a clean stop, its end not known yet. A downtime with an
+        end settles every clean stop recorded before (their end is now known), and
+        downtimes that ended before ``forget_before`` are forgotten."""
+
+    @abc.abstractmethod
+    def downtimes(self, *, ending_after: float) -> list[Downtime]:
+        """The downtimes that end after ``ending_after`` (and the clean stops not
+        settled yet), oldest first."""
 
     @abc.abstractmethod
     def census(self, owner: str, *, now: float, versions: VersionSet | None = None) -> Census:

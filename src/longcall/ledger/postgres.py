@@ -230,6 +230,16 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX operations_person ON operations (person_deadline, seq)
         WHERE person_deadline IS NOT NULL;
     """,
+    # The gateway's downtimes: when no gateway process of this ledger was alive (its
+    # same-call rule counts them out of its windows); ended_at NULL: a clean stop
+    # whose end is not known yet.
+    """
+    CREATE TABLE gateway_downtimes (
+        started_at DOUBLE PRECISION NOT NULL,
+        ended_at   DOUBLE PRECISION
+    );
+    CREATE INDEX gateway_downtimes_by_end ON gateway_downtimes (ended_at);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

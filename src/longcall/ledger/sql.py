@@ -69,6 +69,7 @@ from longcall.ledger.base import (
     Census,
     Claim,
     ClaimDecision,
+    Downtime,
     Fence,
     HistoryRow,
     Holding,
@@ -798,6 +799,31 @@ class SqlLedger(Ledger):
     def workers(self) -> list[WorkerRow]:
         rows = self._read(f"SELECT {WORKER_COLUMNS} FROM workers ORDER BY owner")
         return [worker_row(row) for row in rows]
+
+    # --- the gateway's downtimes ------------------------------------------------------
+
+    def record_downtime(
+        self, started_at: float, ended_at: float | None, *, forget_before: float
+    ) -> None:
+        with self._write() as conn:
+            if ended_at is not None:
+                self._execute(conn, "DELETE FROM gateway_downtimes WHERE ended_at IS NULL")
+                self._execute(
+                    conn, "DELETE FROM gateway_downtimes WHERE ended_at < ?", (forget_before,)
+                )
+            self._execute(
+                conn,
+                "INSERT INTO gateway_downtimes (started_at, ended_at) VALUES (?, ?)",
+                (started_at, ended_at),
+            )
+
+    def downtimes(self, *, ending_after: float) -> list[Downtime]:
+        rows = self._read(
+            "SELECT started_at, ended_at FROM gateway_downtimes"
+            " WHERE ended_at IS NULL OR ended_at > ? ORDER BY started_at",
+            (ending_after,),
+        )
+        return [Downtime(started_at=row[0], ended_at=row[1]) for row in rows]
 
     def census(self, owner: str, *, now: float, versions: VersionSet | None = None) -> Census:
         # One statement, so one consistent snapshot and one round trip per claim round

@@ -243,6 +243,16 @@ MIGRATIONS: tuple[str, ...] = (
     CREATE INDEX operations_person ON operations (person_deadline)
         WHERE person_deadline IS NOT NULL;
     """,
+    # The gateway's downtimes: when no gateway process of this ledger was alive (its
+    # same-call rule counts them out of its windows); ended_at NULL: a clean stop
+    # whose end is not known yet.
+    """
+    CREATE TABLE gateway_downtimes (
+        started_at REAL NOT NULL,
+        ended_at   REAL
+    );
+    CREATE INDEX gateway_downtimes_by_end ON gateway_downtimes (ended_at);
+    """,
 )
 
 SCHEMA_VERSION = len(MIGRATIONS)

@@ -12,7 +12,11 @@ its call). A call the rule says to start is started on the world's real engine
 every call of the simulator, against the simulated upstream servers and network of the
 drawn profile. A gateway crash is an executor crash that lasts a while: the engine's
 memory and every host request the gateway was answering go, the ledger stays, and the
-restarted engine resumes every open call (``resume_all``).
+restarted engine resumes every open call (``resume_all``). The gateway process's lease
+row is on the ledger as the product keeps it (registered at each start, renewed every
+heartbeat until the crash), and each start runs the product's ``note_start`` on it: the
+downtime a restart ends is recorded as the gateway records it, and the same-call rule
+counts it out of its windows.
 
 What is modelled: the hosts (each chain is one host call, its retries after its own
 timeout — below the early-return window, 60 s as the TypeScript SDK, 240 s as Claude
@@ -34,6 +38,7 @@ Must not: import the gateway's I/O shell (``gateway.app``) or the server library
 from __future__ import annotations
 
 import dataclasses
+import functools
 import itertools
 import random
 import time
@@ -50,10 +55,13 @@ from longcall.gateway.hostcalls import (
     answer_for,
     early_wait_s,
     mark_delivered,
+    note_start,
     owned_node,
     resolve_call,
     status_wait_s,
 )
+from longcall.ledger import WORKER
+from longcall.runtime.leases import LeasePolicy
 from longcall.sim.checks import Violation
 from longcall.sim.config import DEFAULT, PROFILES, Config, Profile
 from longcall.sim.report import (
@@ -78,10 +86,12 @@ gateway's repeat grace (300 s), the envelope the same-call rule promises to cove
 DURATIONS_S = (1.0, 30.0, 90.0, 400.0)
 """Upstream work times (each × 0.5–1.5): within the window, past a host's timeout,
 past the window, past every host's timeout."""
-PROMISED_GRACE_S = GatewayOptions().repeat_grace_s
-"""The grace the gateway ships with: a retry that reaches it later than this after the
-outcome was last given is a deliberate repeat by the rule's own definition (only a
-gateway outage makes a host in this world that late; such chains are counted apart)."""
+GATEWAY_LEASE = LeasePolicy()
+"""The lease of the gateway's ``Client`` worker, as the product runs it by default."""
+note_gateway_start = functools.partial(
+    note_start, lease_s=GATEWAY_LEASE.lease_s, heartbeat_s=GATEWAY_LEASE.renew_every_s
+)
+"""The gateway's ``note_start`` with that lease."""
 PRINCIPALS = ("alice", "bob")
 CHAINS_MAX = 5
 CHAINS_START_S = 900.0
@@ -118,9 +128,6 @@ class Chain:
     outcomes: list[tuple[str, str]] = dataclasses.field(default_factory=list)
     """(handle, call node) of each outcome the host received."""
     refused: int = 0
-    beyond_grace: bool = False
-    """A request of it reached the gateway more than :data:`PROMISED_GRACE_S` after the
-    outcome of the call it had resolved to was last given (the gateway was down)."""
     request: int | None = None
     """The request the host waits on (None: none outstanding)."""
 
@@ -165,9 +172,8 @@ class HostCounts:
     host_timeouts: int = 0
     disconnects: int = 0
     gateway_crashes: int = 0
-    beyond_grace: int = 0
-    """Chains whose retry came back later than the grace after their outcome was given,
-    the gateway having been down meanwhile: the rule runs them anew (judged apart)."""
+    downtime_s: int = 0
+    """Seconds of gateway downtime recorded by the gateway's starts (rounded)."""
     duplicate_runs: int = 0
     outcome_problems: int = 0
     receipts_compared: int = 0
@@ -213,9 +219,10 @@ class HostWorld(World):
         self.waiters: dict[int, Waiter] = {}
         self.requests = itertools.count(1)
         self.down = False
+        self.gateway_starts = itertools.count(1)
+        self.gateway_owner = ""
+        self.gateway_started_at = 0.0
         self.creator: dict[str, Chain] = {}
-        self.last_given: dict[str, float] = {}
-        """call node -> when its outcome was last given (marked delivered)."""
         self.same_calls: dict[HostCall, list[str]] = {}
         self.host = HostResult(seed=seed, violations=[], chains=len(self.chains))
 
@@ -257,6 +264,7 @@ class HostWorld(World):
             self.at(at, "gateway_crash", down_s, essential=False)
         if self.trace is not None:
             self.log("hosts", f"loss={self.loss} disconnect={self.disconnect} downs={self.downs}")
+        self._gateway_starts()
         upstream = self.run()
         return self._judge(upstream)
 
@@ -277,12 +285,6 @@ class HostWorld(World):
         """A host's tool call reaches the gateway: the real same-call rule resolves it."""
         if not self._sent(chain):
             return
-        given = self.last_given.get(chain.resolved[-1]) if chain.resolved else None
-        if given is not None and self.now - given >= PROMISED_GRACE_S:
-            chain.beyond_grace = True
-            self.log(
-                "host", f"chain {chain.index}: back {self.now - given:.0f} s after its outcome"
-            )
         try:
             start = resolve_call(self.ledger, chain.call(), now=self.now, options=self.options)
         except ValueError as exc:
@@ -359,7 +361,6 @@ class HostWorld(World):
         answer = answer_for(record)
         if answer is Answer.OUTCOME:
             mark_delivered(self.ledger, waiter.node, now=self.now, options=self.options)
-            self.last_given[waiter.node] = self.now
         chain = waiter.chain
         if chain.request != waiter.request:
             self.log("gateway", f"chain {chain.index}: {answer.value} to a host that left")
@@ -432,6 +433,7 @@ class HostWorld(World):
             return
         self.down = True
         self.host.gateway_crashes += 1
+        self._last_heartbeat()
         self.count("executor_crash")
         self._take_away(self._open_nodes())
         self.engines.clear()
@@ -445,9 +447,33 @@ class HostWorld(World):
 
     def _on_gateway_restart(self) -> None:
         self.down = False
+        self._gateway_starts()
         self.newest_id = self._new_engine()
         count = self._call(self.newest_id, lambda en: en.resume_all(now=self.now))
         self.log(f"e{self.newest_id}", f"gateway restart: resumed {count}")
+
+    def _gateway_starts(self) -> None:
+        """A gateway process starts as the product's does: before its worker renews or
+        claims anything, ``note_start`` reads the lease rows and records the downtime
+        this start ends; then its worker's lease row is registered."""
+        downtime = note_gateway_start(self.ledger, now=self.now, options=self.options)
+        if downtime is not None:
+            self.host.downtime_s += round(downtime[1] - downtime[0])
+            self.log("gateway", f"down {downtime[0]:g}–{downtime[1]:g} s, recorded")
+        self.gateway_owner = f"gateway-{next(self.gateway_starts)}"
+        self.gateway_started_at = self.now
+        self.ledger.register_worker(
+            self.gateway_owner, kind=WORKER, now=self.now, lease_s=GATEWAY_LEASE.lease_s
+        )
+
+    def _last_heartbeat(self) -> None:
+        """The gateway dies: its lease row holds its last heartbeat before now (the
+        renewals between are not written one by one; only the last one is read)."""
+        every = GATEWAY_LEASE.renew_every_s
+        beats = int((self.now - self.gateway_started_at) // every)
+        if beats:
+            at = self.gateway_started_at + beats * every
+            self.ledger.renew_worker(self.gateway_owner, now=at, lease_s=GATEWAY_LEASE.lease_s)
 
     def _on_crash(self) -> None:
         """A crash between a committed decision and its request is the gateway's too."""
@@ -471,12 +497,9 @@ class HostWorld(World):
         return host
 
     def _judge_chain(self, chain: Chain) -> None:
-        """Zero duplicate runs and one outcome, of the call it started, per chain (of
-        the call it started last, for a chain that came back beyond the grace)."""
+        """Zero duplicate runs and one outcome, of the call it started, per chain."""
         calls = len(set(chain.resolved))
-        if chain.beyond_grace:
-            self.host.beyond_grace += 1
-        elif chain.started_runs > 1 or calls > 1:
+        if chain.started_runs > 1 or calls > 1:
             self.host.duplicate_runs += 1
             self._fail(
                 "duplicate upstream executions",
@@ -492,7 +515,7 @@ class HostWorld(World):
         if len(chain.outcomes) != 1:
             return f"got {len(chain.outcomes)} outcomes in {chain.attempts} requests"
         handle, node = chain.outcomes[0]
-        started = chain.resolved[-1 if chain.beyond_grace else 0] if chain.resolved else None
+        started = chain.resolved[0] if chain.resolved else None
         if node != started:
             return f"got the outcome of {handle}, not of the call it started"
         if self.creator[node].principal != chain.principal:
@@ -535,8 +558,8 @@ class HostReport(HostCounts):
             Gate(
                 name="duplicate upstream executions = 0",
                 value=f"{self.duplicate_runs} chains, {self.server_duplicates} at the servers",
-                judged=self.chains - self.beyond_grace,
-                judged_what="host call chains within the grace",
+                judged=self.chains,
+                judged_what="host call chains",
                 met=self.duplicate_runs == 0 and self.server_duplicates == 0,
             ),
             Gate(
