@@ -71,7 +71,7 @@ async def test_sigkill_and_restart_mid_call_loses_nothing(
     assert upstream.runs["kill"] == 1
 
 
-REPEAT_GRACE_S = 8.0
+REPEAT_GRACE_S = 15.0
 """The grace of the downtime test: longer than a restarted gateway's time from reading
 its ledger to answering a host, on a loaded machine."""
 
