@@ -14,13 +14,9 @@ its terminal write at the server (``lastUpdatedAt``) to its acceptance in the le
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import socket
 import statistics
 import tempfile
-import time
 from pathlib import Path
-from typing import Any
 
 TASKS_WITH = 20
 TASKS_WITHOUT = 10
@@ -29,103 +25,23 @@ WITHOUT_POLL_MS = 2_000
 TARGET_MEDIAN_S = 0.050
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 async def _measure(
     directory: Path, *, poll_interval_ms: int, tasks: int, firewall: bool
 ) -> list[float]:
-    import httpx
-
-    from longcall.adapters.webhooks import Verifier, new_hmac_key
-    from longcall.core import State
-    from longcall.ledger import SQLiteLedger
-    from longcall.runtime.engine import CallSpec
-    from longcall.runtime.executor import Executor
-    from longcall.runtime.webhooks import WebhookReceiver, listen_socket
-    from longcall.runtime.webhooks import serve as serve_receiver
-    from longcall.server import LongcallServer, running_server
-    from longcall.server.webhooks import AddressPolicy, RetryPolicy, WebhookOptions
+    from longcall.adapters.webhooks import new_hmac_key
+    from longcall.testing.webhooks import both_sides, completion_to_acceptance
 
     key = new_hmac_key(bytes(range(40, 72)))
-    server = LongcallServer(
-        store=f"sqlite:///{directory / 'tasks.db'}",
-        webhooks=WebhookOptions(
-            addresses=AddressPolicy(allow_loopback=True),
-            retry=RetryPolicy(base_delay_s=0.05, max_delay_s=0.5),
-            attempt_timeout_s=2.0,
-        ),
-    )
-    releases: dict[str, asyncio.Event] = {}
-
-    @server.tool(task="required", poll_interval_ms=poll_interval_ms)
-    async def held(name: str) -> dict[str, Any]:
-        """Finish when released."""
-        await releases.setdefault(name, asyncio.Event()).wait()
-        return {"name": name}
-
-    changed = asyncio.Event()
     latencies: list[float] = []
     to_receiver: list[float] = []
-    async with running_server(server) as url:
-        with SQLiteLedger(directory / "ledger.db", synchronous="normal") as ledger:
-            executor = Executor(
-                ledger, refresh_interval_s=0.2, push=False, on_change=lambda _n: changed.set()
-            )
-            receiver = WebhookReceiver(executor, Verifier([key]))
-            arrivals: list[float] = []
-            handle = receiver.answer
-
-            def timed(*args: Any, **kwargs: Any) -> Any:
-                arrivals.append(time.time())
-                return handle(*args, **kwargs)
-
-            receiver.answer = timed  # type: ignore[method-assign]
-            sock = listen_socket("127.0.0.1", 0)
-            port = _free_port() if firewall else sock.getsockname()[1]
-            serving = asyncio.create_task(serve_receiver(receiver, sock))
-            stop = asyncio.Event()
-            runner = asyncio.create_task(executor.run(stop=stop))
-            try:
-                async with httpx.AsyncClient(timeout=60) as http:
-                    made = await http.post(
-                        url.removesuffix("/mcp") + "/webhooks/endpoints",
-                        json={"url": f"http://127.0.0.1:{port}/webhooks",
-                              "secret": key.encoded(), "events": ["completed"]},
-                    )  # fmt: skip
-                    made.raise_for_status()
-                binding = await executor.bind(url, "held", protocol="2026-07-28")
-                for index in range(tasks):
-                    node = f"n{index}"
-                    releases[node] = asyncio.Event()
-                    executor.call(
-                        CallSpec(call_node_id=node, binding=binding, arguments={"name": node})
-                    )
-                    while (task_id := executor.engine.records[node].operation_id) is None:
-                        changed.clear()
-                        await changed.wait()
-                    await asyncio.sleep(0.2)  # let the create settle before the release
-                    releases[node].set()
-                    record = await executor.wait_terminal(node)
-                    accepted_at = time.time()
-                    assert record.state is State.ACCEPTED
-                    stored = await server.store.get(task_id)
-                    assert stored is not None
-                    latencies.append(accepted_at - stored.last_updated_at)
-                    if arrivals:
-                        to_receiver.append(arrivals[-1] - stored.last_updated_at)
-            finally:
-                for event in releases.values():
-                    event.set()
-                stop.set()
-                await runner
-                serving.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await serving
-                await executor.aclose()
+    rig = both_sides(directory, key=key, poll_interval_ms=poll_interval_ms, firewall=firewall)
+    async with rig as world:
+        for node in (f"n{index}" for index in range(tasks)):
+            # The create settles before the release: the figure is the completion's alone.
+            latencies.append(await completion_to_acceptance(world, node, settle_s=0.2))
+            if world.arrivals:
+                # The last delivery is this task's: the others were accepted before.
+                to_receiver.append(world.arrivals[-1] - world.completed_at[node])
     if to_receiver:
         print(f"  of which completion→delivery at the receiver: median"
               f" {statistics.median(to_receiver) * 1000:.0f} ms")  # fmt: skip
