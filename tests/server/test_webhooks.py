@@ -37,7 +37,7 @@ from longcall.server.webhooks import (
     WebhookOptions,
 )
 from longcall.server.webhooks.model import event_id, judge, parse_retry_after
-from longcall.server.webhooks.send import Attempted
+from longcall.server.webhooks.send import Attempted, Resolver
 
 pytestmark = pytest.mark.anyio
 
@@ -345,9 +345,13 @@ class HookServer:
         return list(answer.json()["deliveries"])
 
 
-@pytest.fixture
-async def hook_server(tmp_path: Path) -> AsyncIterator[HookServer]:
-    server = LongcallServer(store=f"sqlite:///{tmp_path / 'tasks.db'}", webhooks=FAST)
+@contextlib.asynccontextmanager
+async def hooked(
+    tmp_path: Path, options: WebhookOptions = FAST, *, resolve: Resolver | None = None
+) -> AsyncIterator[HookServer]:
+    """A running server with one quick task tool, sending webhooks with ``options`` (and
+    ``resolve`` as its sender's resolver), every attempt recorded."""
+    server = LongcallServer(store=f"sqlite:///{tmp_path / 'tasks.db'}", webhooks=options)
 
     @server.tool(task="required", poll_interval_ms=100)
     async def quick() -> dict[str, Any]:
@@ -357,6 +361,8 @@ async def hook_server(tmp_path: Path) -> AsyncIterator[HookServer]:
     attempts = Attempts()
     assert server.webhooks is not None
     server.webhooks.sender.on_attempt = attempts
+    if resolve is not None:
+        server.webhooks.sender.resolve = resolve
     async with running_server(server) as url, httpx.AsyncClient(timeout=60) as http:
         yield HookServer(
             server=server,
@@ -365,6 +371,12 @@ async def hook_server(tmp_path: Path) -> AsyncIterator[HookServer]:
             mcp=ModernClient(http, url),
             attempts=attempts,
         )
+
+
+@pytest.fixture
+async def hook_server(tmp_path: Path) -> AsyncIterator[HookServer]:
+    async with hooked(tmp_path) as world:
+        yield world
 
 
 def ids_of(requests: list[Received]) -> list[str]:
@@ -514,16 +526,6 @@ async def test_private_and_loopback_addresses_are_refused_at_connect_time(
     address — a name rebound to 127.0.0.1 after it once resolved elsewhere too — and
     no connection is made."""
     options = dataclasses.replace(FAST, addresses=AddressPolicy())
-    server = LongcallServer(store=f"sqlite:///{tmp_path / 'tasks.db'}", webhooks=options)
-
-    @server.tool(task="required", poll_interval_ms=100)
-    async def quick() -> dict[str, Any]:
-        """Return at once."""
-        return {"ok": True}
-
-    attempts = Attempts()
-    assert server.webhooks is not None
-    server.webhooks.sender.on_attempt = attempts
     answers = iter(["10.0.0.7", "127.0.0.1", "169.254.169.254", "::1"])
     looked_up: list[str] = []
 
@@ -531,12 +533,9 @@ async def test_private_and_loopback_addresses_are_refused_at_connect_time(
         looked_up.append(host)
         return [next(answers, "127.0.0.1")]
 
-    server.webhooks.sender.resolve = rebinding
     async with HookReceiver() as hooks:
-        async with running_server(server) as url, httpx.AsyncClient(timeout=60) as http:
-            world = HookServer(
-                server, url.removesuffix("/mcp"), http, ModernClient(http, url), attempts
-            )
+        async with hooked(tmp_path, options, resolve=rebinding) as world:
+            attempts = world.attempts
             for literal in ("127.0.0.1", "10.0.0.1", "[::1]", "169.254.169.254", "[fe80::1]"):
                 refused = await world.register(f"http://{literal}:{hooks.port}/hook")
                 assert refused.status_code == 400, literal
@@ -576,21 +575,8 @@ async def silent_receiver(tmp_path: Path, *, timeout_s: float) -> AsyncIterator[
     listener = await asyncio.start_server(silent, "127.0.0.1", 0)
     port = listener.sockets[0].getsockname()[1]
     options = dataclasses.replace(FAST, attempt_timeout_s=timeout_s)
-    server = LongcallServer(store=f"sqlite:///{tmp_path / 'tasks.db'}", webhooks=options)
-
-    @server.tool(task="required", poll_interval_ms=100)
-    async def quick() -> dict[str, Any]:
-        """Return at once."""
-        return {"ok": True}
-
-    attempts = Attempts()
-    assert server.webhooks is not None
-    server.webhooks.sender.on_attempt = attempts
     try:
-        async with running_server(server) as url, httpx.AsyncClient(timeout=60) as http:
-            world = HookServer(
-                server, url.removesuffix("/mcp"), http, ModernClient(http, url), attempts
-            )
+        async with hooked(tmp_path, options) as world:
             await world.endpoint(f"http://127.0.0.1:{port}/hook", events=["completed"])
             yield world
     finally:
