@@ -292,11 +292,13 @@ async def chaos(
             try:
                 await asyncio.sleep(HOLD_ANSWERS_S)
                 worker.process.send_signal(signal.SIGSTOP)
-                worker.stopped = True
             finally:
                 door.answering.set()
             try:
                 await asyncio.sleep(STOP_FOR_S)
+                # Only a stop that outlasted the lease must end in a lapse: chaos may be
+                # cancelled (every operation accepted) while a worker is still stopped.
+                worker.stopped = True
             finally:
                 worker.process.send_signal(signal.SIGCONT)
             faults["sigstop"] += 1
