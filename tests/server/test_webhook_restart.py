@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import anyio
 import httpx
 import pytest
 from standardwebhooks import Webhook
@@ -32,6 +33,19 @@ async def outbox_events(http: httpx.AsyncClient, base: str) -> set[str]:
     listed = await http.get(base + "/webhooks/deliveries")
     assert listed.status_code == 200, listed.text
     return {delivery["eventId"] for delivery in listed.json()["deliveries"]}
+
+
+async def settled_deliveries(http: httpx.AsyncClient, base: str) -> list[dict[str, object]]:
+    """The outbox once no delivery is pending: the receiver has its 2xx before the server
+    has written down that it got it, so the listing waits for that write (bounded)."""
+    with anyio.fail_after(LOADED_MACHINE_S):
+        while True:
+            listed = await http.get(base + "/webhooks/deliveries")
+            assert listed.status_code == 200, listed.text
+            deliveries: list[dict[str, object]] = listed.json()["deliveries"]
+            if all(d["state"] != "pending" for d in deliveries):
+                return deliveries
+            await anyio.sleep(0.05)
 
 
 async def test_the_outbox_resumes_after_sigkill_mid_retry(tmp_path: Path) -> None:
@@ -72,9 +86,7 @@ async def test_the_outbox_resumes_after_sigkill_mid_retry(tmp_path: Path) -> Non
             try:
                 await hooks.wait_for(lambda _got: {r.msg_id for r in hooks.accepted()} == events)
                 async with httpx.AsyncClient(timeout=60) as http:
-                    listed = await http.get(
-                        second.url.removesuffix("/mcp") + "/webhooks/deliveries"
-                    )
+                    deliveries = await settled_deliveries(http, second.url.removesuffix("/mcp"))
             finally:
                 second.stop()
         finally:
@@ -83,6 +95,5 @@ async def test_the_outbox_resumes_after_sigkill_mid_retry(tmp_path: Path) -> Non
     assert sorted(r.msg_id for r in accepted) == sorted(events)  # each once
     for request in accepted:
         Webhook(secret).verify(request.body, request.headers)
-    deliveries = listed.json()["deliveries"]
     assert {d["state"] for d in deliveries} == {"delivered"}
     assert all(d["attempts"] >= 2 for d in deliveries)  # 503s before, 204 after the restart
