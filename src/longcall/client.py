@@ -540,8 +540,8 @@ class Client:
 
             options = dict(self._executor_options)
             if "adapter_factory" not in options:
-                from longcall.adapters.oauth import default_token_dir
                 from longcall.adapters.routing import Connector
+                from longcall.adapters.servers import default_token_dir
 
                 # Credentials from the servers file, OAuth logins, and the sessions of
                 # stateful servers kept in the ledger for every process of this caller.

@@ -1,5 +1,6 @@
 """The command starts without loading what it may not need: the read-only commands and
-``--help`` never import the protocol adapters or the MCP SDK (a few seconds each time)."""
+``--help`` never import the protocol adapters or the MCP SDK (a few seconds each time),
+and the caller's executor loads the SDK only for a server that asks for OAuth."""
 
 from __future__ import annotations
 
@@ -21,6 +22,26 @@ def test_importing_the_command_and_the_client_loads_no_protocol_stack() -> None:
         "import sys, longcall.cli, longcall.client, longcall\n"
         "longcall.Client\n"
         f"print([m for m in {HEAVY!r} if m in sys.modules])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe],
+        capture_output=True,
+        text=True,
+        timeout=LOADED_MACHINE_S,
+        check=True,
+    )
+    assert done.stdout.strip() == "[]", done.stdout
+
+
+def test_the_executor_and_its_adapters_load_no_mcp_sdk() -> None:
+    """What ``call --wait``, ``worker``, the gateway and the client drive (the executor, and
+    every protocol's adapter it may route to) leaves the MCP SDK unloaded: only a server
+    that asks for OAuth loads it (its client is the SDK's). Loading it cost every worker
+    start about two thirds of its CPU."""
+    probe = (
+        "import sys, longcall.runtime.executor, longcall.adapters.routing\n"
+        "import longcall.adapters.mcp, longcall.adapters.aip151, longcall.adapters.apify\n"
+        "print([m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')])\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", probe],

@@ -33,7 +33,6 @@ from urllib.parse import parse_qs, urlsplit
 
 import httpx
 import httpx2
-import platformdirs
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.auth.extensions.client_credentials import (
     ClientCredentialsOAuthProvider,
@@ -47,7 +46,7 @@ from mcp.shared.auth import (
     OAuthToken,
 )
 
-from longcall.adapters.servers import OAuthClient
+from longcall.adapters.servers import OAuthClient, default_token_dir
 from longcall.errors import AuthorizationFailed
 
 CALLBACK_WAIT_S = 300.0
@@ -112,15 +111,6 @@ class RegisteredClientStorage(FileTokenStorage):
             f"the authorization server did not take the configured client "
             f"{self.client.client_id!r}, and longcall does not register another in its place"
         )
-
-
-def default_token_dir() -> Path:
-    """Where OAuth tokens are kept: ``$LONGCALL_TOKEN_DIR``, else the user's data directory
-    (never beside the ledger, which may be shared or copied)."""
-    configured = os.environ.get("LONGCALL_TOKEN_DIR")
-    if configured:
-        return Path(configured).expanduser()
-    return Path(platformdirs.user_data_dir("longcall")) / "oauth"
 
 
 def token_file_for(directory: Path, server_url: str, client_id: str | None = None) -> Path:

@@ -248,6 +248,16 @@ def default_servers_path() -> Path:
     return Path(platformdirs.user_config_dir("longcall")) / "servers.toml"
 
 
+def default_token_dir() -> Path:
+    """Where OAuth tokens are kept: ``$LONGCALL_TOKEN_DIR``, else the user's data directory
+    (never beside the ledger, which may be shared or copied). Here, not in the OAuth
+    module, so that a caller learns the place without loading the OAuth client."""
+    configured = os.environ.get("LONGCALL_TOKEN_DIR")
+    if configured:
+        return Path(configured).expanduser()
+    return Path(platformdirs.user_data_dir("longcall")) / "oauth"
+
+
 def check_url(url: str) -> None:
     """Refuse a URL that is not HTTP(S) or that carries a password (it would be stored)."""
     try:

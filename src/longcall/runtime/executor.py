@@ -56,9 +56,9 @@ from longcall.adapters.base import Adapter, AdapterError, Outcome, ToolBinding
 from longcall.adapters.exchange import TransportFailure
 from longcall.adapters.http import send_window
 from longcall.adapters.mcp.client import McpAdapter
-from longcall.adapters.oauth import default_token_dir
 from longcall.adapters.outcomes import failure_outcome
 from longcall.adapters.routing import Connector, connect_any
+from longcall.adapters.servers import default_token_dir
 from longcall.core import DEFAULT_POLICY, OperationRecord, Policy, State, TerminalReceipt
 from longcall.core import TERMINAL_STATES as TERMINAL
 from longcall.core.commands import (
