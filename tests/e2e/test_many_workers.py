@@ -19,8 +19,9 @@ workers for longer than the lease before SIGCONT. At the end:
   asserted and the refused writes are reported;
 - polls arriving at the server never exceed the cap in any one-second window;
 - claims per operation are bounded by the faults (no ping-pong): an operation moves
-  only when its worker is taken away, and once more when the work is rebalanced
-  after that fault.
+  only when its worker is taken away (killed, stopped, or starved past its lease by a
+  loaded machine, which its lapse counter shows), and once more when the work is
+  rebalanced after that fault.
 
 ``LONGCALL_E2E_OPS`` sets the size (default 300, what CI runs on two cores);
 ``make bench-slow`` runs it with 2,000.
@@ -410,10 +411,19 @@ async def test_four_workers_share_one_postgres_ledger_under_kill_and_stop(tmp_pa
     # claim, then at most two moves per fault. (The bound was 2 + faults, one
     # rebalance in all; but a replacement or a resumed worker joins after each fault,
     # and the workers shed the operations they took most recently, so the last ones
-    # move at each rebalance: 7 claims with 4 faults in one CI run.)
-    injected = faults["sigkill"] + faults["sigstop"]
-    assert max(claims.values()) <= 1 + 2 * injected, (faults, claims.most_common(3))
-    assert sum(claims.values()) <= OPERATIONS * (1 + 2 * injected / WORKERS), (faults, claims)
+    # move at each rebalance: 7 claims with 4 faults in one CI run.) A worker that a
+    # loaded machine starved past its lease lost its work as a stopped one does: each
+    # lapse beyond those the stops caused is a fault too (762 claims against a bound of
+    # 750 for 3 injected faults, in a run beside a busy core).
+    lapses = sum(w.lapses for w in [*workers, *retired])
+    starved = max(0, int(lapses) - faults["sigstop"])
+    taken_away = faults["sigkill"] + faults["sigstop"] + starved
+    assert max(claims.values()) <= 1 + 2 * taken_away, (faults, starved, claims.most_common(3))
+    assert sum(claims.values()) <= OPERATIONS * (1 + 2 * taken_away / WORKERS), (
+        faults,
+        starved,
+        sum(claims.values()),
+    )
 
     polls = sorted(door.reads)
     worst = worst_window(polls)
@@ -426,6 +436,7 @@ async def test_four_workers_share_one_postgres_ledger_under_kill_and_stop(tmp_pa
     print(
         f"\n{OPERATIONS} operations, {WORKERS} workers, {elapsed:.1f} s, faults {dict(faults)};"
         f" polls {len(polls)}, worst 1 s window {worst} (cap {QPS_CAP:.0f});"
+        f" leases lapsed without a stop {starved};"
         f" claims per operation max {max(claims.values())}, re-claims {takeovers};"
         f" stale writes refused by the database {fenced:.0f}"
     )
