@@ -13,7 +13,13 @@ import pytest
 from longcall.adapters.exchange import HttpReply, HttpRequest, run_exchange
 from longcall.adapters.mcp.legacy import LegacyMapping
 from longcall.adapters.mcp.modern import ModernMapping
-from longcall.adapters.mcp.rpc import SUBMISSION_KEY_EXTENSION, TOOLS_LIST_CHANGED
+from longcall.adapters.mcp.rpc import (
+    LEGACY,
+    SUBMISSION_KEY_EXTENSION,
+    TOOLS_LIST_CHANGED,
+    RpcChannel,
+    open_session,
+)
 from longcall.core import OperationRecord, new_operation
 from longcall.core.events import SubmitRejected
 from longcall.core.keys import request_digest
@@ -158,3 +164,26 @@ def test_a_2025_11_25_mapping_lists_for_every_description() -> None:
     _bind(mapping, server)
     _bind(mapping, server)
     assert server.listed() == 2
+
+
+def test_a_session_opened_counts_as_a_change_of_the_tool_list() -> None:
+    """A new session may list other tools: a listing read in the old one is not taken."""
+    channel = RpcChannel()
+
+    def serve(request: HttpRequest) -> HttpReply:
+        body = json.loads(request.body)
+        if "id" not in body:
+            return HttpReply(status=202)
+        result = {"protocolVersion": LEGACY, "capabilities": {}, "serverInfo": {"name": "s"}}
+        answer = {"jsonrpc": "2.0", "id": body["id"], "result": result}
+        return HttpReply(
+            status=200,
+            headers={"content-type": "application/json", "mcp-session-id": "s-2"},
+            body=json.dumps(answer).encode(),
+        )
+
+    before = channel.tools_epoch
+    opened = run_exchange(open_session(channel), serve)
+    assert isinstance(opened, Mapping)
+    assert channel.session_id == "s-2"
+    assert channel.tools_epoch == before + 1
