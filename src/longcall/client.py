@@ -673,7 +673,11 @@ class Client:
             await executor.aattach_to(existing, tool, args)
         else:
             binding = await self._bind(executor, server, tool, protocol)
-            _check_arguments(binding, args)
+            if _arguments_violation(binding, args) is not None:
+                # The listing may be one read earlier in the session: arguments are
+                # refused here only on what the server lists now.
+                binding = await self._describe(executor, server, tool, protocol, fresh=True)
+                _check_arguments(binding, args)
             await executor.acreate(
                 CallSpec(call_node_id=node, binding=binding, arguments=args, budget_s=budget_s)
             )
@@ -892,9 +896,12 @@ class Client:
         self, executor: Executor, server: str, tool: str, protocol: str | None
     ) -> ToolBinding:
         """The tool's binding, described by the server (X1). Calls made together share
-        the one ``tools/list`` in flight for that tool instead of one each; a call made
-        after it finished describes the tool again, so no call is made with hints
-        (idempotency, task support) older than its own start."""
+        the one description in flight for that tool instead of one each. A description
+        is a ``tools/list`` unless the adapter holds a listing of the tool it may serve
+        again (nothing said the list changed since, and no hint in it decides what is
+        done with a call: ``adapters.mcp.common.hints_may_age``); otherwise a call made
+        after one finished describes the tool again, so no call is made with hints
+        (idempotency, read-only, task support) older than its own start."""
         key = (server, tool, protocol)
         describing = self._describing.get(key)
         if describing is None:
@@ -911,10 +918,16 @@ class Client:
             task.exception()  # retrieved: a failure nobody awaits any more is not "lost"
 
     async def _describe(
-        self, executor: Executor, server: str, tool: str, protocol: str | None
+        self,
+        executor: Executor,
+        server: str,
+        tool: str,
+        protocol: str | None,
+        *,
+        fresh: bool = False,
     ) -> ToolBinding:
         try:
-            return await executor.bind(server, tool, protocol=protocol)
+            return await executor.bind(server, tool, protocol=protocol, fresh=fresh)
         except Exception as exc:
             unreachable = await _unreachable(server)
             if unreachable is not None:
@@ -1176,20 +1189,25 @@ def _check_same_target(record: OperationRecord, server: str, protocol: str | Non
         )
 
 
-def _check_arguments(binding: ToolBinding, arguments: Mapping[str, Any]) -> None:
-    """Arguments the tool's own input schema refuses are refused before anything is
-    recorded or sent (InvalidArguments): a call the server would refuse at once would
-    spend its call node on that refusal. What the schema allows, the server judges.
+def _arguments_violation(binding: ToolBinding, arguments: Mapping[str, Any]) -> str | None:
+    """Why the tool's input schema refuses ``arguments``, or None.
 
     A top-level null is judged as if the argument were left out: MCP hosts send null for
     "not given" (SEP-2243 omits its header), and servers take it so; the server has the
     final word on it."""
     if binding.input_schema is None:
-        return
+        return None
     from longcall.adapters.binding import arguments_violation
 
     given = {name: value for name, value in arguments.items() if value is not None}
-    why = arguments_violation(given, binding.input_schema)
+    return arguments_violation(given, binding.input_schema)
+
+
+def _check_arguments(binding: ToolBinding, arguments: Mapping[str, Any]) -> None:
+    """Arguments the tool's own input schema refuses are refused before anything is
+    recorded or sent (InvalidArguments): a call the server would refuse at once would
+    spend its call node on that refusal. What the schema allows, the server judges."""
+    why = _arguments_violation(binding, arguments)
     if why is not None:
         raise InvalidArguments(
             f"{binding.tool_name}: the arguments do not fit the tool's input schema: {why}"

@@ -33,7 +33,7 @@ from longcall import (
 )
 from longcall.core import RequestDigestMismatch
 from longcall.core import events as e
-from longcall.errors import VersionConflict
+from longcall.errors import UnknownCallNode, VersionConflict
 from longcall.ledger import SQLiteLedger
 from longcall.runtime.step import apply_event
 
@@ -300,11 +300,14 @@ def _nested(depth: int) -> Any:
     return value
 
 
-async def test_calls_made_together_share_one_tools_list_and_a_later_call_describes_again(
+async def test_calls_made_together_share_one_tools_list_and_a_later_call_takes_its_listing(
     peer: Peer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Two concurrent calls to one tool await one ``tools/list``; a call made after it
-    finished sends its own, so no call runs on a stale description (X1, X2)."""
+    finished takes that listing: the server offers the lookup by submission key (a lost
+    create is looked up, never resent on the idempotency hint) and the tool is not
+    read-only, so no hint in it can age into a wrong decision (X1, X2). Arguments that
+    listing refuses are refused only once a fresh listing refuses them too."""
     inner = peer.faults.inner
     both_binding = asyncio.Event()
 
@@ -346,7 +349,12 @@ async def test_calls_made_together_share_one_tools_list_and_a_later_call_describ
             assert peer.faults.counts["tools/list"] - before == 1
             later = await client.call(peer.url, "sleep_report", args, node="c")
             assert later.ok
+            assert peer.faults.counts["tools/list"] - before == 1
+            with pytest.raises(InvalidArguments):
+                await client.call(peer.url, "sleep_report", {"seconds": -1, "rows": 1}, node="d")
             assert peer.faults.counts["tools/list"] - before == 2
+            with pytest.raises(UnknownCallNode):
+                client.result("d")  # nothing was recorded
 
 
 async def test_an_operator_write_with_an_expected_version_never_lands_on_a_newer_row(

@@ -89,6 +89,10 @@ class Adapter(abc.ABC):
     async def bind(self, tool_name: str) -> ToolBinding:
         """Negotiate (X1) and describe the tool; raises TaskSupportMissing / UnknownTool."""
 
+    def forget_listing(self, tool_name: str) -> None:  # noqa: B027 - nothing held by default
+        """The next :meth:`bind` of ``tool_name`` describes it afresh, should this adapter
+        hold a listing read earlier."""
+
     @abc.abstractmethod
     async def submit(self, record: OperationRecord, arguments: Mapping[str, Any]) -> Outcome:
         """Send the create with ``record.submission_key``."""

@@ -195,9 +195,10 @@ class _LaneStream(httpx.AsyncByteStream):
         self._inner = inner
         self._release: Callable[[], None] | None = release
 
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        async for chunk in self._inner:
-            yield chunk
+    def __aiter__(self) -> AsyncIterator[bytes]:
+        # The inner stream's own iterator: a generator of ours around it would add a
+        # layer to every chunk read.
+        return self._inner.__aiter__()
 
     async def aclose(self) -> None:
         try:

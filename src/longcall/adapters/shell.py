@@ -82,6 +82,11 @@ class MappedAdapter(Adapter):
         binding: ToolBinding = await self._run(self.mapping.bind(tool_name))
         return binding
 
+    def forget_listing(self, tool_name: str) -> None:
+        forget = getattr(self.mapping, "forget_listing", None)
+        if forget is not None:
+            forget(tool_name)
+
     async def tools(self) -> list[dict[str, Any]]:
         listing = getattr(self.mapping, "tools", None)
         if listing is None:

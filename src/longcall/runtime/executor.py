@@ -325,10 +325,13 @@ class Executor:
     # --- the API callers use ---------------------------------------------------------
 
     async def bind(
-        self, server: str, tool_name: str, *, protocol: str | None = None
+        self, server: str, tool_name: str, *, protocol: str | None = None, fresh: bool = False
     ) -> ToolBinding:
-        """Negotiate with the server and describe the tool (X1)."""
+        """Negotiate with the server and describe the tool (X1); ``fresh``: from a new
+        listing, not one the adapter read earlier in its session."""
         adapter = await self._adapter(server, protocol or "")
+        if fresh:
+            adapter.forget_listing(tool_name)
         return await adapter.bind(tool_name)
 
     async def tools(self, server: str, *, protocol: str | None = None) -> list[dict[str, Any]]:
@@ -600,12 +603,17 @@ class Executor:
         loop = self._loop
         if loop is not None and not loop.is_closed():
             with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(self._wakeup.set)
-                if changed is not None:
-                    loop.call_soon_threadsafe(self._signal_change, changed)
+                # One hand-over for both: each thread-safe one writes to the loop's pipe.
+                loop.call_soon_threadsafe(self._woken, changed)
                 return
         self._wakeup.set()
         if changed is not None and threading.current_thread() is self._loop_thread:
+            self._signal_change(changed)
+
+    def _woken(self, changed: str | None) -> None:
+        """On the loop: wake it, and report the call node a local intent changed."""
+        self._wakeup.set()
+        if changed is not None:
             self._signal_change(changed)
 
     async def wait_terminal(self, call_node_id: str) -> OperationRecord:

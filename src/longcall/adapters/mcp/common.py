@@ -192,7 +192,13 @@ def task_status(
 class BindingCache:
     """A task version's tool bindings (X1): ``tools/list`` read into a binding, made on
     first use. The version says what an unflagged tool supports (2026-07-28: the server
-    decides per request, so ``optional``; 2025-11-25: ``forbidden``)."""
+    decides per request, so ``optional``; 2025-11-25: ``forbidden``).
+
+    A binding listed earlier serves a later :meth:`bind` without a ``tools/list`` only
+    where the version allows it (``reuses_listing``), nothing has said the list may have
+    changed since (the channel's ``tools_epoch``: a ``notifications/tools/list_changed``,
+    a new session), no create of that tool was refused since (:meth:`forget_listing`),
+    and no hint in it could change what is done with a call (:func:`hints_may_age`)."""
 
     url: str
     channel: RpcChannel
@@ -200,10 +206,18 @@ class BindingCache:
     version: str
     submission_lookup: bool
     bindings: dict[str, ToolBinding]
+    listed_at: dict[str, int]
+    """Tool name → the channel's ``tools_epoch`` its reusable binding was listed at."""
     store_id: str | None
     unflagged_support = "forbidden"
+    reuses_listing = False
+    """Whether this version may serve a binding listed earlier (see the class)."""
 
     def bind(self, tool_name: str) -> Exchange[ToolBinding]:
+        listed = self._listed_earlier(tool_name)
+        if listed is not None:
+            return listed
+        epoch = self.channel.tools_epoch
         meta = self.channel.dialect.meta("tools/list", consent=True) or None
         tool = yield from listed_tool(self.channel, meta, tool_name, url=self.url)
         binding = tool_binding(
@@ -217,7 +231,20 @@ class BindingCache:
             store_id=self.store_id,
         )
         self.bindings[tool_name] = binding
+        if self.reuses_listing and hints_may_age(binding):
+            self.listed_at[tool_name] = epoch
         return binding
+
+    def forget_listing(self, tool_name: str) -> None:
+        """The next :meth:`bind` of ``tool_name`` lists the tools again (a create of it
+        was refused, or its arguments were refused against the listing held)."""
+        self.listed_at.pop(tool_name, None)
+
+    def _listed_earlier(self, tool_name: str) -> ToolBinding | None:
+        epoch = self.listed_at.get(tool_name)
+        if epoch is None or epoch != self.channel.tools_epoch:
+            return None
+        return self.bindings.get(tool_name)
 
     def tools(self) -> Exchange[list[dict[str, Any]]]:
         """Every tool the server lists, each with its task support as this version
@@ -229,6 +256,23 @@ class BindingCache:
         """The tool's binding, made on first use; None when the tool cannot be described
         (a result is then verified without an output schema)."""
         return binding_of(self.bindings, self.bind, tool_name)
+
+
+def hints_may_age(binding: ToolBinding) -> bool:
+    """Whether a call may be made on this binding listed earlier in the session: no hint
+    in it decides anything a fresher listing could decide otherwise.
+
+    * the server offers the submission-key lookup: a create whose fate is unknown is
+      looked up by its key, never sent again on the idempotency hint (X2), so a tool
+      that dropped that hint since cannot see a lost create resubmitted;
+    * the tool is not read-only: only a read-only tool's call is copied to a shadow
+      version (R1), and a hint that has since gone would copy a call with effects;
+    * it takes no argument as a header (SEP-2243): a declaration changed since would
+      send the wrong headers.
+
+    The arguments are still checked against the listed input schema before anything is
+    recorded; a refusal there is confirmed by a fresh listing (the client's ``call``)."""
+    return binding.submission_lookup and not binding.read_only and not binding.header_params
 
 
 def submission_lookup_of(offered: Any) -> tuple[bool, str, str | None]:

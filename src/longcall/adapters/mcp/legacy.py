@@ -130,6 +130,7 @@ class LegacyMapping(BindingCache):
             experimental
         )
         self.bindings: dict[str, ToolBinding] = {}
+        self.listed_at: dict[str, int] = {}
         self._side_requests: dict[tuple[str, str], Any] = {}
         """(task id, input key) -> the JSON-RPC id of the server's side-channel request."""
 

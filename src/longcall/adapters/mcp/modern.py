@@ -95,6 +95,9 @@ class ModernMapping(BindingCache):
     version = ADAPTER_VERSION
     unflagged_support = "optional"
     """2026-07-28 has no per-tool flag on the wire: the server decides per request."""
+    reuses_listing = True
+    """A create's framing takes no hint from the listing but its headers (SEP-2243),
+    which :func:`hints_may_age` leaves out: the server decides task support per request."""
 
     def __init__(self, url: str, *, discovered: Mapping[str, Any] | None = None) -> None:
         self.url = url
@@ -103,6 +106,7 @@ class ModernMapping(BindingCache):
         extensions = capabilities.get("extensions") if isinstance(capabilities, Mapping) else {}
         self.submission_lookup, self.lookup_method, self.store_id = submission_lookup_of(extensions)
         self.bindings: dict[str, ToolBinding] = {}
+        self.listed_at: dict[str, int] = {}
         self._terminal: dict[str, dict[str, Any]] = {}
         """Inlined terminal bodies by task id: a cache only (X6 re-reads after restart)."""
         self._last_updated: dict[str, str] = {}
@@ -134,6 +138,10 @@ class ModernMapping(BindingCache):
         answer = yield from call(
             self.channel, "tools/call", params, name=record.tool_name, headers=headers
         )
+        if not isinstance(answer, TransportFailure) and answer.error is not None:
+            # Refused (an unknown tool, arguments it no longer takes): the next call of
+            # the tool lists it again rather than trust the listing held.
+            self.forget_listing(record.tool_name)
         if isinstance(answer, TransportFailure) or answer.error is not None:
             return submit_failure(
                 answer, failures=JSONRPC_FAILURES, rejecting_codes=REJECTING_CODES

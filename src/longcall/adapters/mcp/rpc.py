@@ -72,6 +72,7 @@ CLIENT_CAPABILITIES_META_KEY = "io.modelcontextprotocol/clientCapabilities"
 CLIENT_INFO_META_KEY = "io.modelcontextprotocol/clientInfo"
 SYNC_TIMEOUT_META_KEY = "dev.longcall/syncTimeoutS"
 """A tool may declare its synchronous limit in its descriptor ``_meta`` (X1, X10)."""
+TOOLS_LIST_CHANGED = "notifications/tools/list_changed"
 SESSION_HEADER = "mcp-session-id"
 ACCEPT = "application/json, text/event-stream"
 """Streamable HTTP: a client MUST accept both on every POST."""
@@ -160,6 +161,10 @@ class RpcChannel:
         """What the server answered to ``initialize`` in this session (2025-11-25)."""
         self.session_expired = False
         """The server answered 404 to our session: it ended it (a new one is needed)."""
+        self.tools_epoch = 0
+        """Counts the times what the server lists may have changed under us: a
+        ``notifications/tools/list_changed`` seen, or a session opened. A listing read
+        at one epoch says nothing of a later one."""
         self._ids = itertools.count(1)
 
     def _headers(self, extra: Mapping[str, str], *, opening: bool = False) -> dict[str, str]:
@@ -270,6 +275,13 @@ class RpcChannel:
         if reply.status == 404 and carried is not None and carried == self.session_id:
             self.forget_session()
 
+    def note_messages(self, answer: RpcReply) -> None:
+        """Count a change of the tool list the server announced on the way."""
+        if isinstance(answer, RpcAnswer) and any(
+            message.get("method") == TOOLS_LIST_CHANGED for message in answer.messages
+        ):
+            self.tools_epoch += 1
+
     def forget_session(self) -> None:
         """The server ended our session: a new one is needed before the next request."""
         self.session_id = None
@@ -365,6 +377,7 @@ def _attempt(
     reply = _decoded((yield request))
     channel.note_session(request, reply)
     answer = channel.read(reply, request_id, watch=watch)
+    channel.note_messages(answer)
     for _resume in range(RESUMES_MAX):
         if not _resumable(answer, reply):
             break
@@ -383,6 +396,7 @@ def _attempt(
             retry_ms=again.retry_ms or reply.retry_ms,
         )
         answer = channel.read(reply, request_id, watch=watch)
+        channel.note_messages(answer)
     return request, answer
 
 
@@ -432,6 +446,7 @@ def open_session(channel: RpcChannel) -> Exchange[Mapping[str, Any] | RpcReply]:
     channel.dialect = dialect_of(str(version))
     channel.initialized = dict(answer.result)
     channel.session_expired = False
+    channel.tools_epoch += 1  # a new session may list other tools
     yield from post(channel, channel.notification("notifications/initialized"))
     return answer.result
 
@@ -561,6 +576,7 @@ __all__ = [
     "SUBMISSION_KEY_EXTENSION",
     "SYNC_TIMEOUT_META_KEY",
     "TASKS_EXTENSION",
+    "TOOLS_LIST_CHANGED",
     "Dialect",
     "ModernDialect",
     "RpcAnswer",
