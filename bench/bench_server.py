@@ -11,9 +11,9 @@ client's session shared the client's share (a deployed server does not).
 Why a generator this cheap: the client used to be httpx in this process, which spent
 3–6 ms of CPU per task — more than our server spent on the same task — so on this
 2-core machine the client set the pace and the ratio measured it (1.4–1.7x while ours
-needed 2.2–3.3x less server CPU per task than the peer). The generator spends about
-0.3–0.4 ms per task; its CPU per task is printed beside each server's, so a reader can
-check that it stays far below the server's (then the server set the pace).
+spent 2.4–2.9x less server CPU per task than the peer). The generator spends 0.2–0.5 ms
+per task; its CPU per task is printed beside each server's, so a reader can check that
+it stays far below the server's (then the server set the pace).
 
 0. The SQLite store alone, no HTTP: group commit and a reader thread against one commit
    per write with every read in the writer's queue (the store before them), alternating
