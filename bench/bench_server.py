@@ -1,12 +1,19 @@
 """Tool-side throughput: tasks created and driven to ``completed`` per second over HTTP.
 
 Every server runs in its own process on 127.0.0.1 and serves the same trivial
-required-task tool ``noop``; one raw 2026-07-28 client (httpx, the same headers, the
-same poll pause, the same concurrency) drives them from this process. Each server
-process gets a session of its own: Linux with autogroup scheduling shares the CPU
-between sessions first, so a server in the client's session shared the client's share
-(a deployed server does not), and on a loaded machine the client's own CPU then set
-the pace of every server alike.
+required-task tool ``noop``; the same load generator drives each: a process of its own
+per server (``load`` below), raw 2026-07-28 JSON-RPC over keep-alive HTTP/1.1
+connections (asyncio streams, the same headers, the same poll pause, the same
+concurrency). Each server process and each generator gets a session of its own: Linux
+with autogroup scheduling shares the CPU between sessions first, so a server in the
+client's session shared the client's share (a deployed server does not).
+
+Why a generator this cheap: the client used to be httpx in this process, which spent
+3–6 ms of CPU per task — more than our server spent on the same task — so on this
+2-core machine the client set the pace and the ratio measured it (1.4–1.7x while ours
+spent 2.4–2.9x less server CPU per task than the peer). The generator spends 0.2–0.5 ms
+per task; its CPU per task is printed beside each server's, so a reader can check that
+it stays far below the server's (then the server set the pace).
 
 0. The SQLite store alone, no HTTP: group commit and a reader thread against one commit
    per write with every read in the writer's queue (the store before them), alternating
@@ -34,6 +41,7 @@ import argparse
 import asyncio
 import contextlib
 import itertools
+import json
 import os
 import signal
 import subprocess
@@ -41,11 +49,10 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any
-
-import httpx
+from urllib.parse import urlsplit
 
 CONCURRENCY = 16
 TARGET = 2.0
@@ -116,86 +123,237 @@ def serve_peer(port: int) -> None:
         asyncio.run(uvicorn.Server(config).serve(sockets=[sock]))
 
 
-# ---- the shared client -------------------------------------------------------------------------
+# ---- the load generator (a process of its own for each server) ----------------------------------
 
 
-class Driver:
-    """Creates ``noop`` tasks and polls each to ``completed`` (2026-07-28 wire, raw JSON-RPC).
+class Connection:
+    """One keep-alive HTTP/1.1 connection: one JSON-RPC POST at a time, its JSON answer.
+
+    Raw asyncio streams: per request one formatted head and one write, then one read of
+    the response head and one of its ``Content-Length`` body. httpx spent 3–6 ms of
+    client CPU per task here, more than our server spent on it; this spends a small
+    fraction of that, so the figures measure the servers."""
+
+    def __init__(self, url: str) -> None:
+        parts = urlsplit(url)
+        if parts.scheme != "http" or parts.hostname is None or parts.port is None:
+            raise ValueError(f"the load generator speaks plain http://host:port only: {url}")
+        self.host, self.port, self.path = parts.hostname, parts.port, parts.path or "/"
+        self._static = (
+            f"POST {self.path} HTTP/1.1\r\nhost: {parts.netloc}\r\n"
+            "content-type: application/json\r\naccept: application/json, text/event-stream\r\n"
+            "mcp-protocol-version: 2026-07-28\r\n"
+        )
+        self._reader: asyncio.StreamReader | None = None
+        self._writer: asyncio.StreamWriter | None = None
+
+    async def open(self, deadline: float) -> None:
+        """Connect, retrying while the server is not listening yet (until ``deadline``)."""
+        while True:
+            try:
+                self._reader, self._writer = await asyncio.open_connection(self.host, self.port)
+                return
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.05)
+
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        self._reader = self._writer = None
+
+    async def post(self, method: str, name: str, body: bytes) -> dict[str, Any]:
+        """POST ``body`` with the routing headers of ``method``; the parsed JSON answer."""
+        if self._reader is None or self._reader.at_eof():
+            # First use, or the server closed an idle keep-alive connection (between
+            # rounds): a fresh one, before anything is sent on it.
+            self.close()
+            await self.open(time.monotonic() + STARTUP_LIMIT_S)
+        assert self._reader is not None
+        assert self._writer is not None
+        head = f"{self._static}mcp-method: {method}\r\nmcp-name: {name}\r\n"
+        self._writer.write(f"{head}content-length: {len(body)}\r\n\r\n".encode() + body)
+        status, length, keep = _response_head(await self._reader.readuntil(b"\r\n\r\n"))
+        payload = await self._reader.readexactly(length)
+        if not keep:
+            self.close()
+        if status != 200:
+            raise RuntimeError(f"{method}: HTTP {status}: {payload[:200]!r}")
+        answer: dict[str, Any] = json.loads(payload)
+        return answer
+
+
+def _response_head(head: bytes) -> tuple[int, int, bool]:
+    """(status, Content-Length, keep-alive) of an HTTP/1.1 response head."""
+    lines = head.decode("latin-1").split("\r\n")
+    status = int(lines[0].split(" ", 2)[1])
+    length, keep = None, True
+    for line in lines[1:]:
+        name, _, value = line.partition(":")
+        name = name.strip().lower()
+        if name == "content-length":
+            length = int(value)
+        elif name == "connection":
+            keep = value.strip().lower() != "close"
+        elif name == "transfer-encoding":
+            raise RuntimeError("the load generator reads Content-Length responses only")
+    if length is None:
+        raise RuntimeError(f"a response without Content-Length: {lines[0]}")
+    return status, length, keep
+
+
+class LoadGenerator:
+    """Creates ``noop`` tasks and polls each to ``completed`` (2026-07-28 wire, raw JSON-RPC),
+    with ``CONCURRENCY`` loops, each on keep-alive connections of its own.
 
     With several URLs (servers on one store) each task goes to the next URL in turn and is
     polled there."""
 
-    def __init__(self, http: httpx.AsyncClient, url: str | list[str]) -> None:
-        self.http = http
-        self.urls = [url] if isinstance(url, str) else list(url)
-        self.url = self.urls[0]
+    def __init__(self, urls: list[str]) -> None:
+        self.urls = urls
         self.ids = itertools.count(1)
-        self._turn = itertools.cycle(self.urls)
+        self._turn = itertools.cycle(range(len(urls)))
+        self._loops = [[Connection(url) for url in urls] for _ in range(CONCURRENCY)]
+
+    def close(self) -> None:
+        for connections in self._loops:
+            for connection in connections:
+                connection.close()
 
     async def call(
-        self, method: str, params: dict[str, Any], name: str, url: str | None = None
+        self, connection: Connection, method: str, params: dict[str, Any], name: str
     ) -> dict[str, Any]:
-        headers = {
-            "accept": "application/json, text/event-stream",
-            "mcp-protocol-version": "2026-07-28",
-            "mcp-method": method,
-            "mcp-name": name,
-        }
         body = {
             "jsonrpc": "2.0",
             "id": next(self.ids),
             "method": method,
             "params": {**params, "_meta": ENVELOPE},
         }
-        response = await self.http.post(url or self.url, json=body, headers=headers)
-        payload = response.json()
+        payload = await connection.post(method, name, json.dumps(body).encode())
         if "result" not in payload:
             raise RuntimeError(f"{method} failed: {payload}")
         return dict(payload["result"])
 
-    async def one_task(self) -> None:
-        url = next(self._turn)
-        created = await self.call("tools/call", {"name": "noop", "arguments": {}}, "noop", url)
+    async def one_task(self, connections: list[Connection]) -> None:
+        connection = connections[next(self._turn)]
+        created = await self.call(
+            connection, "tools/call", {"name": "noop", "arguments": {}}, "noop"
+        )
         task_id = created["taskId"]
         deadline = time.monotonic() + TASK_LIMIT_S
         while True:
-            task = await self.call("tasks/get", {"taskId": task_id}, task_id, url)
+            task = await self.call(connection, "tasks/get", {"taskId": task_id}, task_id)
             if task["status"] == "completed":
                 return
             if task["status"] != "working" or time.monotonic() > deadline:
                 raise RuntimeError(f"task {task_id} ended {task['status']}")
             await asyncio.sleep(POLL_PAUSE_S)
 
-    async def wait_ready(self, process: subprocess.Popen[bytes], url: str | None = None) -> None:
-        deadline = time.monotonic() + STARTUP_LIMIT_S
-        while True:
-            try:
-                body = {"jsonrpc": "2.0", "id": 0, "method": "ping"}
-                await self.http.post(url or self.url, json=body)
-                return
-            except httpx.TransportError:
-                if process.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("benchmark server did not start") from None
-                await asyncio.sleep(0.05)
-
     async def warm_up(self) -> None:
+        """A few tasks one after the other (the first waits for the server to listen)."""
         for _ in range(WARMUP_TASKS):
-            await self.one_task()
+            await self.one_task(self._loops[0])
 
     async def completed_within(self, seconds: float) -> tuple[int, float]:
-        """(tasks completed, elapsed s) with CONCURRENCY clients for ``seconds``."""
+        """(tasks completed, elapsed s) with CONCURRENCY loops for ``seconds``."""
         done = 0
         stop_at = time.perf_counter() + seconds
 
-        async def worker() -> None:
+        async def loop(connections: list[Connection]) -> None:
             nonlocal done
             while time.perf_counter() < stop_at:
-                await self.one_task()
+                await self.one_task(connections)
                 done += 1
 
         started = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(CONCURRENCY)))
+        await asyncio.gather(*(loop(connections) for connections in self._loops))
         return done, time.perf_counter() - started
+
+
+async def generate_load(urls: list[str]) -> None:
+    """The load generator process's loop: one command a line on stdin, one JSON line back.
+
+    ``warm`` runs the warm-up; ``run SECONDS`` a measured round, answered with the tasks
+    done, the elapsed seconds and this process's CPU seconds over the round."""
+    generator = LoadGenerator(urls)
+    loop = asyncio.get_running_loop()
+    try:
+        while command := (await loop.run_in_executor(None, sys.stdin.readline)).split():
+            if command[0] == "warm":
+                await generator.warm_up()
+                answer: dict[str, float] = {}
+            else:
+                cpu = time.process_time()
+                done, elapsed = await generator.completed_within(float(command[1]))
+                answer = {"done": done, "elapsed": elapsed, "cpu": time.process_time() - cpu}
+            print(json.dumps(answer), flush=True)
+    finally:
+        generator.close()
+
+
+class Load:
+    """The orchestrator's handle on one load generator process (a session of its own, as
+    the servers have: the generator's CPU share is never the orchestrator's)."""
+
+    def __init__(self, process: asyncio.subprocess.Process) -> None:
+        self.process = process
+
+    @classmethod
+    async def start(cls, urls: list[str]) -> Load:
+        path = os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")])
+        process = await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "bench.bench_server", "load", *urls,
+            cwd=REPO_ROOT,
+            env={**os.environ, "PYTHONPATH": path},
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            start_new_session=True,
+        )  # fmt: skip
+        return cls(process)
+
+    async def ask(self, command: str) -> dict[str, float]:
+        assert self.process.stdin is not None
+        assert self.process.stdout is not None
+        self.process.stdin.write(f"{command}\n".encode())
+        await self.process.stdin.drain()
+        line = await self.process.stdout.readline()
+        if not line:
+            raise RuntimeError(f"the load generator stopped during {command!r}")
+        answer: dict[str, float] = json.loads(line)
+        return answer
+
+    async def warm_up(self) -> None:
+        await self.ask("warm")
+
+    async def round(self, seconds: float) -> tuple[int, float, float]:
+        """(tasks done, elapsed s, generator CPU s) of one measured round."""
+        answer = await self.ask(f"run {seconds}")
+        return int(answer["done"]), answer["elapsed"], answer["cpu"]
+
+    async def stop(self) -> None:
+        if self.process.stdin is not None:
+            self.process.stdin.close()
+        try:
+            await asyncio.wait_for(self.process.wait(), 10)
+        except TimeoutError:
+            self.process.kill()
+            await self.process.wait()
+
+
+@contextlib.asynccontextmanager
+async def loads(urls: dict[str, list[str]]) -> AsyncIterator[dict[str, Load]]:
+    """A load generator per entry (its URLs), warmed up; stopped on the way out."""
+    started: dict[str, Load] = {}
+    try:
+        for name, targets in urls.items():
+            started[name] = await Load.start(targets)
+        for load in started.values():
+            await load.warm_up()
+        yield started
+    finally:
+        for load in started.values():
+            await load.stop()
 
 
 def free_port() -> int:
@@ -234,36 +392,32 @@ def stop_server(process: subprocess.Popen[bytes]) -> None:
 async def compare(
     servers: dict[str, tuple[int, subprocess.Popen[bytes]]],
     cpu_per_task_s: dict[str, float] | None = None,
+    load_cpu_per_task_s: dict[str, float] | None = None,
 ) -> dict[str, float]:
-    """Alternate short rounds between the servers (same client) so load drift hits both
-    alike; tasks/s of each. ``cpu_per_task_s``, when given, is filled with each server
-    process's CPU seconds per task over the measured rounds (Linux): on a machine other
-    work loads, what a server spends per task is steadier than how many it completes."""
-    limits = httpx.Limits(
-        max_connections=CONCURRENCY * 2, max_keepalive_connections=CONCURRENCY * 2
-    )
-    totals = {name: [0, 0.0] for name in servers}
-    async with httpx.AsyncClient(timeout=TASK_LIMIT_S, limits=limits) as http:
-        drivers = {
-            name: Driver(http, f"http://127.0.0.1:{port}/mcp")
-            for name, (port, _) in servers.items()
-        }
-        for name, driver in drivers.items():
-            await driver.wait_ready(servers[name][1])
-            await driver.warm_up()
+    """Alternate short rounds between the servers (the same load generator, a process of
+    its own for each) so load drift hits all alike; tasks/s of each. ``cpu_per_task_s``,
+    when given, is filled with each server process's CPU seconds per task over the
+    measured rounds (Linux): on a machine other work loads, what a server spends per task
+    is steadier than how many it completes. ``load_cpu_per_task_s`` gets the same of each
+    server's load generator: well below the server's, the server set the pace."""
+    totals: dict[str, list[float]] = {name: [0, 0.0, 0.0] for name in servers}
+    urls = {name: [f"http://127.0.0.1:{port}/mcp"] for name, (port, _) in servers.items()}
+    async with loads(urls) as generators:
         cpu_before = {name: process_cpu_s(process) for name, (_, process) in servers.items()}
         for _ in range(ROUNDS):
-            for name, driver in drivers.items():
+            for name, generator in generators.items():
                 with only_running(servers, name):
-                    done, elapsed = await driver.completed_within(RUN_S / ROUNDS)
-                totals[name][0] += done
-                totals[name][1] += elapsed
-    if cpu_per_task_s is not None:
-        for name, (_, process) in servers.items():
-            before, after, done = cpu_before[name], process_cpu_s(process), totals[name][0]
-            if before is not None and after is not None and done:
-                cpu_per_task_s[name] = (after - before) / done
-    return {name: done / elapsed for name, (done, elapsed) in totals.items()}
+                    measured = await generator.round(RUN_S / ROUNDS)
+                for index, value in enumerate(measured):
+                    totals[name][index] += value
+        cpu_after = {name: process_cpu_s(process) for name, (_, process) in servers.items()}
+    for name, (done, _, load_cpu) in totals.items():
+        before, after = cpu_before[name], cpu_after[name]
+        if cpu_per_task_s is not None and before is not None and after is not None and done:
+            cpu_per_task_s[name] = (after - before) / done
+        if load_cpu_per_task_s is not None and done:
+            load_cpu_per_task_s[name] = load_cpu / done
+    return {name: done / elapsed for name, (done, elapsed, _) in totals.items()}
 
 
 @contextlib.contextmanager
@@ -284,11 +438,17 @@ def only_running(
             process.send_signal(signal.SIGCONT)
 
 
-def cpu_note(cpu_per_task_s: dict[str, float], name: str) -> str:
-    """ ", server CPU N ms/task" for a server whose CPU was measured (else nothing)."""
-    if name not in cpu_per_task_s:
-        return ""
-    return f", server CPU {cpu_per_task_s[name] * 1000:5.2f} ms/task"
+def cpu_note(
+    cpu_per_task_s: dict[str, float], name: str, load: dict[str, float] | None = None
+) -> str:
+    """ ", server CPU N ms/task" for a server whose CPU was measured (else nothing), and
+    ", load generator M ms/task" when ``load`` has its generator's."""
+    note = ""
+    if name in cpu_per_task_s:
+        note += f", server CPU {cpu_per_task_s[name] * 1000:5.2f} ms/task"
+    if load is not None and name in load:
+        note += f", load generator {load[name] * 1000:4.2f} ms/task"
+    return note
 
 
 def process_cpu_s(process: subprocess.Popen[bytes]) -> float | None:
@@ -302,17 +462,10 @@ def process_cpu_s(process: subprocess.Popen[bytes]) -> float | None:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
-async def pg_rate(urls: list[str], processes: list[subprocess.Popen[bytes]]) -> float:
-    """Tasks/s through ``urls`` (servers sharing one PostgreSQL store), same client setup."""
-    limits = httpx.Limits(
-        max_connections=CONCURRENCY * 2, max_keepalive_connections=CONCURRENCY * 2
-    )
-    async with httpx.AsyncClient(timeout=TASK_LIMIT_S, limits=limits) as http:
-        driver = Driver(http, urls)
-        for url, process in zip(urls, processes, strict=True):
-            await driver.wait_ready(process, url)
-        await driver.warm_up()
-        done, elapsed = await driver.completed_within(RUN_S)
+async def pg_rate(urls: list[str]) -> float:
+    """Tasks/s through ``urls`` (servers sharing one PostgreSQL store), one load generator."""
+    async with loads({"all": urls}) as generators:
+        done, elapsed, _ = await generators["all"].round(RUN_S)
     return done / elapsed
 
 
@@ -345,8 +498,7 @@ def measure_postgres(count: int) -> float:
     store = f"{dsn}?schema={schema}"
     servers = [start_server(["ours", "--store", store]) for _ in range(count)]
     try:
-        urls = [f"http://127.0.0.1:{port}/mcp" for port, _ in servers]
-        return asyncio.run(pg_rate(urls, [process for _, process in servers]))
+        return asyncio.run(pg_rate([f"http://127.0.0.1:{port}/mcp" for port, _ in servers]))
     finally:
         for _, process in servers:
             stop_server(process)
@@ -459,17 +611,18 @@ def run_versus_peer() -> None:
         store = str(Path(directory) / "bench-tasks.db")
         servers = {"ours": start_server(["ours", "--store", store]), "peer": start_server(["peer"])}
         cpu: dict[str, float] = {}
+        load: dict[str, float] = {}
         try:
-            rates = asyncio.run(compare(servers, cpu))
+            rates = asyncio.run(compare(servers, cpu, load))
         finally:
             for _, process in servers.values():
                 stop_server(process)
     ours, peer = rates["ours"], rates["peer"]
-    ours_cpu = cpu_note(cpu, "ours")
+    ours_cpu = cpu_note(cpu, "ours", load)
     print(f"longcall.server (SQLite file, synchronous=FULL): {ours:8.1f} tasks/s{ours_cpu}")
     print(
         f"fastmcp + fastmcp-tasks (memory://, pickup {PEER_PICKUP_MS} ms): {peer:8.1f} tasks/s"
-        f"{cpu_note(cpu, 'peer')}"
+        f"{cpu_note(cpu, 'peer', load)}"
     )
     setup = f"{CONCURRENCY} clients, {ROUNDS} alternating rounds, {RUN_S:g} s per server"
     verdict = "meets" if ours / peer >= TARGET else "misses"
@@ -477,7 +630,10 @@ def run_versus_peer() -> None:
 
 
 def main() -> None:
-    """Child-process entry: serve one side of the benchmark."""
+    """Child-process entry: serve one side of the benchmark, or generate its load."""
+    if sys.argv[1:2] == ["load"]:
+        asyncio.run(generate_load(sys.argv[2:]))
+        return
     parser = argparse.ArgumentParser()
     parser.add_argument("side", choices=["ours", "peer"])
     parser.add_argument("--port", type=int, required=True)

@@ -28,7 +28,7 @@ from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import BaseRoute, Route
-from starlette.types import ASGIApp
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from longcall.runtime.listen import listening_socket
 from longcall.runtime.metrics import http_url
@@ -46,6 +46,7 @@ from longcall.server.errors import (
 )
 from longcall.server.front import (
     REASON_STORE_UNAVAILABLE,
+    Handler,
     accepts,
     admit,
     guarded_jsonrpc,
@@ -152,7 +153,8 @@ class LongcallServer:
                 self.metrics.close()
 
         endpoint = guarded_jsonrpc(self._endpoint, self.metrics.observe_refused)
-        return Starlette(
+        return _McpApp(
+            endpoint,
             routes=[
                 Route(MCP_PATH, endpoint, methods=["GET", "POST", "DELETE"]),
                 *self.routes,
@@ -295,6 +297,34 @@ async def running_server(
         with contextlib.suppress(asyncio.CancelledError):
             await serving
         sock.close()
+
+
+class _McpApp(Starlette):
+    """Starlette, with each ``POST /mcp`` handed straight to the MCP endpoint.
+
+    That endpoint answers everything itself — refusals and unexpected errors included
+    (``guarded_jsonrpc``) — so on the busiest path the router and the exception
+    middlewares around it only cost time. Every other request (GET streams, DELETE,
+    the facades, the lifespan), and every request once a caller added middleware,
+    goes the ordinary way."""
+
+    def __init__(self, mcp_endpoint: Handler, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._mcp_endpoint = mcp_endpoint
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if (
+            scope["type"] == "http"
+            and scope["method"] == "POST"
+            and scope["path"] == MCP_PATH
+            and not scope.get("root_path")
+            and not self.user_middleware
+        ):
+            scope["app"] = self
+            response = await self._mcp_endpoint(Request(scope, receive, send))
+            await response(scope, receive, send)
+            return
+        await super().__call__(scope, receive, send)
 
 
 # ---- framing helpers -----------------------------------------------------------------------

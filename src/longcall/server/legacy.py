@@ -247,7 +247,11 @@ class LegacyProtocol:
                 if record.status.is_terminal:
                     yield self._final_message(request.id, record)
                     return
-                for pending in await self._manager.outstanding_inputs(task_id):
+                # A request is stored a commit before its task is parked for it: asked
+                # only once the task says input_required, so a client that checks the
+                # status on receiving it sees the same (the park wakes this loop).
+                parked = record.status is TaskStatus.INPUT_REQUIRED
+                for pending in await self._manager.outstanding_inputs(task_id) if parked else []:
                     if pending.key in sent:
                         continue
                     sent.add(pending.key)

@@ -137,13 +137,14 @@ class ModernProtocol:
     def __init__(self, *, manager: TaskManager, options: ServerOptions) -> None:
         self._manager = manager
         self._options = options
+        self._by_method = self._handlers()
 
     async def handle(self, request: RpcRequest) -> Reply | Streamed:
         """Dispatch one request (the envelope was already checked)."""
         method = request.method
         if method in REMOVED_METHODS:
             raise MethodNotFound(method, VERSION.value)
-        handler = self._handlers().get(method)
+        handler = self._by_method.get(method)
         if handler is None:
             raise MethodNotFound(method, VERSION.value)
         reply: Reply | Streamed = await handler(request)

@@ -2,8 +2,9 @@
 
 Owns: :class:`EventStream`, an SSE response that stops (and releases whatever its
 generator holds) as soon as the client disconnects, even when it has nothing to send;
-the uvicorn protocol with a deadline for a request's head (slow-loris); and the uvicorn
-configuration with the connection limit. Must not: know JSON-RPC methods or tasks.
+the uvicorn protocol with a deadline for a request's head (slow-loris) whose writes of
+one turn of the event loop leave in one send; and the uvicorn configuration with the
+connection limit. Must not: know JSON-RPC methods or tasks.
 """
 
 from __future__ import annotations
@@ -69,6 +70,49 @@ class EventStream(Response):
         await send({"type": "http.response.body", "body": b"", "more_body": False})
 
 
+class CorkedTransport:
+    """A socket transport whose writes of one turn of the event loop leave in one send.
+
+    uvicorn writes a response's head and its body separately, and a socket transport
+    with nothing queued sends each at once: two system calls (and two wake-ups of the
+    client) per answer, where one does. Writes here are joined and handed to the real
+    transport at the end of the turn, before anything else can run; closing or handing
+    the connection to another protocol sends what is held first, so nothing is lost or
+    reordered. Everything else is the real transport's.
+    """
+
+    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
+        self._transport = transport
+        self._loop = loop
+        self._held: list[bytes] = []
+
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        if not data:
+            return
+        if not self._held:
+            self._loop.call_soon(self._send)
+        self._held.append(bytes(data))
+
+    def _send(self) -> None:
+        if not self._held:
+            return
+        data = b"".join(self._held)
+        self._held.clear()
+        if not self._transport.is_closing():
+            self._transport.write(data)
+
+    def close(self) -> None:
+        self._send()
+        self._transport.close()
+
+    def set_protocol(self, protocol: asyncio.BaseProtocol) -> None:
+        self._send()
+        self._transport.set_protocol(protocol)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
+
+
 class BoundedH11Protocol(H11Protocol):
     """uvicorn's HTTP/1.1 protocol with a deadline for each request's head (slow-loris).
 
@@ -82,6 +126,8 @@ class BoundedH11Protocol(H11Protocol):
 
     def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
         super().connection_made(transport)
+        # Flow control keeps the real transport (pausing reads, watching the write buffer).
+        self.transport = CorkedTransport(transport, self.loop)  # type: ignore[assignment]
         self._head_timer: asyncio.TimerHandle | None = None
         self._arm_head_timer()
 

