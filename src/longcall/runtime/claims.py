@@ -288,11 +288,17 @@ class Claims:
                     if missing:
                         self.claim_nodes(missing, claimant, now=now)
                 self.reread(claimant, now=now)
-            finally:
-                if self.locks is not None and proven:
-                    # A proven holder's file goes once it holds nothing (its row gone);
-                    # one with operations left keeps it, its lease already ended.
-                    self.locks.done(proven, self.shell.is_leaseholder, committed=True)
+            except BaseException:
+                self._proofs_done(proven, committed=False)
+                raise
+            self._proofs_done(proven, committed=True)
+
+    def _proofs_done(self, proven: list[str], *, committed: bool) -> None:
+        """Let the proven holders' locks go after the round. A proven holder's file goes
+        once it holds nothing (its row gone, ``committed``: the round's claim read it);
+        one with operations left keeps it, its lease already ended in the ledger."""
+        if self.locks is not None and proven:
+            self.locks.done(proven, self.shell.is_leaseholder, committed=committed)
 
     def end_dead_leases(self, now: float) -> list[str]:
         """End, in the ledger, the running leases of workers of this host proven dead
@@ -318,7 +324,7 @@ class Claims:
                         lease_until - now,
                     )
         except BaseException:
-            self.locks.done(proven, self.shell.is_leaseholder, committed=False)
+            self._proofs_done(proven, committed=False)
             raise
         return proven
 
