@@ -82,6 +82,12 @@ def _holders(ledger: Ledger) -> collections.Counter[str]:
     return collections.Counter({h.owner: h.operations for h in ledger.holdings()})
 
 
+def _stopped(pid: int) -> bool:
+    """Whether the kernel has stopped ``pid`` (SIGSTOP is delivered asynchronously)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return stat.rsplit(")", 1)[1].split()[0] == "T"
+
+
 def _workers(ledger: Ledger) -> list[str]:
     return [w.owner for w in ledger.workers() if w.kind == WORKER]
 
@@ -162,15 +168,17 @@ async def test_a_stopped_worker_is_never_proven_dead(tmp_path: Path) -> None:
             async with _two_workers(ledger, f"sqlite:///{path}", tmp_path) as (
                 first,
                 a_owner,
-                _second,
+                second,
                 b_owner,
             ):
                 first.send_signal(signal.SIGSTOP)
+                await _until(lambda: _stopped(first.pid), alive=[second])
                 lease_before = {w.owner: w.lease_until for w in ledger.workers()}[a_owner]
-                # A claim round of this process, with its own lock, on the real stopped one.
-                shell = LedgerShell(ledger)
+                # A claim round's proofs from this process, on the real stopped worker.
+                # Nothing is written unless a death is proven: a worker stopped inside
+                # a SQLite transaction keeps the file's write lock until it resumes.
                 claims = Claims(
-                    shell,
+                    LedgerShell(ledger),
                     owner=new_owner_id(),
                     kind=WORKER,
                     versions=None,
@@ -179,12 +187,10 @@ async def test_a_stopped_worker_is_never_proven_dead(tmp_path: Path) -> None:
                     stats=collections.Counter(),
                     locks=worker_locks(ledger),
                 )
-                claims.ensure_registered(time.time())
+                assert claims.locks is not None
                 try:
                     assert claims.end_dead_leases(time.time()) == []
                 finally:
-                    ledger.retire_worker(claims.owner)
-                    assert claims.locks is not None
                     claims.locks.close()
                 assert {w.owner: w.lease_until for w in ledger.workers()}[a_owner] == lease_before
                 assert _holders(ledger)[a_owner] == OPERATIONS
