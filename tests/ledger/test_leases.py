@@ -334,3 +334,29 @@ def test_census_counts_what_a_lapsed_worker_holds_as_claimable(
         1,
         4,
     )
+
+
+def test_end_lease_of_a_proven_dead_worker_makes_its_operations_claimable(
+    twins: tuple[Ledger, Ledger],
+) -> None:
+    """Ending a running lease (its holder proven gone) lets a claim at the same moment
+    take its operations over; the lease as read fences it: a renewed, ended or unknown
+    lease is left alone."""
+    a, b = twins
+    a.create(fresh())
+    a.register_worker("w1", kind=WORKER, now=100.0, lease_s=LEASE_S)
+    a.claim("w1", now=100.0, limit=10, decide=claimed)
+    b.register_worker("w2", kind=WORKER, now=101.0, lease_s=LEASE_S)
+    assert b.claim("w2", now=102.0, limit=10, decide=claimed) == []
+    (row,) = [w for w in b.workers() if w.owner == "w1"]
+    a.renew_worker("w1", now=101.5, lease_s=LEASE_S)  # alive after all: renewed since
+    assert b.end_lease("w1", lease_until=row.lease_until, now=102.0) is False
+    assert b.claim("w2", now=102.0, limit=10, decide=claimed) == []
+    (row,) = [w for w in b.workers() if w.owner == "w1"]
+    assert b.end_lease("w1", lease_until=row.lease_until, now=102.0) is True
+    assert b.end_lease("w1", lease_until=row.lease_until, now=102.0) is False
+    assert b.end_lease("nobody", lease_until=row.lease_until, now=102.0) is False
+    assert b.census("w2", now=102.0).live_workers == 1
+    (taken,) = b.claim("w2", now=102.0, limit=10, decide=claimed)
+    assert (taken.record.execution_epoch, taken.taken_from) == (2, "w1")
+    assert "w1" not in {w.owner for w in b.workers()}  # it held nothing more: forgotten

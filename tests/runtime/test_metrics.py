@@ -40,6 +40,7 @@ def test_metrics_describe_a_workers_work(tmp_path: Path) -> None:
         "longcall_request_retries_total",
         "longcall_claims_total ",
         "longcall_lease_takeovers_total 0.0",
+        "longcall_workers_proven_dead_total 0.0",
         "longcall_stale_writes_rejected_total 0.0",
         'longcall_breaker_state{server="sim://a"} 0.0',
         "longcall_operations_unknown 0.0",

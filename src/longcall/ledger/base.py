@@ -14,6 +14,7 @@ import abc
 import dataclasses
 import time
 from collections.abc import Callable, Collection, Mapping
+from pathlib import Path
 from typing import Any
 
 from longcall.core import (
@@ -535,6 +536,19 @@ class Ledger(abc.ABC):
     @abc.abstractmethod
     def workers(self) -> list[WorkerRow]:
         """Every registered lease holder."""
+
+    @abc.abstractmethod
+    def end_lease(self, owner: str, *, lease_until: float, now: float) -> bool:
+        """End the owner's lease at ``now`` (its process was proven gone: nothing it
+        holds is driven any more), so claims take its operations over at once. Fenced
+        by the lease as read: False, and nothing written, when the row's lease is no
+        longer ``lease_until`` (renewed since, retired, or ended by another claimer)."""
+
+    def worker_locks_dir(self) -> Path | None:
+        """Where the workers of this ledger on this host keep the lock files that prove
+        a dead one gone (:mod:`longcall.ledger.owners`); None: no proof is made here,
+        and leases decide alone."""
+        return None
 
     # --- the gateway's downtimes ---------------------------------------------------
 

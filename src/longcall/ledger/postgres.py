@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -35,6 +36,7 @@ from longcall.core import OperationRecord, TerminalReceipt
 from longcall.errors import LedgerUnavailable
 from longcall.ledger import codec
 from longcall.ledger.base import check_update, utc_now_iso
+from longcall.ledger.owners import WORKER_LOCKS, shared_locks_dir
 from longcall.ledger.sql import Params, SqlLedger, keeps_refusals
 
 # Forward-only migrations; index i brings the schema to version i + 1. The tables and
@@ -312,6 +314,11 @@ class PostgresLedger(SqlLedger):
     def _where(self) -> str:
         info = self._conn.info
         return f"the PostgreSQL schema {self.schema!r} at {info.host}:{info.port}/{info.dbname}"
+
+    def worker_locks_dir(self) -> Path | None:
+        # A ledger shared by hosts: the workers of one user on this host find each
+        # other's files in a private directory named by the ledger's identity.
+        return shared_locks_dir(self.ledger_id, WORKER_LOCKS)
 
     def _migrate(self) -> None:
         with self._write() as conn:

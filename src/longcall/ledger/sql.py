@@ -800,6 +800,18 @@ class SqlLedger(Ledger):
         rows = self._read(f"SELECT {WORKER_COLUMNS} FROM workers ORDER BY owner")
         return [worker_row(row) for row in rows]
 
+    def end_lease(self, owner: str, *, lease_until: float, now: float) -> bool:
+        with self._write() as conn:
+            # The lease as read is the fence: a holder that renewed since is alive (a
+            # new process under the same id), and keeps its lease.
+            ended = self._execute(
+                conn,
+                "UPDATE workers SET lease_until = ? WHERE owner = ? AND lease_until = ?"
+                " AND lease_until > ?",
+                (now, owner, lease_until, now),
+            ).rowcount
+            return bool(ended == 1)
+
     # --- the gateway's downtimes ------------------------------------------------------
 
     def record_downtime(

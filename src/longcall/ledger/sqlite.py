@@ -408,6 +408,10 @@ class SQLiteLedger(SqlLedger):
     def _where(self) -> str:
         return self.path
 
+    def worker_locks_dir(self) -> Path | None:
+        # Beside the ledger file: every worker of this ledger on this host finds it.
+        return None if self.path == ":memory:" else Path(f"{self.path}-workers")
+
     # --- the driver ------------------------------------------------------------------
 
     _RUNTIME_ERRORS = (sqlite3.OperationalError,)

@@ -4,11 +4,15 @@ Owns: the two ways of holding. :class:`SoleDriver` (single-process mode) takes e
 open operation of its ledger over, at once and whenever one changes. :class:`Claims` (a
 worker, D1) keeps the worker's row (registered once, renewed on time or found lapsed,
 retired on a clean stop) and the deadlines of its lease
-(:class:`~longcall.runtime.leases.LeaseClock`), and runs the claim rounds: read the
-census, take up to the fair share of what no live worker holds (per adapter version the
-worker runs), hand a surplus back, re-read what is held. The arithmetic is the pure lease
-decisions' (:mod:`longcall.runtime.leases`); every read and write goes through the
-ledger shell (:mod:`longcall.runtime.step`).
+(:class:`~longcall.runtime.leases.LeaseClock`), and runs the claim rounds: end the
+leases of workers of this host proven dead, read the census, take up to the fair share
+of what no live worker holds (per adapter version the worker runs), hand a surplus back,
+re-read what is held. A worker proves it lives by a lock file it holds from its
+registration until it retires or dies (:mod:`longcall.ledger.owners`): another worker
+that can take that lock without waiting knows its process is gone, and ends its lease
+at once instead of waiting it out (docs/design/leases-and-fencing.md). The arithmetic
+is the pure lease decisions' (:mod:`longcall.runtime.leases`); every read and write
+goes through the ledger shell (:mod:`longcall.runtime.step`).
 
 Must not: plan requests or keep operations: what was taken is handed to the engine
 (:class:`Claimant`) to plan, what was lost to be let go, and what the engine holds is
@@ -18,14 +22,28 @@ read from it.
 from __future__ import annotations
 
 import collections
+import logging
 from collections.abc import Mapping
 from typing import Protocol
 
 from longcall.core import OperationRecord
-from longcall.ledger import Census, VersionSet
+from longcall.ledger import Census, Ledger, VersionSet
+from longcall.ledger.owners import OwnerLocks
 from longcall.runtime import leases
 from longcall.runtime.leases import LeaseClock, LeasePolicy
 from longcall.runtime.step import LedgerShell
+
+logger = logging.getLogger(__name__)
+
+OWNER_SEPARATOR = ":"
+"""What follows the host name in a worker's owner id (``host:pid:token``)."""
+
+
+def worker_locks(ledger: Ledger) -> OwnerLocks | None:
+    """The lock files by which the workers of ``ledger`` on this host prove each other
+    dead (None: this ledger has no place for them, and leases decide alone)."""
+    directory = ledger.worker_locks_dir()
+    return None if directory is None else OwnerLocks(directory, separator=OWNER_SEPARATOR)
 
 
 class Claimant(Protocol):
@@ -141,8 +159,12 @@ class Claims:
         policy: LeasePolicy,
         claim_all: bool,
         stats: collections.Counter[str],
+        locks: OwnerLocks | None = None,
     ) -> None:
         self.shell = shell
+        self.locks = locks
+        """This host's proofs of life and death of the ledger's workers (None: none
+        are made, and leases decide alone, as in the simulator)."""
         self.owner = owner
         self.kind = kind
         self.versions = versions
@@ -160,6 +182,10 @@ class Claims:
     def ensure_registered(self, now: float) -> None:
         if self.clock.registered:
             return
+        if self.locks is not None:
+            # Held before the row exists, so no claimer ever sees this worker's lease
+            # running while its lock is free.
+            self.locks.hold(self.owner, self.shell.is_leaseholder)
         self.shell.register(
             self.owner,
             kind=self.kind,
@@ -186,6 +212,8 @@ class Claims:
         for node in list(claimant.records):
             claimant.let_go(node)
         self.clock.stop()
+        if self.locks is not None:
+            self.locks.close()  # after the row is gone: no lease runs unlocked
         return released
 
     @property
@@ -251,13 +279,54 @@ class Claims:
                 self.reread(claimant, now=now)
             self.clock.renewed(now)
         if self.clock.claim_due(now):
-            if self.claim_all:
-                self.share_round(now, claimant)
-            else:
-                missing = [n for n in self.wanted if n not in claimant.records]
-                if missing:
-                    self.claim_nodes(missing, claimant, now=now)
-            self.reread(claimant, now=now)
+            proven = self.end_dead_leases(now)
+            try:
+                if self.claim_all:
+                    self.share_round(now, claimant)
+                else:
+                    missing = [n for n in self.wanted if n not in claimant.records]
+                    if missing:
+                        self.claim_nodes(missing, claimant, now=now)
+                self.reread(claimant, now=now)
+            except BaseException:
+                self._proofs_done(proven, committed=False)
+                raise
+            self._proofs_done(proven, committed=True)
+
+    def _proofs_done(self, proven: list[str], *, committed: bool) -> None:
+        """Let the proven holders' locks go after the round. A proven holder's file goes
+        once it holds nothing (its row gone, ``committed``: the round's claim read it);
+        one with operations left keeps it, its lease already ended in the ledger."""
+        if self.locks is not None and proven:
+            self.locks.done(proven, self.shell.is_leaseholder, committed=committed)
+
+    def end_dead_leases(self, now: float) -> list[str]:
+        """End, in the ledger, the running leases of workers of this host proven dead
+        (their lock free), so this round's claim takes their operations over as any
+        lapsed holder's; the owners whose locks are now held until the round ends. A
+        worker whose lock is held (alive, even if paused) or cannot be judged (another
+        host or boot) keeps its lease until it runs out."""
+        if self.locks is None:
+            return []
+        proven: list[str] = []
+        try:
+            running = self.shell.running_leases(self.owner, now=now)
+            for other, lease_until in sorted(running.items()):
+                if not self.locks.prove_dead(other):
+                    continue
+                proven.append(other)
+                if self.shell.end_lease(other, lease_until=lease_until, now=now):
+                    self.stats["proven_dead"] += 1
+                    logger.warning(
+                        "worker %s is gone (its lock was free): its lease ended %.1f s"
+                        " early, its operations are taken over now",
+                        other,
+                        lease_until - now,
+                    )
+        except BaseException:
+            self._proofs_done(proven, committed=False)
+            raise
+        return proven
 
     def reread(self, claimant: Claimant, *, now: float, adopt_new: bool = True) -> int:
         """Re-read what this worker holds: let go what it no longer holds (accepted,

@@ -59,6 +59,7 @@ from longcall.core.keys import canonical_json, request_digest
 from longcall.core.retry import CircuitBreaker
 from longcall.errors import RequestDigestMismatch
 from longcall.ledger import WORKER, Census, Fenced, Ledger, VersionSet
+from longcall.ledger.owners import OwnerLocks
 from longcall.runtime.claims import Claims, SoleDriver
 from longcall.runtime.leases import LeasePolicy
 from longcall.runtime.scheduler import REQUEST_COMMANDS, Action, Scheduler
@@ -102,6 +103,7 @@ class Engine:
         lease: LeasePolicy | None = None,
         claim_all: bool = True,
         versions: VersionSet | None = None,
+        owner_locks: OwnerLocks | None = None,
     ) -> None:
         self.owner = owner
         """The lease holder this engine writes as (None: single-process mode)."""
@@ -144,6 +146,7 @@ class Engine:
                 policy=self.lease,
                 claim_all=claim_all,
                 stats=self.stats,
+                locks=owner_locks,
             )
 
     @property

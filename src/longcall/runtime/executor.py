@@ -80,6 +80,7 @@ from longcall.errors import (
 )
 from longcall.ledger import CLIENT, WORKER, AdapterPlan, Ledger
 from longcall.runtime.breakers import keep_breaker
+from longcall.runtime.claims import worker_locks
 from longcall.runtime.engine import Action, CallSpec, Engine, InputPolicy
 from longcall.runtime.leases import LeasePolicy
 from longcall.runtime.metrics import ExecutorMetrics
@@ -281,6 +282,8 @@ class Executor:
             versions=None if versions is None else frozenset(versions),
             breaker=breaker,
             policy=policy,
+            # A real process: its death is proven to the others by its lock file.
+            owner_locks=None if single_process else worker_locks(ledger),
         )
         self._shadows: dict[str, list[str]] = {}
         """Primary call node → the shadow call nodes this process started for it (R1),

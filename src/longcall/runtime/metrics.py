@@ -242,6 +242,11 @@ class _EngineCollector(Collector):
             ("longcall_leases_released", "released", "Operations handed back (a surplus)."),
             ("longcall_lease_lapses", "lease_lapses", "Times this worker's lease ran out."),
             (
+                "longcall_workers_proven_dead",
+                "proven_dead",
+                "Workers of this host whose lease was ended at once: their lock was free.",
+            ),
+            (
                 "longcall_poll_slots_missed",
                 "slots_missed",
                 "Polls that missed their send slot and waited for another.",

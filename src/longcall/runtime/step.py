@@ -543,6 +543,24 @@ class LedgerShell:
         """Hand back everything ``owner`` holds and forget it; how many it held."""
         return self.ledger.retire_worker(owner)
 
+    def running_leases(self, owner: str, *, now: float) -> dict[str, float]:
+        """The other lease holders whose leases still run at ``now``: when each ends."""
+        return {
+            w.owner: w.lease_until
+            for w in self.ledger.workers()
+            if w.owner != owner and w.lease_until > now
+        }
+
+    def is_leaseholder(self, owner: str) -> bool:
+        """Whether ``owner`` still has a row (a lapsed holder keeps it while it holds
+        open operations)."""
+        return any(w.owner == owner for w in self.ledger.workers())
+
+    def end_lease(self, owner: str, *, lease_until: float, now: float) -> bool:
+        """End the lease (read as ``lease_until``) of a holder proven gone; False when
+        it changed since (renewed, retired, ended by another claimer)."""
+        return self.ledger.end_lease(owner, lease_until=lease_until, now=now)
+
     def census(self, owner: str, *, now: float) -> Census:
         return self.ledger.census(owner, now=now)
 
