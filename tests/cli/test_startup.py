@@ -16,13 +16,10 @@ import longcall
 HEAVY = ("mcp", "longcall.runtime.executor", "longcall.adapters.routing", "jsonschema")
 
 
-def test_importing_the_command_and_the_client_loads_no_protocol_stack() -> None:
-    """``import longcall.cli`` (and the client) leaves the MCP SDK and adapters unloaded."""
-    probe = (
-        "import sys, longcall.cli, longcall.client, longcall\n"
-        "longcall.Client\n"
-        f"print([m for m in {HEAVY!r} if m in sys.modules])\n"
-    )
+def loaded_after(imports: str, *, among: str) -> str:
+    """What a fresh interpreter prints after ``imports``: the modules loaded that
+    ``among`` (a Python expression over a module name ``m``) selects."""
+    probe = f"import sys\n{imports}\nprint([m for m in list(sys.modules) if {among}])\n"
     done = subprocess.run(
         [sys.executable, "-c", probe],
         capture_output=True,
@@ -30,7 +27,13 @@ def test_importing_the_command_and_the_client_loads_no_protocol_stack() -> None:
         timeout=LOADED_MACHINE_S,
         check=True,
     )
-    assert done.stdout.strip() == "[]", done.stdout
+    return done.stdout.strip()
+
+
+def test_importing_the_command_and_the_client_loads_no_protocol_stack() -> None:
+    """``import longcall.cli`` (and the client) leaves the MCP SDK and adapters unloaded."""
+    imports = "import longcall.cli, longcall.client, longcall\nlongcall.Client"
+    assert loaded_after(imports, among=f"m in {HEAVY!r}") == "[]"
 
 
 def test_the_executor_and_its_adapters_load_no_mcp_sdk() -> None:
@@ -38,19 +41,11 @@ def test_the_executor_and_its_adapters_load_no_mcp_sdk() -> None:
     every protocol's adapter it may route to) leaves the MCP SDK unloaded: only a server
     that asks for OAuth loads it (its client is the SDK's). Loading it cost every worker
     start about two thirds of its CPU."""
-    probe = (
-        "import sys, longcall.runtime.executor, longcall.adapters.routing\n"
-        "import longcall.adapters.mcp, longcall.adapters.aip151, longcall.adapters.apify\n"
-        "print([m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')])\n"
+    imports = (
+        "import longcall.runtime.executor, longcall.adapters.routing\n"
+        "import longcall.adapters.mcp, longcall.adapters.aip151, longcall.adapters.apify"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", probe],
-        capture_output=True,
-        text=True,
-        timeout=LOADED_MACHINE_S,
-        check=True,
-    )
-    assert done.stdout.strip() == "[]", done.stdout
+    assert loaded_after(imports, among="m == 'mcp' or m.startswith('mcp.')") == "[]"
 
 
 # --- Ctrl-C while the command loads -------------------------------------------------------

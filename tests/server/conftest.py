@@ -85,6 +85,30 @@ class ManualClock:
         self.now += seconds
 
 
+def mcp_post_scope(*extra_headers: tuple[bytes, bytes]) -> dict[str, Any]:
+    """A ``POST /mcp`` scope as uvicorn hands it to the app (JSON in, JSON or SSE out),
+    for tests that drive the ASGI app without a socket."""
+    return {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": "/mcp",
+        "raw_path": b"/mcp",
+        "root_path": "",
+        "query_string": b"",
+        "headers": [
+            (b"host", b"127.0.0.1"),
+            (b"content-type", b"application/json"),
+            (b"accept", b"application/json, text/event-stream"),
+            *extra_headers,
+        ],
+        "client": ("127.0.0.1", 40000),
+        "server": ("127.0.0.1", 8765),
+    }
+
+
 def envelope(*, consent: bool = True, capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
     """The 2026-07-28 per-request ``_meta`` envelope, with or without the tasks extension."""
     caps: dict[str, Any] = dict(capabilities if capabilities is not None else ELICITATION)

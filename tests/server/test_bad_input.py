@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from conftest import LegacyClient, ModernClient
+from conftest import LegacyClient, ModernClient, mcp_post_scope
 from longcall.server import ServerOptions, build_reference_server, running_server
 
 pytestmark = pytest.mark.anyio
@@ -187,26 +187,7 @@ async def test_a_client_gone_mid_body_is_refused_not_an_internal_error(
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    headers = [
-        (b"host", b"127.0.0.1"),
-        (b"content-type", b"application/json"),
-        (b"accept", b"application/json, text/event-stream"),
-        (b"content-length", b"4096"),
-    ]
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/mcp",
-        "raw_path": b"/mcp",
-        "root_path": "",
-        "query_string": b"",
-        "headers": headers,
-        "client": ("127.0.0.1", 40000),
-        "server": ("127.0.0.1", 8765),
-    }
+    scope = mcp_post_scope((b"content-length", b"4096"))
     with caplog.at_level(logging.WARNING):
         await app(scope, receive, send)
     assert [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR] == []

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from conftest import mcp_post_scope
 from longcall.server import build_reference_server
 from longcall.server.errors import Refused
 from longcall.server.front import parse_json
@@ -98,25 +99,7 @@ def asgi_post(body: bytes) -> tuple[Scope, Receive, Send, list[dict[str, Any]]]:
     async def send(message: dict[str, Any]) -> None:
         sent.append(message)
 
-    scope = {
-        "type": "http",
-        "asgi": {"version": "3.0"},
-        "http_version": "1.1",
-        "method": "POST",
-        "scheme": "http",
-        "path": "/mcp",
-        "raw_path": b"/mcp",
-        "root_path": "",
-        "query_string": b"",
-        "headers": [
-            (b"host", b"127.0.0.1"),
-            (b"content-type", b"application/json"),
-            (b"accept", b"application/json, text/event-stream"),
-        ],
-        "client": ("127.0.0.1", 40000),
-        "server": ("127.0.0.1", 8765),
-    }
-    return scope, receive, send, sent
+    return mcp_post_scope(), receive, send, sent
 
 
 async def test_a_post_to_mcp_meets_the_middleware_a_caller_added(store_path: str) -> None:
