@@ -65,6 +65,8 @@ The tree, and what a handler does with each branch::
     │   ├── MetricsPortUnavailable  ``/metrics`` cannot be served on the port asked for
     │   ├── ConsolePortUnavailable  the console cannot listen on the host and port asked for
     │   ├── WebhookPortUnavailable  the webhook receiver cannot listen where asked
+    │   ├── OwnerLockError          this process's own lock file (by which others would
+    │   │                           prove it dead) cannot be made or taken
     │   └── DriverStopped           the driver stopped while a caller waited; the call
     │       │                       goes on and resumes with the next driver (X8, L7)
     │       └── ExecutorFailed      an error escaped the executor's loop
@@ -356,6 +358,11 @@ class WebhookPortUnavailable(UnavailableError):
     """The webhook receiver cannot listen on the host and port asked for."""
 
 
+class OwnerLockError(UnavailableError):
+    """This process's own lock file cannot be made or taken: without it another process
+    could prove it dead while it lives, so it holds no lease."""
+
+
 class DriverStopped(UnavailableError):
     """The driver stopped (an error, or its client was closed) while a caller waited.
 
@@ -454,6 +461,7 @@ __all__ = [
     "NotFoundError",
     "NotReconcilable",
     "NotWaitingForInput",
+    "OwnerLockError",
     "RequestDigestMismatch",
     "SchemaTooNew",
     "SendWindowPassed",

@@ -54,6 +54,33 @@ async def test_static_tokens_reject_unknown_tokens(
         assert record.principal == "alice"
 
 
+async def test_a_run_that_sees_its_answers_first_resumes_the_task_itself(
+    http: httpx.AsyncClient, store_path: str
+) -> None:
+    """The run can see the last answer before the answering request moves the task back to
+    ``working``; it then moves it itself, so the task never ends from ``input_required``.
+    (The answer is stored here as that request stores it, without its status change.)"""
+    server = build_reference_server(store=store_path)
+    async with running_server(server) as url:
+        client = ModernClient(http, url)
+        task = await client.create("approve", {"change": "x"})
+        waiting = await client.wait_status(task["taskId"], {"input_required"})
+        key = next(iter(waiting["inputRequests"]))
+        manager = server.manager
+        await manager.store.answer_inputs(
+            task["taskId"], {key: {"action": "decline"}}, now=manager.clock()
+        )
+        manager.hub.publish(task["taskId"])
+        await client.wait_status(task["taskId"], {"completed"})
+        history = await server.store.history(task["taskId"])
+    assert [change.status for change in history] == [
+        TaskStatus.WORKING,
+        TaskStatus.INPUT_REQUIRED,
+        TaskStatus.WORKING,
+        TaskStatus.COMPLETED,
+    ]
+
+
 async def test_status_history_is_append_only(http: httpx.AsyncClient, store_path: str) -> None:
     """Every status change appends one history row, in order, ending in one terminal row."""
     server = build_reference_server(store=store_path)

@@ -31,6 +31,8 @@ import tempfile
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+from longcall.errors import OwnerLockError
+
 if sys.platform != "win32":
     import fcntl
 
@@ -45,10 +47,6 @@ SERVER_LOCKS = "task-store-owners"
 """The shared lock directory's name for a tool server's task store."""
 WORKER_LOCKS = "ledger-workers"
 """The shared lock directory's name for a caller's ledger (its workers)."""
-
-
-class OwnerLockError(Exception):
-    """This process's own lock file cannot be made or taken."""
 
 
 def boot_id() -> str:

@@ -789,6 +789,25 @@ class TaskManager:
         finally:
             self._awaiting_input.discard(task_id)
 
+    async def _resume_after_input(self, task_id: str, *, epoch: int) -> None:
+        """Back to ``working`` before the tool goes on with its answers. ``answer`` does the
+        same once it has stored the last one, but the run may see that answer first and
+        end the task before then: the task would go from ``input_required`` straight to
+        its end. Whichever of the two comes first moves it (a compare-and-set); the other
+        finds it working and changes nothing."""
+        resumed = await self.retrying(
+            f"resume task {task_id} after its input",
+            lambda: self.transition(
+                task_id,
+                Cause.INPUT_ANSWERED,
+                now=self.clock(),
+                status_message="Input received; working.",
+                epoch=epoch,
+            ),
+        )
+        if resumed is not None:
+            self.hub.publish(task_id, resumed.principal)
+
     async def _wait_for_inputs(
         self, task_id: str, *, epoch: int, requests: list[tuple[int, str, Mapping[str, Any]]]
     ) -> dict[str, dict[str, Any]]:
@@ -823,6 +842,8 @@ class TaskManager:
                     if stored.response is not None:
                         answers[name] = stored.response
                 if len(answers) == len(requests):
+                    if task_id in self._awaiting_input:
+                        await self._resume_after_input(task_id, epoch=epoch)
                     return answers
                 parked = await self.retrying(
                     f"park task {task_id} for input",

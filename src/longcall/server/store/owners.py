@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from longcall.errors import OwnerLockError
 from longcall.ledger import owners as shared
 from longcall.ledger.owners import HoldsTasks, boot_id
 from longcall.server.errors import StoreError
@@ -26,7 +27,7 @@ class OwnerLocks(shared.OwnerLocks):
     def hold(self, owner: str, holds_tasks: HoldsTasks) -> None:
         try:
             super().hold(owner, holds_tasks)
-        except shared.OwnerLockError as exc:
+        except OwnerLockError as exc:
             raise StoreError(str(exc)) from exc
 
 
