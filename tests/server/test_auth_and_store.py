@@ -54,6 +54,22 @@ async def test_static_tokens_reject_unknown_tokens(
         assert record.principal == "alice"
 
 
+ANSWERED_HISTORY = [
+    TaskStatus.WORKING,
+    TaskStatus.INPUT_REQUIRED,
+    TaskStatus.WORKING,
+    TaskStatus.COMPLETED,
+]
+"""The statuses of an ``approve`` task that asked once and was answered."""
+
+
+async def asking_approval(client: ModernClient) -> tuple[str, str]:
+    """An ``approve`` task once it waits for its answer: its id and the input key."""
+    task = await client.create("approve", {"change": "x"})
+    waiting = await client.wait_status(task["taskId"], {"input_required"})
+    return task["taskId"], next(iter(waiting["inputRequests"]))
+
+
 async def test_a_run_that_sees_its_answers_first_resumes_the_task_itself(
     http: httpx.AsyncClient, store_path: str
 ) -> None:
@@ -63,22 +79,14 @@ async def test_a_run_that_sees_its_answers_first_resumes_the_task_itself(
     server = build_reference_server(store=store_path)
     async with running_server(server) as url:
         client = ModernClient(http, url)
-        task = await client.create("approve", {"change": "x"})
-        waiting = await client.wait_status(task["taskId"], {"input_required"})
-        key = next(iter(waiting["inputRequests"]))
+        task_id, key = await asking_approval(client)
         manager = server.manager
-        await manager.store.answer_inputs(
-            task["taskId"], {key: {"action": "decline"}}, now=manager.clock()
-        )
-        manager.hub.publish(task["taskId"])
-        await client.wait_status(task["taskId"], {"completed"})
-        history = await server.store.history(task["taskId"])
-    assert [change.status for change in history] == [
-        TaskStatus.WORKING,
-        TaskStatus.INPUT_REQUIRED,
-        TaskStatus.WORKING,
-        TaskStatus.COMPLETED,
-    ]
+        answer = {key: {"action": "decline"}}
+        await manager.store.answer_inputs(task_id, answer, now=manager.clock())
+        manager.hub.publish(task_id)
+        await client.wait_status(task_id, {"completed"})
+        history = await server.store.history(task_id)
+    assert [change.status for change in history] == ANSWERED_HISTORY
 
 
 async def test_status_history_is_append_only(http: httpx.AsyncClient, store_path: str) -> None:
@@ -86,20 +94,13 @@ async def test_status_history_is_append_only(http: httpx.AsyncClient, store_path
     server = build_reference_server(store=store_path)
     async with running_server(server) as url:
         client = ModernClient(http, url)
-        task = await client.create("approve", {"change": "x"})
-        waiting = await client.wait_status(task["taskId"], {"input_required"})
-        key = next(iter(waiting["inputRequests"]))
+        task_id, key = await asking_approval(client)
         answer = {key: {"action": "decline"}}
-        await client.result("tasks/update", {"taskId": task["taskId"], "inputResponses": answer})
-        done = await client.wait_status(task["taskId"], {"completed"})
+        await client.result("tasks/update", {"taskId": task_id, "inputResponses": answer})
+        done = await client.wait_status(task_id, {"completed"})
         assert done["result"]["structuredContent"] == {"change": "x", "approved": False}
-        history = await server.store.history(task["taskId"])
-    assert [change.status for change in history] == [
-        TaskStatus.WORKING,
-        TaskStatus.INPUT_REQUIRED,
-        TaskStatus.WORKING,
-        TaskStatus.COMPLETED,
-    ]
+        history = await server.store.history(task_id)
+    assert [change.status for change in history] == ANSWERED_HISTORY
     assert [change.sequence for change in history] == [1, 2, 3, 4]
     assert all(a.at <= b.at for a, b in itertools.pairwise(history))
 

@@ -81,6 +81,8 @@ RETRY_DELAY_S_MAX = 2.0
 LISTENER_BACKLOG_MAX = 1_024
 """Changes one push stream may have pending; past it the oldest are dropped (polling is truth)."""
 
+INPUT_RECEIVED = "Input received; working."
+"""The status message of a task its answers set going again."""
 OWNER_LOST_MESSAGE = (
     "The server process running this task stopped; the tool is not declared idempotent,"
     " so it was not re-run. Its effects, if any, are unknown."
@@ -789,24 +791,17 @@ class TaskManager:
         finally:
             self._awaiting_input.discard(task_id)
 
-    async def _resume_after_input(self, task_id: str, *, epoch: int) -> None:
-        """Back to ``working`` before the tool goes on with its answers. ``answer`` does the
-        same once it has stored the last one, but the run may see that answer first and
-        end the task before then: the task would go from ``input_required`` straight to
-        its end. Whichever of the two comes first moves it (a compare-and-set); the other
-        finds it working and changes nothing."""
-        resumed = await self.retrying(
-            f"resume task {task_id} after its input",
+    async def _input_status(self, task_id: str, cause: Cause, message: str, *, epoch: int) -> None:
+        """Park the run's task for input or resume it after (a compare-and-set under the
+        run's epoch: ``None`` when the task is already there), and wake its waiters."""
+        moved = await self.retrying(
+            f"move task {task_id} ({cause.value})",
             lambda: self.transition(
-                task_id,
-                Cause.INPUT_ANSWERED,
-                now=self.clock(),
-                status_message="Input received; working.",
-                epoch=epoch,
+                task_id, cause, now=self.clock(), status_message=message, epoch=epoch
             ),
         )
-        if resumed is not None:
-            self.hub.publish(task_id, resumed.principal)
+        if moved is not None:
+            self.hub.publish(task_id, moved.principal)
 
     async def _wait_for_inputs(
         self, task_id: str, *, epoch: int, requests: list[tuple[int, str, Mapping[str, Any]]]
@@ -843,20 +838,18 @@ class TaskManager:
                         answers[name] = stored.response
                 if len(answers) == len(requests):
                     if task_id in self._awaiting_input:
-                        await self._resume_after_input(task_id, epoch=epoch)
+                        # Back to working before the tool goes on. ``answer`` does the
+                        # same once it has stored the last answer, but this run may see
+                        # that answer first and end the task before then (it would go
+                        # from input_required straight to its end): whichever comes
+                        # first moves it, and the other changes nothing.
+                        await self._input_status(
+                            task_id, Cause.INPUT_ANSWERED, INPUT_RECEIVED, epoch=epoch
+                        )
                     return answers
-                parked = await self.retrying(
-                    f"park task {task_id} for input",
-                    lambda: self.transition(
-                        task_id,
-                        Cause.INPUT_REQUESTED,
-                        now=self.clock(),
-                        status_message="Waiting for input.",
-                        epoch=epoch,
-                    ),
+                await self._input_status(
+                    task_id, Cause.INPUT_REQUESTED, "Waiting for input.", epoch=epoch
                 )
-                if parked is not None:
-                    self.hub.publish(task_id, parked.principal)
                 self._awaiting_input.add(task_id)
                 await self.wait_change(changed)
 
@@ -872,7 +865,7 @@ class TaskManager:
                 record.task_id,
                 Cause.INPUT_ANSWERED,
                 now=self.clock(),
-                status_message="Input received; working.",
+                status_message=INPUT_RECEIVED,
             )
         if answered:
             self.metrics.observe_inputs_answered("task", len(answered))
