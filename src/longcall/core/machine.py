@@ -95,11 +95,18 @@ class Transition:
     commands: tuple[Command, ...]
 
 
-@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class _Ctx:
-    now: float
-    jitter: float
-    policy: Policy
+    """What a handler decides with besides the record and the event. A plain slotted
+    class, not a frozen dataclass: one is made per event, and the frozen ``__init__``
+    (a guarded ``object.__setattr__`` per field) was a measurable share of ``handle``.
+    Handlers only read it."""
+
+    __slots__ = ("jitter", "now", "policy")
+
+    def __init__(self, now: float, jitter: float, policy: Policy) -> None:
+        self.now = now
+        self.jitter = jitter
+        self.policy = policy
 
 
 _Out = tuple[OperationRecord, list[Command]]
@@ -182,7 +189,7 @@ def handle(
     if allowed is None:
         raise IllegalTransition(record.state, event.name, record.call_node_id)
     handler = _HANDLERS[type(event)]
-    updated, commands = handler(record, event, _Ctx(now=now, jitter=jitter, policy=policy))
+    updated, commands = handler(record, event, _Ctx(now, jitter, policy))
     if updated.state not in allowed:
         raise LocalProtocolError(
             f"handler for {event.name} chose {updated.state} from {record.state}, "

@@ -521,7 +521,7 @@ class SqlLedger(Ledger):
         return {
             "call_node_id": record.call_node_id,
             "version": record.version,
-            "state": record.state.value,
+            "state": record.state._value_,  # the value, without the property's call
             "server": record.server,
             "operation_id": record.operation_id,
             "submission_key": record.submission_key,
@@ -655,7 +655,7 @@ class SqlLedger(Ledger):
             f" WHERE call_node_id = ? AND version = ?{fenced}",
             (
                 record.version,
-                record.state.value,
+                record.state._value_,
                 record.operation_id,
                 codec.dumps(record),
                 now_utc,
@@ -1419,7 +1419,7 @@ def _history_values(
     return (
         record.call_node_id,
         record.version,
-        record.state.value,
+        record.state._value_,  # as .value, without the enum property's call (every write)
         event,
         record.updated_at,
         now_utc,

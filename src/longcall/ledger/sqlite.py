@@ -441,7 +441,7 @@ class SQLiteLedger(SqlLedger):
             (
                 receipt.call_node_id,
                 receipt.result_digest,
-                receipt.terminal_status.value,
+                receipt.terminal_status._value_,
                 codec.dumps(receipt),
                 now_utc,
             ),
@@ -475,7 +475,10 @@ class SQLiteLedger(SqlLedger):
         # guard (L4, D1), so the row is neither read nor decoded; only a refused update
         # reads the row, to raise the precise error (Fenced before a version conflict).
         terminal = record.state in TERMINAL_STATES
-        guard_values = (record.state.value,) if terminal else TERMINAL_VALUES
+        # ``_value_``, not ``.value``: the same text without the enum property's Python
+        # call, on the path of every write.
+        state = record.state._value_
+        guard_values = (state,) if terminal else TERMINAL_VALUES
         fence_values = (owner, record.execution_epoch) if owner is not None else ()
         if owner is None:
             statement = _UPDATE_TO_TERMINAL if terminal else _UPDATE_TO_OPEN
@@ -486,7 +489,7 @@ class SQLiteLedger(SqlLedger):
                 statement,
                 (
                     record.version,
-                    record.state.value,
+                    state,
                     record.operation_id,
                     codec.dumps(record),
                     now_utc,
