@@ -113,9 +113,11 @@ def _compile(cls: type[Any]) -> _Codec:
     encode.append("    }")
     text.append("        '}',")
     text.append("    ))")
-    decode = ["def decode(data):", "    get = data.get", "    new = _new(_cls)"]
+    # decode fills a draft (the same slots, plain writes, like core.record's evolve)
+    # that becomes ``cls`` by class assignment once every field is in.
+    namespace["_Draft"] = type(f"_{cls.__name__}Draft", (), {"__slots__": cls.__slots__})
+    decode = ["def decode(data):", "    get = data.get", "    new = _new(_Draft)"]
     for index, (name, field) in enumerate(fields.items()):
-        namespace[f"_set{index}"] = cls.__dict__[name].__set__
         if field.default is not dataclasses.MISSING:
             namespace[f"_default{index}"] = field.default
             missing = f"_default{index}"
@@ -125,14 +127,21 @@ def _compile(cls: type[Any]) -> _Codec:
         else:
             missing = f"_required({name!r})"
         if name in _ENUM_FIELDS:
+            # A member by its value from the enum's own map (a text that names no
+            # member, or anything else, goes through the enum's call and its error).
             namespace[f"_enum{index}"] = _ENUM_FIELDS[name]
-            present = f"None if item is None else _enum{index}(item)"
+            namespace[f"_members{index}"] = _ENUM_FIELDS[name]._value2member_map_
+            present = (
+                f"None if item is None else (item.__class__ is str and _members{index}.get(item))"
+                f" or _enum{index}(item)"
+            )
         elif name in _TUPLE_FIELDS:
             present = "tuple(item)"
         else:
             present = "item"
         decode.append(f"    item = get({name!r}, _MISSING)")
-        decode.append(f"    _set{index}(new, {missing} if item is _MISSING else {present})")
+        decode.append(f"    new.{name} = {missing} if item is _MISSING else {present}")
+    decode.append("    new.__class__ = _cls")
     decode.append("    return new")
     namespace["_required"] = _required
     exec("\n".join(encode + text + decode), namespace)  # the text names only the fields
