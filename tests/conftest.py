@@ -25,10 +25,14 @@ after another (still beside tests of other groups). A test whose assertions meas
 machine itself (a rate or a latency that other work on the machine would distort) is
 marked ``@pytest.mark.serial``: ``make test`` runs those after the parallel run, one at a
 time.
+
+Every process a test starts can be interrupted with Ctrl-C (SIGINT), however the suite
+itself was started (:func:`pytest_configure`).
 """
 
 from __future__ import annotations
 
+import signal
 from pathlib import Path
 
 import pytest
@@ -50,6 +54,16 @@ settings.load_profile("suite")
 
 USER_DIRECTORIES = ("XDG_DATA_HOME", "XDG_CONFIG_HOME", "XDG_STATE_HOME", "XDG_CACHE_HOME")
 CALLER_SETTINGS = ("LONGCALL_LEDGER", "LONGCALL_TOKEN_DIR")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """A suite started in the background of a script (``make test &``, ``nohup``, a CI
+    runner's shell) inherits SIGINT ignored, and so would every process its tests start:
+    Python then installs no Ctrl-C handler, and a test that presses Ctrl-C sees nothing
+    happen. Each pytest process (every xdist worker runs this too) takes SIGINT back, so
+    the processes its tests start receive it, as under a terminal."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
