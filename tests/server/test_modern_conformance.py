@@ -446,3 +446,50 @@ async def test_partial_answers_keep_the_task_waiting(
         done = await client.wait_status(task["taskId"], {"completed"})
         assert done["result"]["structuredContent"] == {"first": "a", "second": "b"}
         assert len(set(keys.values())) == 2
+
+
+async def test_a_question_answered_while_another_waits_leaves_the_task_waiting(
+    http: httpx.AsyncClient, store_path: str
+) -> None:
+    """The run has the first answer back in hand and the second question is still open:
+    the task stays input_required (the run's wait for the first answer must not move it
+    back to working while another wait of the same run is parked). The history holds one
+    stay in input_required: a move back to working between the answers, undone by the
+    other wait a moment later, was seen by a client that read the task in between."""
+    server = LongcallServer(store=store_path)
+    form = {"type": "object", "properties": {"v": {"type": "string"}}}
+    first_back = asyncio.Event()
+
+    @server.tool(task="required")
+    async def two_questions(ctx: TaskContext) -> dict[str, Any]:
+        second = asyncio.ensure_future(ctx.elicit("second?", form, key="second"))
+        first = await ctx.elicit("first?", form, key="first")
+        first_back.set()
+        return {"first": first["content"]["v"], "second": (await second)["content"]["v"]}
+
+    async with running_server(server) as url:
+        client = ModernClient(http, url)
+        task = await client.create("two_questions", {})
+        with anyio.fail_after(LOADED_MACHINE_S):
+            both = await client.wait_status(task["taskId"], {"input_required"})
+            while len(both["inputRequests"]) < 2:
+                both = await client.get(task["taskId"])
+        keys = {req["params"]["message"]: key for key, req in both["inputRequests"].items()}
+        first = {keys["first?"]: {"action": "accept", "content": {"v": "a"}}}
+        await client.result("tasks/update", {"taskId": task["taskId"], "inputResponses": first})
+        with anyio.fail_after(LOADED_MACHINE_S):
+            await first_back.wait()
+        partial = await client.get(task["taskId"])
+        assert partial["status"] == "input_required"
+        assert list(partial["inputRequests"]) == [keys["second?"]]
+        second = {keys["second?"]: {"action": "accept", "content": {"v": "b"}}}
+        await client.result("tasks/update", {"taskId": task["taskId"], "inputResponses": second})
+        done = await client.wait_status(task["taskId"], {"completed"})
+        assert done["result"]["structuredContent"] == {"first": "a", "second": "b"}
+        history = await server.store.history(task["taskId"])
+    assert [change.status.value for change in history] == [
+        "working",
+        "input_required",
+        "working",
+        "completed",
+    ]

@@ -18,6 +18,7 @@ after that another process (or the next start) takes it over.
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import os
@@ -361,8 +362,10 @@ class TaskManager:
         self.owner = new_owner_id()
         self.hub = ChangeHub()
         self._running: dict[str, asyncio.Task[None]] = {}
-        self._awaiting_input: set[str] = set()
-        """Tasks whose run here waits for input (the rest of ``_running`` are working)."""
+        self._awaiting_input: collections.Counter[str] = collections.Counter()
+        """Tasks whose run here waits for input, with how many of its waits are parked (a
+        tool may ask in several at once: two ``elicit`` under ``asyncio.gather``); the
+        rest of ``_running`` are working."""
         self._keeper: asyncio.Task[None] | None = None
         self.handed_back: int | None = None
         """Open tasks whose leases the last :meth:`stop` handed back to the store (None:
@@ -784,12 +787,39 @@ class TaskManager:
 
         ``requests`` are (sequence, the tool's key, request); a re-run asks the same
         sequence numbers, so an answered request is not asked again and an outstanding one
-        keeps the key the client already saw.
+        keeps the key the client already saw. A run may wait in several of these at once
+        (two ``elicit`` under ``asyncio.gather``): the task is ``input_required`` while any
+        of them waits, and moves back to ``working`` once none of its requests is open.
         """
+        parked = False
         try:
-            return await self._wait_for_inputs(task_id, epoch=epoch, requests=requests)
+            while True:
+                with self.hub.watch(task_id) as changed:
+                    answers = await self._issue_inputs(task_id, epoch=epoch, requests=requests)
+                    if len(answers) == len(requests):
+                        if parked and not await self.outstanding_inputs(task_id):
+                            # Back to working before the tool goes on. ``answer`` does
+                            # the same once it has stored the last answer, but this run
+                            # may see that answer first and end the task before then
+                            # (it would go from input_required straight to its end):
+                            # whichever comes first moves it, and the other changes
+                            # nothing.
+                            await self._input_status(
+                                task_id, Cause.INPUT_ANSWERED, INPUT_RECEIVED, epoch=epoch
+                            )
+                        return answers
+                    await self._input_status(
+                        task_id, Cause.INPUT_REQUESTED, "Waiting for input.", epoch=epoch
+                    )
+                    if not parked:
+                        parked = True
+                        self._awaiting_input[task_id] += 1
+                    await self.wait_change(changed)
         finally:
-            self._awaiting_input.discard(task_id)
+            if parked:
+                self._awaiting_input[task_id] -= 1
+                if not self._awaiting_input[task_id]:
+                    del self._awaiting_input[task_id]
 
     async def _input_status(self, task_id: str, cause: Cause, message: str, *, epoch: int) -> None:
         """Park the run's task for input or resume it after (a compare-and-set under the
@@ -803,55 +833,37 @@ class TaskManager:
         if moved is not None:
             self.hub.publish(task_id, moved.principal)
 
-    async def _wait_for_inputs(
+    async def _issue_inputs(
         self, task_id: str, *, epoch: int, requests: list[tuple[int, str, Mapping[str, Any]]]
     ) -> dict[str, dict[str, Any]]:
-        while True:
-            with self.hub.watch(task_id) as changed:
-                answers: dict[str, dict[str, Any]] = {}
-                for sequence, name, request in requests:
-                    key = f"{sequence}.{secrets.token_hex(8)}"
+        """Open each request (or find it open, or answered); the answers there are so far."""
+        answers: dict[str, dict[str, Any]] = {}
+        for sequence, name, request in requests:
+            key = f"{sequence}.{secrets.token_hex(8)}"
 
-                    def issue(
-                        sequence: int = sequence,
-                        request: Mapping[str, Any] = request,
-                        key: str = key,
-                    ) -> Awaitable[InputRequest | None]:
-                        return self.store.open_input_request(
-                            task_id,
-                            sequence=sequence,
-                            key=key,
-                            method=str(request["method"]),
-                            params=request["params"],
-                            now=self.clock(),
-                            epoch=epoch,
-                        )
-
-                    stored = await self.retrying(
-                        f"open input request {sequence} of task {task_id}", issue
-                    )
-                    if stored is None:
-                        raise asyncio.CancelledError  # fenced off: another run owns the task
-                    if stored.key == key:
-                        self.metrics.observe_inputs_asked("task")  # new, not found again
-                    if stored.response is not None:
-                        answers[name] = stored.response
-                if len(answers) == len(requests):
-                    if task_id in self._awaiting_input:
-                        # Back to working before the tool goes on. ``answer`` does the
-                        # same once it has stored the last answer, but this run may see
-                        # that answer first and end the task before then (it would go
-                        # from input_required straight to its end): whichever comes
-                        # first moves it, and the other changes nothing.
-                        await self._input_status(
-                            task_id, Cause.INPUT_ANSWERED, INPUT_RECEIVED, epoch=epoch
-                        )
-                    return answers
-                await self._input_status(
-                    task_id, Cause.INPUT_REQUESTED, "Waiting for input.", epoch=epoch
+            def issue(
+                sequence: int = sequence,
+                request: Mapping[str, Any] = request,
+                key: str = key,
+            ) -> Awaitable[InputRequest | None]:
+                return self.store.open_input_request(
+                    task_id,
+                    sequence=sequence,
+                    key=key,
+                    method=str(request["method"]),
+                    params=request["params"],
+                    now=self.clock(),
+                    epoch=epoch,
                 )
-                self._awaiting_input.add(task_id)
-                await self.wait_change(changed)
+
+            stored = await self.retrying(f"open input request {sequence} of task {task_id}", issue)
+            if stored is None:
+                raise asyncio.CancelledError  # fenced off: another run owns the task
+            if stored.key == key:
+                self.metrics.observe_inputs_asked("task")  # new, not found again
+            if stored.response is not None:
+                answers[name] = stored.response
+        return answers
 
     async def answer(
         self, record: TaskRecord, responses: Mapping[str, Mapping[str, Any]]
