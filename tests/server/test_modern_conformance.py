@@ -412,38 +412,49 @@ async def test_no_input_request_without_the_elicitation_capability(modern: Moder
     assert "elicitation" in done["result"]["content"][0]["text"]
 
 
+TEXT_FORM = {"type": "object", "properties": {"v": {"type": "string"}}}
+
+
+async def both_questions_open(client: ModernClient, tool: str) -> tuple[str, dict[str, str]]:
+    """Create a task of ``tool`` (which asks "first?" and "second?" at once) and wait until
+    both requests are open: the task id and each request's key by its question."""
+    task = await client.create(tool, {})
+    with anyio.fail_after(LOADED_MACHINE_S):  # both are issued in one loop turn; bounded anyway
+        both = await client.wait_status(task["taskId"], {"input_required"})
+        while len(both["inputRequests"]) < 2:
+            both = await client.get(task["taskId"])
+    keys = {req["params"]["message"]: key for key, req in both["inputRequests"].items()}
+    return task["taskId"], keys
+
+
+async def accept(client: ModernClient, task_id: str, key: str, value: str) -> None:
+    """Answer the input request ``key`` of ``task_id`` with ``{"v": value}``."""
+    responses = {key: {"action": "accept", "content": {"v": value}}}
+    await client.result("tasks/update", {"taskId": task_id, "inputResponses": responses})
+
+
 async def test_partial_answers_keep_the_task_waiting(
     http: httpx.AsyncClient, store_path: str
 ) -> None:
     """Two outstanding requests: one answer leaves input_required with the other key only."""
     server = LongcallServer(store=store_path)
-    form = {"type": "object", "properties": {"v": {"type": "string"}}}
 
     @server.tool(task="required")
     async def two_questions(ctx: TaskContext) -> dict[str, Any]:
         first, second = await asyncio.gather(
-            ctx.elicit("first?", form), ctx.elicit("second?", form)
+            ctx.elicit("first?", TEXT_FORM), ctx.elicit("second?", TEXT_FORM)
         )
         return {"first": first["content"]["v"], "second": second["content"]["v"]}
 
     async with running_server(server) as url:
         client = ModernClient(http, url)
-        task = await client.create("two_questions", {})
-        both = await client.wait_status(task["taskId"], {"input_required"})
-        with anyio.fail_after(
-            LOADED_MACHINE_S
-        ):  # both requests are issued in one loop turn; bounded anyway
-            while len(both["inputRequests"]) < 2:
-                both = await client.get(task["taskId"])
-        keys = {req["params"]["message"]: key for key, req in both["inputRequests"].items()}
-        first = {keys["first?"]: {"action": "accept", "content": {"v": "a"}}}
-        await client.result("tasks/update", {"taskId": task["taskId"], "inputResponses": first})
-        partial = await client.get(task["taskId"])
+        task_id, keys = await both_questions_open(client, "two_questions")
+        await accept(client, task_id, keys["first?"], "a")
+        partial = await client.get(task_id)
         assert partial["status"] == "input_required"
         assert list(partial["inputRequests"]) == [keys["second?"]]
-        second = {keys["second?"]: {"action": "accept", "content": {"v": "b"}}}
-        await client.result("tasks/update", {"taskId": task["taskId"], "inputResponses": second})
-        done = await client.wait_status(task["taskId"], {"completed"})
+        await accept(client, task_id, keys["second?"], "b")
+        done = await client.wait_status(task_id, {"completed"})
         assert done["result"]["structuredContent"] == {"first": "a", "second": "b"}
         assert len(set(keys.values())) == 2
 
@@ -457,36 +468,28 @@ async def test_a_question_answered_while_another_waits_leaves_the_task_waiting(
     stay in input_required: a move back to working between the answers, undone by the
     other wait a moment later, was seen by a client that read the task in between."""
     server = LongcallServer(store=store_path)
-    form = {"type": "object", "properties": {"v": {"type": "string"}}}
     first_back = asyncio.Event()
 
     @server.tool(task="required")
     async def two_questions(ctx: TaskContext) -> dict[str, Any]:
-        second = asyncio.ensure_future(ctx.elicit("second?", form, key="second"))
-        first = await ctx.elicit("first?", form, key="first")
+        second = asyncio.ensure_future(ctx.elicit("second?", TEXT_FORM, key="second"))
+        first = await ctx.elicit("first?", TEXT_FORM, key="first")
         first_back.set()
         return {"first": first["content"]["v"], "second": (await second)["content"]["v"]}
 
     async with running_server(server) as url:
         client = ModernClient(http, url)
-        task = await client.create("two_questions", {})
-        with anyio.fail_after(LOADED_MACHINE_S):
-            both = await client.wait_status(task["taskId"], {"input_required"})
-            while len(both["inputRequests"]) < 2:
-                both = await client.get(task["taskId"])
-        keys = {req["params"]["message"]: key for key, req in both["inputRequests"].items()}
-        first = {keys["first?"]: {"action": "accept", "content": {"v": "a"}}}
-        await client.result("tasks/update", {"taskId": task["taskId"], "inputResponses": first})
+        task_id, keys = await both_questions_open(client, "two_questions")
+        await accept(client, task_id, keys["first?"], "a")
         with anyio.fail_after(LOADED_MACHINE_S):
             await first_back.wait()
-        partial = await client.get(task["taskId"])
+        partial = await client.get(task_id)
         assert partial["status"] == "input_required"
         assert list(partial["inputRequests"]) == [keys["second?"]]
-        second = {keys["second?"]: {"action": "accept", "content": {"v": "b"}}}
-        await client.result("tasks/update", {"taskId": task["taskId"], "inputResponses": second})
-        done = await client.wait_status(task["taskId"], {"completed"})
+        await accept(client, task_id, keys["second?"], "b")
+        done = await client.wait_status(task_id, {"completed"})
         assert done["result"]["structuredContent"] == {"first": "a", "second": "b"}
-        history = await server.store.history(task["taskId"])
+        history = await server.store.history(task_id)
     assert [change.status.value for change in history] == [
         "working",
         "input_required",
