@@ -377,8 +377,9 @@ class TaskManager:
         """This process's open tasks by status: its runs, parked for input or working.
 
         In memory, so a scrape costs nothing; processes sharing a store each count their own.
-        Called from the metrics thread: copying the dict of string keys and testing set
-        membership happen under the GIL without running Python code, so they see one state.
+        Called from the metrics thread: copying the dict of string keys and testing
+        membership in the counter of parked waits (a dict) happen under the GIL without
+        running Python code, so they see one state.
         """
         running = list(self._running)
         parked = sum(1 for task_id in running if task_id in self._awaiting_input)
