@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import urlsplit
 
 from longcall.adapters.base import ToolBinding
+from longcall.adapters.kinds import result_kind_of
 from longcall.adapters.servers import ServersConfig
 from longcall.core import (
     OperationRecord,
@@ -337,6 +338,14 @@ def _check_resolution(
             f"{node!r}: its {ended_by} has passed, so polling would stop again at once;"
             " settle it as completed, failed or cancelled from what the server says"
         )
+
+
+def _operator_kind(record: OperationRecord, how: Resolution, payload: bytes) -> ResultKind | None:
+    """The kind of an operator's outcome, read from its bytes by the rules of the
+    record's protocol: the same bytes are accepted as the same kind however they came."""
+    if how not in (Resolution.COMPLETED, Resolution.FAILED, Resolution.CANCELLED):
+        return None
+    return result_kind_of(record.protocol, ServerStatus(how.value), payload)
 
 
 def checked_arguments(arguments: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -862,6 +871,7 @@ class Client:
                 note=note,
                 operation_id=operation_id,
                 result_digest=digest_bytes(payload),
+                result_kind=_operator_kind(record, how, payload),
             )
         except ValueError as exc:
             raise NotReconcilable(str(exc)) from None

@@ -799,6 +799,35 @@ BRANCHES: list[Case] = [
         S.ACCEPTED,
         ("AcceptTerminal(completed/value)",),
     ),
+    # The kind the operator's result carries, read by its protocol's rules, is kept.
+    (
+        RECON,
+        "ReconciledManually",
+        lambda: (
+            record_in(RECON),
+            _resolved(
+                e.Resolution.COMPLETED,
+                result_digest=RESULT_DIGEST,
+                result_kind=ResultKind.TOOL_ERROR,
+            ),
+        ),
+        S.ACCEPTED,
+        ("AcceptTerminal(completed/tool_error)",),
+    ),
+    (
+        RECON,
+        "ReconciledManually",
+        lambda: (
+            record_in(RECON),
+            _resolved(
+                e.Resolution.FAILED,
+                result_digest=RESULT_DIGEST,
+                result_kind=ResultKind.PROTOCOL_ERROR,
+            ),
+        ),
+        S.ACCEPTED,
+        ("AcceptTerminal(failed/protocol_error)",),
+    ),
     (
         RECON,
         "ReconciledManually",
@@ -852,3 +881,23 @@ def test_every_allowed_pair_and_target_is_pinned() -> None:
     assert {(c[0], c[1]) for c in REPRESENTATIVE} == set(TRANSITIONS)
     allowed = {(s, n, t) for (s, n), targets in TRANSITIONS.items() for t in targets}
     assert {(c[0], c[1], c[3]) for c in PINNED} == allowed
+
+
+@pytest.mark.parametrize(
+    ("resolution", "kind"),
+    [
+        (e.Resolution.COMPLETED, ResultKind.PROTOCOL_ERROR),
+        (e.Resolution.COMPLETED, ResultKind.CANCELLED),
+        (e.Resolution.FAILED, ResultKind.VALUE),
+        (e.Resolution.CANCELLED, ResultKind.VALUE),
+        (e.Resolution.RESUME, ResultKind.VALUE),
+    ],
+)
+def test_a_resolution_refuses_a_kind_its_status_cannot_hold(
+    resolution: e.Resolution, kind: ResultKind
+) -> None:
+    """A completed outcome holds a value or a tool error, a failed one a tool error or a
+    protocol error, a cancelled one a cancellation, and a resolution that settles
+    nothing holds none."""
+    with pytest.raises(ValueError, match="cannot hold a result of kind"):
+        _resolved(resolution, result_digest=RESULT_DIGEST, result_kind=kind)

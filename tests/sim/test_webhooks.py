@@ -122,12 +122,24 @@ def test_the_webhook_gates_catch_the_planted_webhook_bugs() -> None:
         assert found.check == check, found
 
 
-def test_accepted_terminals_compare_state_digest_and_the_product_s_kind() -> None:
-    """Two receipts are the same outcome when state and digest agree, and the kind too
-    unless an operator settled one of them (it records the kind its status implies)."""
+def test_accepted_terminals_compare_state_digest_and_kind_whoever_settled() -> None:
+    """Two receipts are the same outcome when state, digest and kind agree, whether the
+    engine or an operator settled either of them."""
     engine = Terminal(state="accepted", kind="tool_error", digest="sha256:a", by_operator=False)
     assert engine.same(dataclasses.replace(engine))
+    assert engine.same(dataclasses.replace(engine, by_operator=True))
     assert not engine.same(dataclasses.replace(engine, digest="sha256:b"))
     assert not engine.same(dataclasses.replace(engine, state="cancelled_accepted"))
     assert not engine.same(dataclasses.replace(engine, kind="value"))
-    assert engine.same(dataclasses.replace(engine, kind="value", by_operator=True))
+    assert not engine.same(dataclasses.replace(engine, kind="value", by_operator=True))
+
+
+def test_an_operator_accepts_a_result_as_the_kind_the_engine_fetched() -> None:
+    """A permutation where a webhook's timing sends a call node to the operator that the
+    poll-only run settled itself: the operator supplies the same bytes (a tool error
+    that completed, over MCP 2026-07-28) and they are accepted as the same kind. Before
+    the operator's result was read by the protocol's rules it was accepted as a value."""
+    result = run_webhooks(130085657985317)
+    assert result.violations == []
+    assert result.webhooks.nodes_compared > 0
+    assert result.operator_resolutions > 0

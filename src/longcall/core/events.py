@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 
-from longcall.core.record import ResultKind, ServerStatus
+from longcall.core.record import KINDS_OF_TERMINAL, ResultKind, ServerStatus
 from longcall.core.retry import FailureKind, RequestKind
 
 
@@ -285,6 +285,11 @@ class ReconciledManually(Event):
     note: str
     operation_id: str | None = None
     result_digest: str | None = None
+    result_kind: ResultKind | None = None
+    """What the result holds, read from it the way the protocol's own fetch reads a
+    result (a tool error that completed, a protocol error that failed); None: the kind
+    the resolution implies. The same bytes are then accepted as the same kind whether
+    the engine fetched them or an operator supplied them."""
 
     def __post_init__(self) -> None:
         needs_digest = self.resolution in (
@@ -294,6 +299,13 @@ class ReconciledManually(Event):
         )
         if needs_digest and self.result_digest is None:
             raise ValueError(f"resolution {self.resolution.value} needs a result digest")
+        if self.result_kind is not None:
+            status = ServerStatus(self.resolution.value) if needs_digest else None
+            if status is None or self.result_kind not in KINDS_OF_TERMINAL[status]:
+                raise ValueError(
+                    f"resolution {self.resolution.value} cannot hold a result of kind "
+                    f"{self.result_kind.value}"
+                )
         if not self.actor or not self.note:
             raise ValueError("a manual reconciliation records who and why")
 

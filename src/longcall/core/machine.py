@@ -58,6 +58,7 @@ from longcall.core.events import (
 from longcall.core.keys import derive_submission_key
 from longcall.core.notfound import unknown_reason
 from longcall.core.record import (
+    KINDS_OF_TERMINAL,
     OperationRecord,
     ResultKind,
     ServerStatus,
@@ -811,11 +812,7 @@ def _reconciled(record: OperationRecord, event: ReconciledManually, ctx: _Ctx) -
             ]
         case _:
             status = ServerStatus(event.resolution.value)
-            kind = {
-                ServerStatus.COMPLETED: ResultKind.VALUE,
-                ServerStatus.FAILED: ResultKind.TOOL_ERROR,
-                ServerStatus.CANCELLED: ResultKind.CANCELLED,
-            }[status]
+            kind = event.result_kind or KINDS_OF_TERMINAL[status][0]
             state = State.CANCELLED_ACCEPTED if status is ServerStatus.CANCELLED else State.ACCEPTED
             record = evolve(
                 record,

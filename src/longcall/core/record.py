@@ -53,6 +53,16 @@ class ResultKind(enum.Enum):
         return f"ResultKind.{self.name}"
 
 
+KINDS_OF_TERMINAL: dict[ServerStatus, tuple[ResultKind, ...]] = {
+    ServerStatus.COMPLETED: (ResultKind.VALUE, ResultKind.TOOL_ERROR),
+    ServerStatus.FAILED: (ResultKind.TOOL_ERROR, ResultKind.PROTOCOL_ERROR),
+    ServerStatus.CANCELLED: (ResultKind.CANCELLED,),
+}
+"""The result kinds an outcome with each terminal status may hold, the one the status
+implies first (a completed task holds a value unless its result says it is a tool
+error; a failed one a tool error unless it is a protocol error)."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class OperationRecord:
     """One durable tool call (SPEC L1). Identity is the call node id."""

@@ -112,9 +112,6 @@ class WebhookStats:
     """Call nodes whose server truth is the same with and without webhooks."""
     truth_moved: int = 0
     """Call nodes whose server truth differs between the two runs (not compared)."""
-    operator_kind_differs: int = 0
-    """Call nodes accepted alike but for the result kind, one run's settled by an
-    operator (who records the kind its status implies)."""
     terminals_differ: int = 0
     """Call nodes whose accepted outcome differs from the poll-only run's (must be 0)."""
 
@@ -389,13 +386,10 @@ class Terminal:
     by_operator: bool
 
     def same(self, other: Terminal) -> bool:
-        """The same outcome. The result kind counts only where the product classified
-        the result in both runs: an operator's resolution records the kind its status
-        implies (completed: a value, failed: a tool error), not the one the result
-        carries (docs/design/simulator.md, finding 18)."""
-        if (self.state, self.digest) != (other.state, other.digest):
-            return False
-        return self.by_operator or other.by_operator or self.kind == other.kind
+        """The same outcome, whoever settled it: the state, the result kind and the
+        digest (an operator's result is classified as the engine's fetch classifies
+        one, so an operator and the engine give the same bytes the same kind)."""
+        return (self.state, self.kind, self.digest) == (other.state, other.kind, other.digest)
 
 
 Accepted = dict[str, Terminal]
@@ -463,10 +457,11 @@ def run_webhooks(seed: int, *, trace: bool = False, profile: Profile = DEFAULT) 
             continue
         stats.nodes_compared += 1
         before, after = expected.get(node), got.get(node)
-        if before is not None and after is not None and before.same(after):
-            stats.operator_kind_differs += before.kind != after.kind
-            continue
-        if before != after:
+        if before is None or after is None:
+            differ = before is not after
+        else:
+            differ = not before.same(after)
+        if differ:
             stats.terminals_differ += 1
             result.violations.append(
                 _violation(

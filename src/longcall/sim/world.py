@@ -46,9 +46,10 @@ import httpx
 from longcall.adapters.base import Outcome
 from longcall.adapters.exchange import HttpReply, HttpRequest, TransportFailure
 from longcall.adapters.http import failure_of_exception
+from longcall.adapters.kinds import result_kind_of
 from longcall.adapters.outcomes import failure_outcome
 from longcall.adapters.sse import SseDecoder
-from longcall.core import DEFAULT_POLICY, OperationRecord, State, TerminalReceipt
+from longcall.core import DEFAULT_POLICY, OperationRecord, ServerStatus, State, TerminalReceipt
 from longcall.core.commands import AskInput, Command
 from longcall.core.events import (
     Event,
@@ -1147,11 +1148,13 @@ class World:
         if task.status in TERMINAL:
             payload = server.truth_payload(task)
             resolution = Resolution(task.status)
+            kind = result_kind_of(record.protocol, ServerStatus(resolution.value), payload)
             return (
                 ReconciledManually(
                     resolution=resolution,
                     operation_id=task.task_id,
                     result_digest=server.truth_digest(task),
+                    result_kind=kind,
                     actor=OPERATOR,
                     note=OPERATOR_NOTE,
                 ),

@@ -227,6 +227,16 @@ def is_tool_error(status: Mapping[str, Any]) -> bool:
     )
 
 
+def kind_of_result(status: ServerStatus, body: Any) -> ResultKind | None:
+    """The kind :func:`result_of` gives a failed operation whose ``error`` is ``body``
+    (a ``google.rpc.Status``): a tool error when its details say so, else a protocol
+    error. None for anything else (a response holds a value)."""
+    failed = status is ServerStatus.FAILED
+    if failed and isinstance(body, Mapping) and isinstance(body.get("code"), int):
+        return ResultKind.TOOL_ERROR if is_tool_error(body) else ResultKind.PROTOCOL_ERROR
+    return None
+
+
 def _metadata_value(operation: Mapping[str, Any], key: str) -> Any:
     metadata = operation.get("metadata")
     value = metadata.get("value") if isinstance(metadata, Mapping) else None

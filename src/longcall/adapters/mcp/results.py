@@ -98,6 +98,20 @@ def verify_result(
     )
 
 
+def kind_of_result(status: ServerStatus, body: Any) -> ResultKind | None:
+    """The kind the fetch above gives a terminal whose result is ``body`` (parsed JSON):
+    a tool error (``isError: true``, whether its task completed or failed) or, for a
+    failed task, its own JSON-RPC error as a protocol error. None: the body says
+    neither."""
+    if not isinstance(body, Mapping) or status is ServerStatus.CANCELLED:
+        return None
+    if body.get("isError") is True:
+        return ResultKind.TOOL_ERROR
+    if status is ServerStatus.FAILED and isinstance(body.get("code"), int):
+        return ResultKind.PROTOCOL_ERROR
+    return None
+
+
 def protocol_error_result(error: Any, *, operation_id: str | None = None) -> Outcome:
     """A task's own JSON-RPC error as its outcome: PROTOCOL_ERROR, status FAILED (X6).
 
