@@ -62,7 +62,9 @@ from longcall.core.record import (
     ResultKind,
     ServerStatus,
     TerminalReceipt,
+    blank_draft,
     evolve,
+    finish,
     stamp_unshared,
 )
 from longcall.core.retry import RequestKind, RetryPolicy, backoff_delay_s, is_retryable
@@ -149,26 +151,29 @@ def new_operation(
     ``caller_key`` is the ledger's secret that scopes the submission key to this caller
     (C2); the runtime always passes it."""
     key = derive_submission_key(call_node_id, step_index, caller_key=caller_key)
-    record = OperationRecord(
-        call_node_id=call_node_id,
-        request_digest=request_digest,
-        tool_name=tool_name,
-        tool_descriptor_digest=tool_descriptor_digest,
-        principal=principal,
-        server=server,
-        protocol=protocol,
-        adapter_version=adapter_version,
-        submission_key=key,
-        step_index=step_index,
-        submission_lookup=submission_lookup,
-        tool_idempotent=tool_idempotent,
-        server_store_id=server_store_id,
-        execution_epoch=execution_epoch,
-        created_at=now,
-        updated_at=now,
-        deadline_at=None if budget_s is None else now + budget_s,
+    # Drafted, as evolve makes records: the same record as OperationRecord(...) with
+    # these fields, without a guarded write per field (every call starts here).
+    draft = blank_draft()
+    draft.call_node_id = call_node_id
+    draft.request_digest = request_digest
+    draft.tool_name = tool_name
+    draft.tool_descriptor_digest = tool_descriptor_digest
+    draft.principal = principal
+    draft.server = server
+    draft.protocol = protocol
+    draft.adapter_version = adapter_version
+    draft.submission_key = key
+    draft.step_index = step_index
+    draft.submission_lookup = submission_lookup
+    draft.tool_idempotent = tool_idempotent
+    draft.server_store_id = server_store_id
+    draft.execution_epoch = execution_epoch
+    draft.created_at = now
+    draft.updated_at = now
+    draft.deadline_at = None if budget_s is None else now + budget_s
+    return Transition(
+        record=finish(draft), commands=(SendSubmit(submission_key=key, attempt=1, at=now),)
     )
-    return Transition(record=record, commands=(SendSubmit(submission_key=key, attempt=1, at=now),))
 
 
 def handle(
