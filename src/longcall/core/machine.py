@@ -65,6 +65,7 @@ from longcall.core.record import (
     blank_draft,
     evolve,
     finish,
+    set_unshared,
     stamp_unshared,
 )
 from longcall.core.retry import RequestKind, RetryPolicy, backoff_delay_s, is_retryable
@@ -103,9 +104,11 @@ class _Ctx:
     (a guarded ``object.__setattr__`` per field) was a measurable share of ``handle``.
     Handlers only read it."""
 
-    __slots__ = ("jitter", "now", "policy")
+    __slots__ = ("given", "jitter", "now", "policy")
 
-    def __init__(self, now: float, jitter: float, policy: Policy) -> None:
+    def __init__(self, given: OperationRecord, now: float, jitter: float, policy: Policy) -> None:
+        self.given = given
+        """The record :func:`handle` was given: any other a handler holds is its own."""
         self.now = now
         self.jitter = jitter
         self.policy = policy
@@ -194,7 +197,7 @@ def handle(
     if allowed is None:
         raise IllegalTransition(record.state, event.name, record.call_node_id)
     handler = _HANDLERS[type(event)]
-    updated, commands = handler(record, event, _Ctx(now, jitter, policy))
+    updated, commands = handler(record, event, _Ctx(record, now, jitter, policy))
     if updated.state not in allowed:
         raise LocalProtocolError(
             f"handler for {event.name} chose {updated.state} from {record.state}, "
@@ -871,7 +874,12 @@ def _schedule_poll(
     )
     floor_s = max(floor_s, retry_after_s or 0.0)
     at = min(ctx.now + delay, max(limit, ctx.now + floor_s))
-    record = evolve(record, next_poll_at=at)
+    if record is ctx.given:
+        record = evolve(record, next_poll_at=at)
+    else:
+        # The handler's own record, made by evolve in this call and held by nothing
+        # else yet (as handle stamps it): planned in place, not copied once more.
+        set_unshared(record, "next_poll_at", at)
     return record, [Poll(operation_id=_op(record), at=at)]
 
 

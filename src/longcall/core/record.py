@@ -242,6 +242,12 @@ def stamp_unshared(record: OperationRecord, *, version: int, updated_at: float) 
     _SETTER_BY_NAME["updated_at"](record, updated_at)
 
 
+def set_unshared(record: OperationRecord, name: str, value: object) -> None:
+    """Set one field of ``record`` in place; the same rule as :func:`stamp_unshared`:
+    only for a record :func:`evolve` made within the same call, held by nothing else."""
+    _SETTER_BY_NAME[name](record, value)
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class TerminalReceipt:
     """The single acceptance of one call node's outcome (SPEC L5).
