@@ -9,6 +9,7 @@ import dataclasses
 import pytest
 
 from longcall.core import OperationRecord, ServerStatus, TerminalReceipt
+from longcall.errors import CorruptRow
 from longcall.ledger import Ledger
 from longcall.ledger.base import check_acceptance
 
@@ -86,3 +87,17 @@ def test_second_acceptance_and_unknown_node(ledger: Ledger) -> None:
             result_payload=PAYLOAD,
             event="x",
         )
+
+
+def test_a_damaged_stored_record_is_reported_as_damage(ledger: Ledger) -> None:
+    """An acceptance against a stored record that is no longer JSON raises CorruptRow,
+    as the checked path always did, not an unavailable ledger, and writes nothing."""
+    r = to_fetching(ledger)
+    accepted, receipt = fetched(r)
+    with ledger._write() as conn:  # type: ignore[attr-defined]
+        conn.execute("UPDATE operations SET record_json = '{' WHERE call_node_id = 'node-1'")
+    with pytest.raises(CorruptRow, match="record JSON is damaged"):
+        ledger.accept_terminal(
+            accepted, receipt, expected_version=r.version, result_payload=PAYLOAD, event="x"
+        )
+    assert ledger.receipts() == []

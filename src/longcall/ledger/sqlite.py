@@ -290,7 +290,9 @@ _FENCED_UPDATE_TO_OPEN = _GUARDED_UPDATE.format(state_guard=_STATE_NOT_TERMINAL,
 # stored row, in the WHERE clause. The version, state, identity and epoch are columns;
 # the cancel generation, the server status and the operation id are read from the
 # stored record (the epoch too: the fence compares the column, the receipt the record).
-# The rules that need no row are checked in Python before it.
+# The rules that need no row are checked in Python before it. A stored record that is
+# not JSON matches nothing (json_extract would raise, and SQLite's error would read as
+# an unavailable ledger): the checked path then reads it and reports the damage.
 _ACCEPTING_UPDATE = (
     "UPDATE operations SET version = ?, state = ?, operation_id = ?, record_json = ?,"
     " updated_at_utc = ?, execution_epoch = ?, open = NULL, failing = ?,"
@@ -298,12 +300,14 @@ _ACCEPTING_UPDATE = (
     f" AND {_STATE_NOT_TERMINAL}"
     " AND request_digest = ? AND tool_digest = ? AND submission_key = ?"
     " AND execution_epoch = ?"
-    " AND json_extract(record_json, '$.execution_epoch') = ?"
+    " AND CASE WHEN json_valid(record_json) THEN"
+    " json_extract(record_json, '$.execution_epoch') = ?"
     " AND json_extract(record_json, '$.cancel_generation') = ?"
     " AND coalesce(json_extract(record_json, '$.operation_id') = ?,"
     " json_extract(record_json, '$.operation_id') IS NULL)"
     f" AND (state NOT IN ({marks(len(STATES_WITH_OBSERVED_TERMINAL))})"
     " OR json_extract(record_json, '$.server_status') = ?)"
+    " ELSE 0 END"
 )
 _FENCED_ACCEPTING_UPDATE = _ACCEPTING_UPDATE + " AND owner = ?"
 _OBSERVED_TERMINAL_VALUES = tuple(state._value_ for state in STATES_WITH_OBSERVED_TERMINAL)
