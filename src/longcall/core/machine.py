@@ -63,7 +63,10 @@ from longcall.core.record import (
     ResultKind,
     ServerStatus,
     TerminalReceipt,
+    blank_draft,
     evolve,
+    finish,
+    set_unshared,
     stamp_unshared,
 )
 from longcall.core.retry import RequestKind, RetryPolicy, backoff_delay_s, is_retryable
@@ -102,9 +105,11 @@ class _Ctx:
     (a guarded ``object.__setattr__`` per field) was a measurable share of ``handle``.
     Handlers only read it."""
 
-    __slots__ = ("jitter", "now", "policy")
+    __slots__ = ("given", "jitter", "now", "policy")
 
-    def __init__(self, now: float, jitter: float, policy: Policy) -> None:
+    def __init__(self, given: OperationRecord, now: float, jitter: float, policy: Policy) -> None:
+        self.given = given
+        """The record :func:`handle` was given: any other a handler holds is its own."""
         self.now = now
         self.jitter = jitter
         self.policy = policy
@@ -150,26 +155,29 @@ def new_operation(
     ``caller_key`` is the ledger's secret that scopes the submission key to this caller
     (C2); the runtime always passes it."""
     key = derive_submission_key(call_node_id, step_index, caller_key=caller_key)
-    record = OperationRecord(
-        call_node_id=call_node_id,
-        request_digest=request_digest,
-        tool_name=tool_name,
-        tool_descriptor_digest=tool_descriptor_digest,
-        principal=principal,
-        server=server,
-        protocol=protocol,
-        adapter_version=adapter_version,
-        submission_key=key,
-        step_index=step_index,
-        submission_lookup=submission_lookup,
-        tool_idempotent=tool_idempotent,
-        server_store_id=server_store_id,
-        execution_epoch=execution_epoch,
-        created_at=now,
-        updated_at=now,
-        deadline_at=None if budget_s is None else now + budget_s,
+    # Drafted, as evolve makes records: the same record as OperationRecord(...) with
+    # these fields, without a guarded write per field (every call starts here).
+    draft = blank_draft()
+    draft.call_node_id = call_node_id
+    draft.request_digest = request_digest
+    draft.tool_name = tool_name
+    draft.tool_descriptor_digest = tool_descriptor_digest
+    draft.principal = principal
+    draft.server = server
+    draft.protocol = protocol
+    draft.adapter_version = adapter_version
+    draft.submission_key = key
+    draft.step_index = step_index
+    draft.submission_lookup = submission_lookup
+    draft.tool_idempotent = tool_idempotent
+    draft.server_store_id = server_store_id
+    draft.execution_epoch = execution_epoch
+    draft.created_at = now
+    draft.updated_at = now
+    draft.deadline_at = None if budget_s is None else now + budget_s
+    return Transition(
+        record=finish(draft), commands=(SendSubmit(submission_key=key, attempt=1, at=now),)
     )
-    return Transition(record=record, commands=(SendSubmit(submission_key=key, attempt=1, at=now),))
 
 
 def handle(
@@ -190,7 +198,7 @@ def handle(
     if allowed is None:
         raise IllegalTransition(record.state, event.name, record.call_node_id)
     handler = _HANDLERS[type(event)]
-    updated, commands = handler(record, event, _Ctx(now, jitter, policy))
+    updated, commands = handler(record, event, _Ctx(record, now, jitter, policy))
     if updated.state not in allowed:
         raise LocalProtocolError(
             f"handler for {event.name} chose {updated.state} from {record.state}, "
@@ -863,7 +871,12 @@ def _schedule_poll(
     )
     floor_s = max(floor_s, retry_after_s or 0.0)
     at = min(ctx.now + delay, max(limit, ctx.now + floor_s))
-    record = evolve(record, next_poll_at=at)
+    if record is ctx.given:
+        record = evolve(record, next_poll_at=at)
+    else:
+        # The handler's own record, made by evolve in this call and held by nothing
+        # else yet (as handle stamps it): planned in place, not copied once more.
+        set_unshared(record, "next_poll_at", at)
     return record, [Poll(operation_id=_op(record), at=at)]
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 from collections.abc import Callable
+from typing import Any
 
 from longcall.core.states import NOT_POLLING_STATES, SETTLED_STATES, TERMINAL_STATES, State
 
@@ -213,12 +214,48 @@ def evolve(record: OperationRecord, **changes: object) -> OperationRecord:
     return new  # type: ignore[return-value]
 
 
+_BLANK = OperationRecord(
+    call_node_id="",
+    request_digest="",
+    tool_name="",
+    tool_descriptor_digest="",
+    principal="",
+    server="",
+    protocol="",
+    adapter_version="",
+    submission_key="",
+    created_at=0.0,
+    updated_at=0.0,
+)
+"""Every field at its default and the required ones blank: what a new record is
+drafted from (:func:`blank_draft`)."""
+
+
+def blank_draft() -> Any:
+    """A draft of a new record: every field at its default, the required ones blank
+    until the caller writes them, which it must all do before :func:`finish`. Plain
+    slot writes instead of the frozen ``__init__``'s guarded one per field."""
+    return _draft_of(_BLANK)
+
+
+def finish(draft: Any) -> OperationRecord:
+    """The filled-in draft as the record it now is (nothing else holds it yet)."""
+    draft.__class__ = OperationRecord
+    return draft  # type: ignore[no-any-return]
+
+
 def stamp_unshared(record: OperationRecord, *, version: int, updated_at: float) -> None:
     """Set the version and time of ``record`` in place. Only for a record that
     :func:`evolve` made within the same call and that nothing else holds yet: the
     machine stamps every new record this way, instead of copying it once more."""
     _SETTER_BY_NAME["version"](record, version)
     _SETTER_BY_NAME["updated_at"](record, updated_at)
+
+
+def set_unshared(record: OperationRecord, name: str, value: object) -> None:
+    """Set one field of ``record`` in place; the same rule as :func:`stamp_unshared`:
+    only for a record :func:`evolve` made within the same call, held by nothing else."""
+    _SETTER_BY_NAME[name](record, value)
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -36,7 +36,7 @@ from longcall.errors import (
 )
 from longcall.ledger.budget import BudgetUse, PollGrant
 
-_STATES_WITH_OBSERVED_TERMINAL = (State.TERMINAL_OBSERVED, State.FETCHING_RESULT)
+STATES_WITH_OBSERVED_TERMINAL = (State.TERMINAL_OBSERVED, State.FETCHING_RESULT)
 REFUSALS_KEPT_PER_NODE = 50
 """Refused writes kept per call node: the first ones tell the story; a stale worker
 that kept trying must not grow the ledger without bound."""
@@ -759,7 +759,7 @@ def check_acceptance(
     expected_op = row.operation_id if row.operation_id is not None else receipt.operation_id
     terminal_ok = (
         row.server_status is receipt.terminal_status
-        if row.state in _STATES_WITH_OBSERVED_TERMINAL
+        if row.state in STATES_WITH_OBSERVED_TERMINAL
         else True
     )
     cancelled = receipt.terminal_status is ServerStatus.CANCELLED

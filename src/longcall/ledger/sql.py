@@ -595,9 +595,9 @@ class SqlLedger(Ledger):
         now_utc = self._utc_now()
         try:
             with self._write() as conn:
-                row = self._locked_row(conn, record.call_node_id, owner=owner)
-                check_acceptance(row, record, receipt, expected_version, result_payload)
-                self._store(conn, record, expected_version, now_utc, owner)
+                self._accept_row(
+                    conn, record, receipt, expected_version, result_payload, now_utc, owner
+                )
                 receipt_id = self._insert_receipt(conn, receipt, now_utc)
                 self._execute(
                     conn,
@@ -617,6 +617,21 @@ class SqlLedger(Ledger):
                 f"operation {record.call_node_id!r}: a receipt or outbox row already exists"
             ) from exc
         return receipt_id
+
+    def _accept_row(
+        self,
+        conn: Any,
+        record: OperationRecord,
+        receipt: TerminalReceipt,
+        expected_version: int,
+        result_payload: bytes,
+        now_utc: str,
+        owner: str | None,
+    ) -> None:
+        """Check an acceptance against the stored row (L5) and write the terminal record."""
+        row = self._locked_row(conn, record.call_node_id, owner=owner)
+        check_acceptance(row, record, receipt, expected_version, result_payload)
+        self._store(conn, record, expected_version, now_utc, owner)
 
     def _locked_row(
         self, conn: Any, call_node_id: str, *, owner: str | None = None, epoch: int | None = None
@@ -679,7 +694,7 @@ class SqlLedger(Ledger):
         now_utc: str,
         owner: str | None = None,
     ) -> None:
-        self._execute(conn, _HISTORY_INSERT, _history_values(record, event, now_utc, owner))
+        self._execute(conn, HISTORY_INSERT, _history_values(record, event, now_utc, owner))
 
     def _insert_blob(self, conn: Any, call_node_id: str, name: str, payload: bytes) -> None:
         self._execute(
@@ -949,7 +964,7 @@ class SqlLedger(Ledger):
             )
             self._executemany(
                 conn,
-                _HISTORY_INSERT,
+                HISTORY_INSERT,
                 [_history_values(c.record, "ExecutionClaimed", now_utc, owner) for c in claimed],
             )
             if lapsed and len(claimed) < limit:
@@ -1407,7 +1422,7 @@ class SqlLedger(Ledger):
             self._conn.close()
 
 
-_HISTORY_INSERT = (
+HISTORY_INSERT = (
     "INSERT INTO history (call_node_id, version, state, event, at, at_utc, owner,"
     " execution_epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )

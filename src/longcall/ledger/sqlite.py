@@ -1,9 +1,11 @@
 """The SQLite ledger: the embedded default, one file in WAL mode (SPEC L4–L7).
 
 Owns the SQLite schema and migrations, the connection and its pragmas, the
-``BEGIN IMMEDIATE`` write transaction and the guarded single-statement ``update``;
-the queries it shares with PostgreSQL are :class:`~longcall.ledger.sql.SqlLedger`'s,
-and the acceptance rules are :mod:`longcall.ledger.base`'s (it must not restate them).
+``BEGIN IMMEDIATE`` write transaction and the guarded single-statement ``update`` and
+acceptance; the queries it shares with PostgreSQL are
+:class:`~longcall.ledger.sql.SqlLedger`'s, and the update and acceptance rules are
+:mod:`longcall.ledger.base`'s (a guarded statement carries them as its WHERE clause,
+but a refused one is judged by base's checks, which alone word the errors).
 
 Every write is one ``BEGIN IMMEDIATE`` transaction, so a process killed at any point
 leaves either the whole step or none of it. The schema carries the rules that must
@@ -24,11 +26,19 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-from longcall.core import TERMINAL_STATES, OperationRecord, TerminalReceipt
+from longcall.core import (
+    TERMINAL_STATES,
+    OperationRecord,
+    ServerStatus,
+    State,
+    TerminalReceipt,
+)
+from longcall.core.keys import digest_bytes
 from longcall.errors import LedgerRefused, LedgerUnavailable, VersionConflict
 from longcall.ledger import codec
-from longcall.ledger.base import check_update, utc_now_iso
+from longcall.ledger.base import STATES_WITH_OBSERVED_TERMINAL, check_update, utc_now_iso
 from longcall.ledger.sql import (
+    HISTORY_INSERT,
     TERMINAL_VALUES,
     Params,
     SqlLedger,
@@ -276,6 +286,32 @@ _UPDATE_TO_OPEN = _GUARDED_UPDATE.format(state_guard=_STATE_NOT_TERMINAL, fence=
 _FENCED_UPDATE_TO_TERMINAL = _GUARDED_UPDATE.format(state_guard=_STATE_IS, fence=_FENCE)
 _FENCED_UPDATE_TO_OPEN = _GUARDED_UPDATE.format(state_guard=_STATE_NOT_TERMINAL, fence=_FENCE)
 
+# An acceptance's guarded write (L5): every rule of check_acceptance that needs the
+# stored row, in the WHERE clause. The version, state, identity and epoch are columns;
+# the cancel generation, the server status and the operation id are read from the
+# stored record (the epoch too: the fence compares the column, the receipt the record).
+# The rules that need no row are checked in Python before it. A stored record that is
+# not JSON matches nothing (json_extract would raise, and SQLite's error would read as
+# an unavailable ledger): the checked path then reads it and reports the damage.
+_ACCEPTING_UPDATE = (
+    "UPDATE operations SET version = ?, state = ?, operation_id = ?, record_json = ?,"
+    " updated_at_utc = ?, execution_epoch = ?, open = NULL, failing = ?,"
+    " person_deadline = ? WHERE call_node_id = ? AND version = ?"
+    f" AND {_STATE_NOT_TERMINAL}"
+    " AND request_digest = ? AND tool_digest = ? AND submission_key = ?"
+    " AND execution_epoch = ?"
+    " AND CASE WHEN json_valid(record_json) THEN"
+    " json_extract(record_json, '$.execution_epoch') = ?"
+    " AND json_extract(record_json, '$.cancel_generation') = ?"
+    " AND coalesce(json_extract(record_json, '$.operation_id') = ?,"
+    " json_extract(record_json, '$.operation_id') IS NULL)"
+    f" AND (state NOT IN ({marks(len(STATES_WITH_OBSERVED_TERMINAL))})"
+    " OR json_extract(record_json, '$.server_status') = ?)"
+    " ELSE 0 END"
+)
+_FENCED_ACCEPTING_UPDATE = _ACCEPTING_UPDATE + " AND owner = ?"
+_OBSERVED_TERMINAL_VALUES = tuple(state._value_ for state in STATES_WITH_OBSERVED_TERMINAL)
+
 
 SQLITE_SYNCHRONOUS = ("full", "normal", "extra", "off")
 """The ``PRAGMA synchronous`` levels a ledger may be opened with."""
@@ -460,6 +496,91 @@ class SQLiteLedger(SqlLedger):
             "request_digest": record.request_digest,
             "tool_digest": record.tool_descriptor_digest,
         }
+
+    def _history(
+        self,
+        conn: sqlite3.Connection,
+        record: OperationRecord,
+        event: str,
+        now_utc: str,
+        owner: str | None = None,
+    ) -> None:
+        # The shared _history's row, written straight to the connection: every write
+        # adds one, and the two calls in between were a measurable share of a write.
+        conn.execute(
+            HISTORY_INSERT,
+            (
+                record.call_node_id,
+                record.version,
+                record.state._value_,
+                event,
+                record.updated_at,
+                now_utc,
+                owner,
+                record.execution_epoch,
+            ),
+        )
+
+    def _accept_row(
+        self,
+        conn: sqlite3.Connection,
+        record: OperationRecord,
+        receipt: TerminalReceipt,
+        expected_version: int,
+        result_payload: bytes,
+        now_utc: str,
+        owner: str | None,
+    ) -> None:
+        # Fast path, as in update: what needs no row is checked here, the rest is the
+        # UPDATE's guard, so the row is neither read nor decoded. Anything else (a rule
+        # broken here, or an update the guard refused) takes the checked path, which
+        # reads the row and raises exactly the error it always raised.
+        try:
+            described = receipt == TerminalReceipt.for_record(record)
+        except ValueError:  # not terminal, or no result: check_acceptance says which
+            described = False
+        if (
+            not described
+            or record.version != expected_version + 1
+            or (receipt.terminal_status is ServerStatus.CANCELLED)
+            != (record.state is State.CANCELLED_ACCEPTED)
+            or digest_bytes(result_payload) != receipt.result_digest
+        ):
+            super()._accept_row(
+                conn, record, receipt, expected_version, result_payload, now_utc, owner
+            )
+            return
+        epoch = record.execution_epoch
+        cursor = conn.execute(
+            _ACCEPTING_UPDATE if owner is None else _FENCED_ACCEPTING_UPDATE,
+            (
+                record.version,
+                record.state._value_,
+                record.operation_id,
+                codec.dumps(record),
+                now_utc,
+                epoch,
+                failing_flag(record),
+                person_deadline(record),
+                record.call_node_id,
+                expected_version,
+                *TERMINAL_VALUES,
+                record.request_digest,
+                record.tool_descriptor_digest,
+                record.submission_key,
+                epoch,
+                epoch,
+                record.cancel_generation,
+                record.operation_id,
+                *_OBSERVED_TERMINAL_VALUES,
+                receipt.terminal_status._value_,
+                *((owner,) if owner is not None else ()),
+            ),
+        )
+        if cursor.rowcount != 1:
+            super()._accept_row(
+                conn, record, receipt, expected_version, result_payload, now_utc, owner
+            )
 
     @keeps_refusals
     def update(

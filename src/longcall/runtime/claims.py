@@ -172,6 +172,9 @@ class Claims:
         self.claim_all = claim_all
         self.stats = stats
         self.clock = LeaseClock(policy)
+        self.next_turn = self.clock.next_turn
+        """When the engine's housekeeping has work next: the clock's own answer, asked
+        at every turn of the driver's loop (no call in between)."""
         self.last_census: Census | None = None
         """What the last claim round saw of the whole ledger."""
         self.wanted: set[str] = set()
@@ -225,9 +228,6 @@ class Claims:
         """Whether nothing may leave at ``now``: the lease is within its send margin."""
         self.clock.held_back = not self.clock.valid(now)
         return self.clock.held_back
-
-    def next_turn(self, *, external_heartbeat: bool) -> float | None:
-        return self.clock.next_turn(external_heartbeat=external_heartbeat)
 
     def started(self, node: str, *, now: float) -> None:
         """A call created here: registered as a worker first, and wanted by its caller."""

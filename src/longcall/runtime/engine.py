@@ -438,10 +438,13 @@ class Engine:
         if self.holding.hold_back(now):
             return []
         shared = self.owner is not None
-        if shared:
+        # Grants are only for status reads queued for a send slot: with none queued
+        # there is nothing to ask, and the driver passes here on every turn.
+        queued = self.scheduler.poll_queue.values()
+        if shared and any(queued):
             self._take_slots(now)
         actions = self.scheduler.due(now, self.records, shared=shared, limit=limit)
-        if shared:
+        if shared and any(queued):
             self._take_slots(now)
         return actions
 

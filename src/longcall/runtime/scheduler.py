@@ -111,8 +111,9 @@ class Scheduler:
         X9), whichever operation's request met it (found by the simulator's Retry-After
         gate), and also one issued before the Retry-After arrived but not yet sent
         (:meth:`held`)."""
-        self._poll_queue: dict[str, collections.deque[tuple[str, str, int]]] = {}
-        """Per server, the status reads (node, kind, plan) due and waiting for a slot."""
+        self.poll_queue: dict[str, collections.deque[tuple[str, str, int]]] = {}
+        """Per server, the status reads (node, kind, plan) due and waiting for a slot (the
+        engine asks for grants only while one waits)."""
         self._slot_of: dict[_Key, float] = {}
         """The send slot assigned to an operation's next status read."""
         self._granted_until: dict[str, float] = {}
@@ -239,7 +240,7 @@ class Scheduler:
                 wake = at
                 break
             heapq.heappop(self._timers)
-        for server, queue in self._poll_queue.items():
+        for server, queue in self.poll_queue.items():
             if queue:
                 at = self._granted_until.get(server, -math.inf) - GRANT_HORIZON_S
                 wake = at if wake is None else min(wake, at)
@@ -293,7 +294,7 @@ class Scheduler:
                     # No send slot yet (or it passed unused): queue for the next grant
                     # from the server's one budget (X3, shared by every worker).
                     self.stats["slots_missed"] += slot is not None
-                    self._poll_queue.setdefault(server, collections.deque()).append(
+                    self.poll_queue.setdefault(server, collections.deque()).append(
                         (node, kind, planned[1])
                     )
                     continue
@@ -341,7 +342,7 @@ class Scheduler:
         at a time: the caller takes each grant from the ledger and hands it to
         :meth:`assign_slots` before asking for the next. A grant is taken once the slots
         already assigned run out within the horizon."""
-        for server, queue in self._poll_queue.items():
+        for server, queue in self.poll_queue.items():
             while queue and not self._awaits_slot(*queue[0]):
                 queue.popleft()
             # The same expression as next_wakeup's: at the moment it names, a grant is
@@ -353,7 +354,7 @@ class Scheduler:
 
     def assign_slots(self, server: str, slots: Iterable[float]) -> None:
         """Give ``server``'s queued status reads the send slots granted, in order."""
-        queue = self._poll_queue[server]
+        queue = self.poll_queue[server]
         for slot in slots:
             while queue and not self._awaits_slot(*queue[0]):
                 queue.popleft()
