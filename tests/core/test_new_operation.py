@@ -10,42 +10,30 @@ import pytest
 from longcall.core import OperationRecord, new_operation
 from longcall.core.keys import derive_submission_key
 
+SHARED = {
+    "call_node_id": "node-1",
+    "request_digest": "sha256:req",
+    "tool_name": "t",
+    "tool_descriptor_digest": "sha256:tool",
+    "principal": "alice",
+    "server": "http://127.0.0.1:1/mcp",
+    "protocol": "test",
+    "adapter_version": "1",
+    "step_index": 2,
+    "submission_lookup": True,
+    "tool_idempotent": True,
+    "execution_epoch": 3,
+    "server_store_id": "store",
+}
+"""The fields both ways of making the record are given alike."""
+
 
 @pytest.mark.parametrize("budget_s", [None, 30.0])
 def test_new_operation_is_the_constructed_record(budget_s: float | None) -> None:
-    made = new_operation(
-        call_node_id="node-1",
-        request_digest="sha256:req",
-        tool_name="t",
-        tool_descriptor_digest="sha256:tool",
-        principal="alice",
-        server="http://127.0.0.1:1/mcp",
-        protocol="test",
-        adapter_version="1",
-        now=10.0,
-        step_index=2,
-        submission_lookup=True,
-        tool_idempotent=True,
-        budget_s=budget_s,
-        execution_epoch=3,
-        caller_key=b"k",
-        server_store_id="store",
-    ).record
+    made = new_operation(**SHARED, now=10.0, budget_s=budget_s, caller_key=b"k").record  # type: ignore[arg-type]
     constructed = OperationRecord(
-        call_node_id="node-1",
-        request_digest="sha256:req",
-        tool_name="t",
-        tool_descriptor_digest="sha256:tool",
-        principal="alice",
-        server="http://127.0.0.1:1/mcp",
-        protocol="test",
-        adapter_version="1",
+        **SHARED,  # type: ignore[arg-type]
         submission_key=derive_submission_key("node-1", 2, caller_key=b"k"),
-        step_index=2,
-        submission_lookup=True,
-        tool_idempotent=True,
-        server_store_id="store",
-        execution_epoch=3,
         created_at=10.0,
         updated_at=10.0,
         deadline_at=None if budget_s is None else 10.0 + budget_s,
