@@ -35,7 +35,6 @@ from typing import TYPE_CHECKING, Any, Self, TypeVar
 from urllib.parse import urlsplit
 
 from longcall.adapters.base import ToolBinding
-from longcall.adapters.kinds import result_kind_of
 from longcall.adapters.servers import ServersConfig
 from longcall.core import (
     OperationRecord,
@@ -345,6 +344,10 @@ def _operator_kind(record: OperationRecord, how: Resolution, payload: bytes) -> 
     record's protocol: the same bytes are accepted as the same kind however they came."""
     if how not in (Resolution.COMPLETED, Resolution.FAILED, Resolution.CANCELLED):
         return None
+    # Here, not at the top: the readers load the protocols' mappings, which a program
+    # that only imports the client must not pay for.
+    from longcall.adapters.kinds import result_kind_of
+
     return result_kind_of(record.protocol, ServerStatus(how.value), payload)
 
 
