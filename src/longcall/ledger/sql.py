@@ -694,7 +694,7 @@ class SqlLedger(Ledger):
         now_utc: str,
         owner: str | None = None,
     ) -> None:
-        self._execute(conn, HISTORY_INSERT, _history_values(record, event, now_utc, owner))
+        self._execute(conn, _HISTORY_INSERT, _history_values(record, event, now_utc, owner))
 
     def _insert_blob(self, conn: Any, call_node_id: str, name: str, payload: bytes) -> None:
         self._execute(
@@ -964,7 +964,7 @@ class SqlLedger(Ledger):
             )
             self._executemany(
                 conn,
-                HISTORY_INSERT,
+                _HISTORY_INSERT,
                 [_history_values(c.record, "ExecutionClaimed", now_utc, owner) for c in claimed],
             )
             if lapsed and len(claimed) < limit:
@@ -1422,7 +1422,7 @@ class SqlLedger(Ledger):
             self._conn.close()
 
 
-HISTORY_INSERT = (
+_HISTORY_INSERT = (
     "INSERT INTO history (call_node_id, version, state, event, at, at_utc, owner,"
     " execution_epoch) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
 )

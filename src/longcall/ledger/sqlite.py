@@ -38,7 +38,6 @@ from longcall.errors import LedgerRefused, LedgerUnavailable, VersionConflict
 from longcall.ledger import codec
 from longcall.ledger.base import STATES_WITH_OBSERVED_TERMINAL, check_update, utc_now_iso
 from longcall.ledger.sql import (
-    HISTORY_INSERT,
     TERMINAL_VALUES,
     Params,
     SqlLedger,
@@ -496,30 +495,6 @@ class SQLiteLedger(SqlLedger):
             "request_digest": record.request_digest,
             "tool_digest": record.tool_descriptor_digest,
         }
-
-    def _history(
-        self,
-        conn: sqlite3.Connection,
-        record: OperationRecord,
-        event: str,
-        now_utc: str,
-        owner: str | None = None,
-    ) -> None:
-        # The shared _history's row, written straight to the connection: every write
-        # adds one, and the two calls in between were a measurable share of a write.
-        conn.execute(
-            HISTORY_INSERT,
-            (
-                record.call_node_id,
-                record.version,
-                record.state._value_,
-                event,
-                record.updated_at,
-                now_utc,
-                owner,
-                record.execution_epoch,
-            ),
-        )
 
     def _accept_row(
         self,
