@@ -43,7 +43,7 @@ from longcall.core import (
     State,
     TerminalReceipt,
 )
-from longcall.core.events import ReconciledManually, Resolution
+from longcall.core.events import SETTLING, ReconciledManually, Resolution
 from longcall.core.keys import canonical_json, digest_bytes, request_digest
 from longcall.core.notfound import resubmit_repeats_refusal
 from longcall.core.states import UNSUBMITTED_STATES
@@ -320,7 +320,7 @@ def _check_resolution(
 ) -> None:
     """Refuse a resolution that would be recorded and do nothing: a result with one
     that takes none, or ``resume`` where polling would stop again at once."""
-    settles = how in (Resolution.COMPLETED, Resolution.FAILED, Resolution.CANCELLED)
+    settles = how in SETTLING
     if result is not None and not settles:
         raise NotReconcilable(
             f"a result goes with completed, failed or cancelled; {how.value} takes none"
@@ -342,7 +342,7 @@ def _check_resolution(
 def _operator_kind(record: OperationRecord, how: Resolution, payload: bytes) -> ResultKind | None:
     """The kind of an operator's outcome, read from its bytes by the rules of the
     record's protocol: the same bytes are accepted as the same kind however they came."""
-    if how not in (Resolution.COMPLETED, Resolution.FAILED, Resolution.CANCELLED):
+    if how not in SETTLING:
         return None
     # Here, not at the top: the readers load the protocols' mappings, which a program
     # that only imports the client must not pay for.

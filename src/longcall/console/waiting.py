@@ -19,7 +19,7 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 
 from longcall.core import OperationRecord, State
-from longcall.core.events import Resolution
+from longcall.core.events import SETTLING, Resolution
 from longcall.core.retry import BreakerState
 from longcall.core.states import NOT_POLLING_STATES
 from longcall.ledger import BreakerRow, HistoryRow, RefusedWrite
@@ -287,7 +287,7 @@ def resolutions(record: OperationRecord, *, now: float) -> tuple[Resolution, ...
         allowed.append(Resolution.RESUME)
     if record.operation_id is None:
         allowed.append(Resolution.NEVER_CREATED)
-    allowed += [Resolution.COMPLETED, Resolution.FAILED, Resolution.CANCELLED]
+    allowed += SETTLING
     return tuple(allowed)
 
 

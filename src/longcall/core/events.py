@@ -276,6 +276,11 @@ class Resolution(enum.Enum):
         return f"Resolution.{self.name}"
 
 
+SETTLING = (Resolution.COMPLETED, Resolution.FAILED, Resolution.CANCELLED)
+"""The resolutions that settle an operation with an outcome (its result's digest and
+kind); the others set it going again."""
+
+
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
 class ReconciledManually(Event):
     """An operator resolved the operation (recorded with who and why)."""
@@ -292,15 +297,11 @@ class ReconciledManually(Event):
     the engine fetched them or an operator supplied them."""
 
     def __post_init__(self) -> None:
-        needs_digest = self.resolution in (
-            Resolution.COMPLETED,
-            Resolution.FAILED,
-            Resolution.CANCELLED,
-        )
-        if needs_digest and self.result_digest is None:
+        settles = self.resolution in SETTLING
+        if settles and self.result_digest is None:
             raise ValueError(f"resolution {self.resolution.value} needs a result digest")
         if self.result_kind is not None:
-            status = ServerStatus(self.resolution.value) if needs_digest else None
+            status = ServerStatus(self.resolution.value) if settles else None
             if status is None or self.result_kind not in KINDS_OF_TERMINAL[status]:
                 raise ValueError(
                     f"resolution {self.resolution.value} cannot hold a result of kind "
