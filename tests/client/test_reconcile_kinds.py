@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.core.builders import T0, new_record
 
 from longcall import CallOutcome, Client, State
 from longcall.adapters.mcp.rpc import MODERN
 from longcall.core import events as e
-from longcall.core import new_operation
 from longcall.ledger import SQLiteLedger
 from longcall.runtime.step import apply_event
 
@@ -23,21 +23,11 @@ TEXT = [{"type": "text", "text": "the disk is full"}]
 
 def _waiting_for_an_operator(path: Path, node: str) -> None:
     """An MCP 2026-07-28 operation in reconciliation, its create's outcome unknown."""
-    record = new_operation(
-        call_node_id=node,
-        request_digest="sha256:" + "r" * 64,
-        tool_name="rotate_keys",
-        tool_descriptor_digest="sha256:" + "d" * 64,
-        principal="ops",
-        server="http://127.0.0.1:9/mcp",
-        protocol=MODERN,
-        adapter_version="1",
-        now=1.0,
-    ).record
+    record = new_record(call_node_id=node, protocol=MODERN)
     with SQLiteLedger(path) as ledger:
         record = ledger.create(record)
         event = e.ReconciliationEscalated(reason="create outcome unknown")
-        record = apply_event(ledger, record, event, now=2.0, jitter=0.5).record
+        record = apply_event(ledger, record, event, now=T0 + 1, jitter=0.5).record
         assert record.state is State.RECONCILIATION_REQUIRED
 
 

@@ -28,6 +28,7 @@ def new_record(
     budget_s: float | None = None,
     call_node_id: str = "run-1/node-7",
     step_index: int = 0,
+    protocol: str = "mcp-2026-07-28",
 ) -> OperationRecord:
     """A fresh record in SUBMITTING, as :func:`new_operation` makes it."""
     return new_operation(
@@ -37,7 +38,7 @@ def new_record(
         tool_descriptor_digest="sha256:" + "d" * 64,
         principal="tenant-a",
         server="https://tools.example",
-        protocol="mcp-2026-07-28",
+        protocol=protocol,
         adapter_version="1",
         now=now,
         step_index=step_index,
