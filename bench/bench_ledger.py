@@ -6,7 +6,9 @@ events through the real machine, the last one ``accept_terminal`` (receipt, resu
 outbox). The figures:
 
 - **ours**: the walkthrough through the ledger API (the machine's decisions included),
-  driven from the record just created, as the engine holds it;
+  driven from the record just created, as the engine holds it, on the scripted
+  server's answers made before the clock starts (the server's work is not the
+  ledger's; the raw writer's rows are made beforehand too);
 - **ledger only**: the same records, decided beforehand, written through the ledger API;
 - **raw**: plain ``sqlite3`` writing exactly the ledger's rows — every column of every
   version of the operations row, the history rows, the receipt, result and outbox rows,
@@ -54,13 +56,28 @@ SWEEP_CHUNK = 1000
 SWEEP_AT = (1_000, 10_000, 100_000)
 
 
+def server_answers(nodes: Iterable[str]) -> list[tuple[str, list[walkthrough.Answer]]]:
+    """Each node with the scripted server's answers to it, made before the clock starts."""
+    return [(node, walkthrough.answers(node, walkthrough.COMPLETED, now=0.0)) for node in nodes]
+
+
+def ours_lifecycles(
+    ledger: SQLiteLedger, scripts: list[tuple[str, list[walkthrough.Answer]]]
+) -> None:
+    """Each node's walkthrough through the ledger API and the machine, as the engine
+    drives it: from the record just created, on the server's answers made beforehand."""
+    for node, script in scripts:
+        created = walkthrough.start(ledger, node, walkthrough.COMPLETED, now=0.0)
+        walkthrough.drive(
+            ledger, node, walkthrough.COMPLETED, now=0.0, record=created, script=script
+        )
+
+
 def ours_per_s(path: Path, synchronous: str, count: int) -> float:
+    scripts = server_answers(f"bench-{i}" for i in range(count))
     with SQLiteLedger(path, synchronous=synchronous) as ledger:
         started = time.perf_counter()
-        for i in range(count):
-            node = f"bench-{i}"
-            created = walkthrough.start(ledger, node, walkthrough.COMPLETED, now=0.0)
-            walkthrough.drive(ledger, node, walkthrough.COMPLETED, now=0.0, record=created)
+        ours_lifecycles(ledger, scripts)
         elapsed = time.perf_counter() - started
     return count / elapsed
 
@@ -271,15 +288,13 @@ _COMPARED = (
 
 def check_same_rows(directory: Path, plan: RawPlan) -> None:
     """The raw writer's baseline is honest only if it writes exactly the ledger's rows:
-    both write three lifecycles (fixed stamps) and every row of every table they touch
-    is compared."""
+    both write three lifecycles (fixed stamps), ours as it is timed, and every row of
+    every table they touch is compared."""
     nodes = [f"check-{i}" for i in range(3)]
     with SQLiteLedger(
         directory / "check-ours.db", synchronous="off", utc_now=lambda: STAMP
     ) as ledger:
-        for node in nodes:
-            walkthrough.start(ledger, node, walkthrough.COMPLETED, now=0.0)
-            walkthrough.drive(ledger, node, walkthrough.COMPLETED, now=0.0)
+        ours_lifecycles(ledger, server_answers(nodes))
         ours = [ledger._read(query) for query in _COMPARED]
     conn = open_raw(directory / "check-raw.db", "off")
     raw_lifecycles(conn, plan, nodes, lambda: STAMP)
@@ -365,17 +380,13 @@ def _sweep(directory: Path, plan: RawPlan) -> None:
     verdict takes this process's CPU seconds (user and system), which other programs'
     load on a shared machine leaves alone; wall-clock figures are printed beside."""
 
-    def ours(nodes: list[str]) -> None:
-        for node in nodes:
-            created = walkthrough.start(ledger, node, walkthrough.COMPLETED, now=0.0)
-            walkthrough.drive(ledger, node, walkthrough.COMPLETED, now=0.0, record=created)
-
     cost: dict[str, list[tuple[float, float]]] = {"ours": [], "raw": []}
     with SQLiteLedger(directory / "sweep-ours.db", synchronous="normal") as ledger:
         conn = open_raw(directory / "sweep-raw.db", "normal")
         for first in range(0, SWEEP_MAX, SWEEP_CHUNK):
             nodes = [f"bench-{i}" for i in range(first, first + SWEEP_CHUNK)]
-            cost["ours"].append(_timed(lambda: ours(nodes), SWEEP_CHUNK))  # noqa: B023
+            scripts = server_answers(nodes)
+            cost["ours"].append(_timed(lambda: ours_lifecycles(ledger, scripts), SWEEP_CHUNK))  # noqa: B023
             cost["raw"].append(
                 _timed(lambda: raw_lifecycles(conn, plan, nodes, raw_stamp), SWEEP_CHUNK)  # noqa: B023
             )

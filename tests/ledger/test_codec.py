@@ -131,3 +131,40 @@ def test_receipt_text_equals_the_json_encoder_whatever_the_fields_hold(
     """The same for receipts, whose enum fields are never None."""
     expected = json.dumps(codec.to_dict(receipt), sort_keys=True, separators=(",", ":"))
     assert codec.dumps(receipt) == expected
+
+
+_CHANGED = st.sets(st.sampled_from([f.name for f in dataclasses.fields(OperationRecord)]))
+
+
+@settings(max_examples=300, deadline=None)
+@given(_records(), st.lists(_CHANGED.flatmap(
+    lambda names: st.fixed_dictionaries({name: _field_values(name) for name in names})
+), min_size=1, max_size=4))  # fmt: skip
+def test_a_text_made_from_the_last_one_equals_a_whole_encoding(
+    record: OperationRecord, steps: list[dict[str, object]]
+) -> None:
+    """Each text RecordTexts makes from the node's last one is the text dumps writes,
+    whatever a write changes: fields set to other values, to equal values that are other
+    objects, or to anything the encoder's slow path takes."""
+    texts = codec.RecordTexts()
+    assert texts.dumps(record) == codec.dumps(record)
+    for changes in steps:
+        record = evolve(record, **changes)
+        assert texts.dumps(record) == codec.dumps(record)
+
+
+def test_record_texts_hold_at_most_their_limit_and_let_a_terminal_record_go() -> None:
+    """The last text of at most ``keep`` call nodes is held, the longest unwritten let go
+    first; a node's terminal record is not held at all. Texts stay exact throughout."""
+    with SQLiteLedger(":memory:") as ledger:
+        record = walkthrough.start(ledger, "a", walkthrough.COMPLETED, now=0.0)
+        final = walkthrough.drive(ledger, "a", walkthrough.COMPLETED, now=0.0)
+    texts = codec.RecordTexts(keep=2)
+    nodes = [evolve(record, call_node_id=name) for name in ("n1", "n2", "n3")]
+    for node in (*nodes, nodes[0]):
+        assert texts.dumps(node) == codec.dumps(node)
+    assert sorted(texts._last) == ["n1", "n3"]  # n2 was the longest unwritten
+    assert texts.dumps(evolve(final, call_node_id="n1")) == codec.dumps(
+        evolve(final, call_node_id="n1")
+    )
+    assert sorted(texts._last) == ["n3"]

@@ -6,8 +6,9 @@ import functools
 import threading
 from collections.abc import Callable
 
-from longcall.core import ConflictError, handle
+from longcall.core import ConflictError, OperationRecord, handle
 from longcall.core import events as e
+from longcall.core.record import evolve
 from longcall.ledger import Ledger
 
 from .test_contract import PAYLOAD, fetched, fresh, to_fetching
@@ -80,3 +81,28 @@ def test_racing_acceptances_write_one_receipt(twins: tuple[Ledger, Ledger]) -> N
     rows = b.outbox()
     assert len(rows) == ROUNDS
     assert len({row.call_node_id for row in rows}) == ROUNDS
+
+
+def test_a_write_stores_its_operation_id_whatever_another_connection_wrote_since(
+    twins: tuple[Ledger, Ledger],
+) -> None:
+    """A connection's next write is made from the last record it wrote. When another
+    connection has stored another operation id since, a write whose id is the first
+    one's still stores that id: the column (what a lookup by id reads) follows the
+    record, and the write is not refused."""
+    a, b = twins
+    node = "node-1"
+
+    def polled(record: OperationRecord, operation_id: str) -> OperationRecord:
+        seen = e.WorkingObserved(status_message="working", progressed=True)
+        return evolve(handle(record, seen, now=12.0, jitter=0.5).record, operation_id=operation_id)
+
+    created = a.create(fresh(node))
+    acked = handle(created, e.SubmitAcknowledged(operation_id="op-a"), now=11.0, jitter=0.5)
+    a.update(acked.record, expected_version=1, event="SubmitAcknowledged")
+    b.update(polled(b.get(node), "op-b"), expected_version=2, event="WorkingObserved")
+    assert [r.call_node_id for r in a.find_by_operation_id("op-b")] == [node]
+    a.update(polled(a.get(node), "op-a"), expected_version=3, event="WorkingObserved")
+    assert b.get(node).operation_id == "op-a"
+    assert [r.call_node_id for r in b.find_by_operation_id("op-a")] == [node]
+    assert b.find_by_operation_id("op-b") == []

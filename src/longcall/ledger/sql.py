@@ -299,6 +299,8 @@ class SqlLedger(Ledger):
         self._utc_now = utc_now
         self._new_identity = new_identity or fresh_identity
         self._lock = threading.RLock()
+        # Each record's text is made from the last one written for its call node.
+        self._texts = codec.RecordTexts()
 
     # --- what each backend supplies -------------------------------------------------
 
@@ -525,7 +527,7 @@ class SqlLedger(Ledger):
             "server": record.server,
             "operation_id": record.operation_id,
             "submission_key": record.submission_key,
-            "record_json": codec.dumps(record),
+            "record_json": self._texts.dumps(record),
             "created_at_utc": now_utc,
             "updated_at_utc": now_utc,
             "owner": owner,
@@ -672,7 +674,7 @@ class SqlLedger(Ledger):
                 record.version,
                 record.state._value_,
                 record.operation_id,
-                codec.dumps(record),
+                self._texts.dumps(record),
                 now_utc,
                 record.execution_epoch,
                 None if record.is_terminal else 1,
@@ -953,7 +955,7 @@ class SqlLedger(Ledger):
                         c.record.execution_epoch,
                         c.record.version,
                         c.record.state.value,
-                        codec.dumps(c.record),
+                        self._texts.dumps(c.record),
                         now_utc,
                         person_deadline(c.record),
                         c.record.call_node_id,
@@ -1148,7 +1150,7 @@ class SqlLedger(Ledger):
                     after.execution_epoch,
                     after.version,
                     after.state.value,
-                    codec.dumps(after),
+                    self._texts.dumps(after),
                     now_utc,
                     person_deadline(after),
                     after.call_node_id,

@@ -208,14 +208,32 @@ def _answers_to_pending(original: Callable[..., Any]) -> Callable[..., Any]:
     return record_answers
 
 
-def _cas_removed(original: str) -> str:
-    return original.replace(" AND version = ? AND version + 1 = ?", " AND ? > 0 AND ? > 0")
+def _replaced(original: str, old: str, new: str) -> str:
+    """``original`` with ``old`` replaced; a statement that no longer holds ``old`` is
+    an error here, not a mutant that silently changes nothing."""
+    if old not in original:
+        raise LookupError(f"the mutant's text {old!r} is not in {original!r}")
+    return original.replace(old, new)
+
+
+def _cas_removed_from_open(updates: dict[tuple[bool, bool, bool], str]) -> dict[Any, str]:
+    """The CAS taken out of the unfenced writes to an open state (both forms)."""
+    cas, kept = " AND version = ?9 AND version + 1 = ?10", " AND ?9 > 0 AND ?10 > 0"
+    return {
+        key: _replaced(sql, cas, kept) if key[:2] == (False, False) else sql
+        for key, sql in updates.items()
+    }
 
 
 def _fence_removed_sql(original: str) -> str:
-    return original.replace(
-        " AND owner = ? AND execution_epoch = ?", " AND ? IS NOT NULL AND ? IS NOT NULL"
+    return _replaced(
+        original, " AND owner = ? AND execution_epoch = ?", " AND ? IS NOT NULL AND ? IS NOT NULL"
     )
+
+
+def _fence_removed_from_updates(updates: dict[tuple[bool, bool, bool], str]) -> dict[Any, str]:
+    """The fence taken out of every fenced write."""
+    return {key: _fence_removed_sql(sql) if key[1] else sql for key, sql in updates.items()}
 
 
 def _fence_unchecked(original: Callable[..., Any]) -> Callable[..., Any]:
@@ -416,7 +434,7 @@ MUTANTS: tuple[Mutant, ...] = (
     Mutant(
         name="cas-removed",
         bug="the ledger's update does not compare the version it read",
-        patches=(("longcall.ledger.sqlite", "_UPDATE_TO_OPEN", _cas_removed),),
+        patches=(("longcall.ledger.sqlite", "_GUARDED_UPDATES", _cas_removed_from_open),),
     ),
 )
 MUTANTS += (
@@ -424,8 +442,7 @@ MUTANTS += (
         name="fence-removed",
         bug="the ledger no longer checks a worker's (owner, epoch) on its writes",
         patches=(
-            ("longcall.ledger.sqlite", "_FENCED_UPDATE_TO_OPEN", _fence_removed_sql),
-            ("longcall.ledger.sqlite", "_FENCED_UPDATE_TO_TERMINAL", _fence_removed_sql),
+            ("longcall.ledger.sqlite", "_GUARDED_UPDATES", _fence_removed_from_updates),
             ("longcall.ledger.sql", "check_fence", _fence_unchecked),
         ),
     ),

@@ -15,7 +15,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from longcall.core import OperationRecord, ResultKind, ServerStatus, State, new_operation
+from longcall.core import (
+    OperationRecord,
+    ResultKind,
+    ServerStatus,
+    State,
+    handle,
+    new_operation,
+)
 from longcall.core.events import (
     CancelAcknowledged,
     CancellationObserved,
@@ -79,7 +86,11 @@ SCENARIOS = (COMPLETED, CANCELLED, SUBMISSION_UNKNOWN)
 
 def start(ledger: Ledger, call_node_id: str, scenario: Scenario, *, now: float) -> OperationRecord:
     """Create the operation's record (the first commit point)."""
-    transition = new_operation(
+    return ledger.create(_new_record(call_node_id, scenario, now=now))
+
+
+def _new_record(call_node_id: str, scenario: Scenario, *, now: float) -> OperationRecord:
+    return new_operation(
         call_node_id=call_node_id,
         request_digest=request_digest(scenario.tool, scenario.arguments),
         tool_name=scenario.tool,
@@ -90,8 +101,7 @@ def start(ledger: Ledger, call_node_id: str, scenario: Scenario, *, now: float) 
         adapter_version="1",
         now=now,
         submission_lookup=True,
-    )
-    return ledger.create(transition.record)
+    ).record
 
 
 def next_event(record: OperationRecord, scenario: Scenario) -> tuple[Event, bytes | None] | None:
@@ -143,6 +153,25 @@ def _ack(op_id: str) -> SubmitAcknowledged:
     return SubmitAcknowledged(operation_id=op_id, poll_interval_s=POLL_INTERVAL_S, ttl_s=3600.0)
 
 
+Answer = tuple[Event, bytes | None]
+"""One answer of the scripted server: an event, with the payload it carries."""
+
+
+def answers(call_node_id: str, scenario: Scenario, *, now: float) -> list[Answer]:
+    """Every answer the scripted server gives a new operation of ``scenario``, in order,
+    made beforehand by playing it against the machine alone: what :func:`drive` asks
+    :func:`next_event` for, step by step (the ledger benchmark times the ledger and the
+    machine, not the server)."""
+    record = _new_record(call_node_id, scenario, now=now)
+    made: list[Answer] = []
+    while (step := next_event(record, scenario)) is not None:
+        made.append(step)
+        now = max(now, record.next_poll_at or now)
+        record = handle(record, step[0], now=now, jitter=0.5).record
+        now += 0.001
+    return made
+
+
 def drive(
     ledger: Ledger,
     call_node_id: str,
@@ -152,17 +181,21 @@ def drive(
     on_step: Callable[[OperationRecord], None] | None = None,
     steps_max: int = 100,
     record: OperationRecord | None = None,
+    script: list[Answer] | None = None,
 ) -> OperationRecord:
     """Play ``scenario`` from wherever the ledger has the operation until it is terminal.
 
     Virtual time moves to each record's next planned action; the jitter draw is fixed,
     so a run is reproducible. ``record``: the operation as the caller just committed it
-    (as the engine holds its records), instead of reading it back first.
+    (as the engine holds its records), instead of reading it back first. ``script``:
+    the server's answers made beforehand by :func:`answers`, played in order instead of
+    asking :func:`next_event` (only from the record :func:`start` made).
     """
     if record is None:
         record = ledger.get(call_node_id)
+    given = iter(script) if script is not None else None
     for _ in range(steps_max):
-        step = next_event(record, scenario)
+        step = next_event(record, scenario) if given is None else next(given, None)
         if step is None:
             return record
         event, payload = step
